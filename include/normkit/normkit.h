@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * normkit: memory-speed normalization kernels for CPU inference.
+ *
+ * This header is the library's one stable ABI. Conventions:
+ *  - Every operation returns a normkit_status. On failure, normkit_last_error()
+ *    returns a message naming the argument and the values that were wrong, and
+ *    no output byte has been written.
+ *  - Tensors are described by normkit_tensor (dense, logical shape N, C, spatial...).
+ *  - Per-channel parameters are float32 arrays of C values (or N x C, row-major,
+ *    where an op says so).
+ *  - Results are bitwise identical for every thread count and from run to run.
+ *  - All functions are thread-safe: any number of threads may call normkit at
+ *    once, on shared or separate contexts.
+ */
+#ifndef NORMKIT_NORMKIT_H_
+#define NORMKIT_NORMKIT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#if defined(NORMKIT_BUILDING_LIBRARY)
+#define NORMKIT_API __declspec(dllexport)
+#elif defined(NORMKIT_STATIC)
+#define NORMKIT_API
+#else
+#define NORMKIT_API __declspec(dllimport)
+#endif
+#else
+#define NORMKIT_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NORMKIT_VERSION_MAJOR 0
+#define NORMKIT_VERSION_MINOR 1
+#define NORMKIT_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------- */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------- */
+
+typedef enum normkit_status {
+  NORMKIT_SUCCESS = 0,
+  /* An argument is NULL, out of range, or inconsistent with another. */
+  NORMKIT_ERROR_INVALID_ARGUMENT = 1,
+  /* Well-formed, but this op does not support it (dtype, layout, ...). */
+  NORMKIT_ERROR_UNSUPPORTED = 2,
+  /* The tensors name a device this build or this machine does not have. */
+  NORMKIT_ERROR_DEVICE_UNAVAILABLE = 3,
+  NORMKIT_ERROR_OUT_OF_MEMORY = 4,
+  /* A bug in normkit; please report it with the message. */
+  NORMKIT_ERROR_INTERNAL = 5
+} normkit_status;
+
+/* A static, human-readable name for a status ("invalid argument", ...). Never NULL. */
+NORMKIT_API const char* normkit_status_string(normkit_status status);
+
+/* The message of the last failed call on this thread ("" if none yet). The pointer
+ * stays valid until the next normkit call on the same thread. Never NULL. */
+NORMKIT_API const char* normkit_last_error(void);
+
+/* ------------------------------------------------------------------------- */
+/* Library information                                                       */
+/* ------------------------------------------------------------------------- */
+
+/* Version as (major << 16) | (minor << 8) | patch; compare with NORMKIT_VERSION_*. */
+NORMKIT_API uint32_t normkit_version(void);
+
+/* Version as a string, e.g. "0.1.0". */
+NORMKIT_API const char* normkit_version_string(void);
+
+/* The SIMD target the CPU kernels dispatch to on this machine, e.g. "AVX3",
+ * "AVX2", "SSE4", "EMU128". Chosen at first use from what the CPU supports. */
+NORMKIT_API const char* normkit_simd_target(void);
+
+/* The threading backend compiled in: "tbb", "openmp" or "serial". */
+NORMKIT_API const char* normkit_threading_backend(void);
+
+/* ------------------------------------------------------------------------- */
+/* Contexts                                                                  */
+/* ------------------------------------------------------------------------- */
+
+/* A context caps the threads normkit uses for calls made with it. Every op takes
+ * a `const normkit_context*`; NULL means the process default, which uses the
+ * NORMKIT_NUM_THREADS environment variable if set, else every hardware thread.
+ * A context may be used by many threads at once; destroy it only when no call
+ * using it is running. */
+typedef struct normkit_context normkit_context;
+
+/* Creates a context using at most `num_threads` threads (0 = the process
+ * default). Errors: INVALID_ARGUMENT if `out` is NULL or num_threads < 0. */
+NORMKIT_API normkit_status normkit_context_create(int32_t num_threads, normkit_context** out);
+
+/* Destroys a context. NULL is accepted and ignored. */
+NORMKIT_API void normkit_context_destroy(normkit_context* context);
+
+/* The thread count calls with this context use (NULL: the process default). */
+NORMKIT_API int32_t normkit_context_num_threads(const normkit_context* context);
+
+/* ------------------------------------------------------------------------- */
+/* Tensors                                                                   */
+/* ------------------------------------------------------------------------- */
+
+typedef enum normkit_dtype {
+  NORMKIT_DTYPE_FLOAT32 = 1,
+  NORMKIT_DTYPE_FLOAT16 = 2,  /* reserved: not supported by any op yet */
+  NORMKIT_DTYPE_BFLOAT16 = 3, /* reserved: not supported by any op yet */
+  NORMKIT_DTYPE_FLOAT64 = 4   /* reserved: not supported by any op yet */
+} normkit_dtype;
+
+typedef enum normkit_layout {
+  /* N, C, spatial...: NCL, NCHW, NCDHW. Each (n, c) plane is contiguous. */
+  NORMKIT_LAYOUT_CHANNELS_FIRST = 0,
+  /* N, spatial..., C: NLC, NHWC, NDHWC. Channels of one pixel are contiguous. */
+  NORMKIT_LAYOUT_CHANNELS_LAST = 1
+} normkit_layout;
+
+typedef enum normkit_device {
+  NORMKIT_DEVICE_CPU = 0,
+  NORMKIT_DEVICE_CUDA = 1 /* reserved: this release has no CUDA path */
+} normkit_device;
+
+#define NORMKIT_MAX_RANK 5
+
+/* A dense tensor. `shape` is always the logical order N, C, spatial...
+ * (rank 2: N, C; rank 3: N, C, L; rank 4: N, C, H, W; rank 5: N, C, D, H, W);
+ * `layout` says how those dims sit in memory. All dims must be >= 1.
+ *
+ * ABI: `struct_size` must be sizeof(normkit_tensor) as the caller compiled it
+ * (normkit_tensor_init sets it). Later versions only append fields and read
+ * them only when struct_size shows the caller has them, so binaries built
+ * against this header keep working. A struct_size of 0 (a zeroed struct) is
+ * rejected, which catches descriptors nobody initialized. */
+typedef struct normkit_tensor {
+  uint32_t struct_size;
+  int32_t dtype;        /* normkit_dtype */
+  int32_t layout;       /* normkit_layout */
+  int32_t device;       /* normkit_device */
+  int32_t device_index; /* which GPU for NORMKIT_DEVICE_CUDA; 0 for CPU */
+  int32_t rank;         /* 2..5 */
+  int64_t shape[NORMKIT_MAX_RANK];
+  void* data;
+} normkit_tensor;
+
+/* Fills a CPU tensor descriptor; shape has `rank` entries in logical order. */
+static inline void normkit_tensor_init(normkit_tensor* t, void* data, normkit_dtype dtype,
+                                       normkit_layout layout, int32_t rank, const int64_t* shape) {
+  int32_t i;
+  t->struct_size = (uint32_t)sizeof(normkit_tensor);
+  t->dtype = (int32_t)dtype;
+  t->layout = (int32_t)layout;
+  t->device = (int32_t)NORMKIT_DEVICE_CPU;
+  t->device_index = 0;
+  t->rank = rank;
+  for (i = 0; i < NORMKIT_MAX_RANK; ++i) t->shape[i] = (i < rank) ? shape[i] : 0;
+  t->data = data;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Affine: y = x * scale + shift                                             */
+/* ------------------------------------------------------------------------- */
+
+typedef enum normkit_param_kind {
+  /* scale / shift hold C values, one per channel. */
+  NORMKIT_PARAMS_PER_CHANNEL = 0,
+  /* scale / shift hold N x C values (row-major), one per sample and channel. */
+  NORMKIT_PARAMS_PER_SAMPLE_CHANNEL = 1
+} normkit_param_kind;
+
+/* y[n, c, s] = x[n, c, s] * scale[c] + shift[c]   (PER_CHANNEL)
+ * y[n, c, s] = x[n, c, s] * scale[n*C + c] + shift[n*C + c]   (PER_SAMPLE_CHANNEL)
+ *
+ * x, y: float32, rank 2..5, either layout, identical dtype, layout and shape.
+ * scale, shift: float32 arrays as `param_kind` says; either may be NULL (no scale
+ *   means scale 1, no shift means shift 0; with both NULL, y is a copy of x).
+ * In place: y->data == x->data is allowed; any other overlap of x and y, or of
+ *   scale / shift with y, is rejected.
+ * Computed with one fused multiply-add per element where the CPU has FMA.
+ * Errors: INVALID_ARGUMENT (NULL x / y / data, bad struct_size, rank, dims, layout,
+ *   param_kind, shape mismatch, overlap); UNSUPPORTED (dtype other than float32);
+ *   DEVICE_UNAVAILABLE (a CUDA tensor). */
+NORMKIT_API normkit_status normkit_affine(const normkit_context* context, const normkit_tensor* x,
+                                          const float* scale, const float* shift,
+                                          int32_t param_kind, const normkit_tensor* y);
+
+/* ------------------------------------------------------------------------- */
+/* Batch norm (inference)                                                    */
+/* ------------------------------------------------------------------------- */
+
+/* Folds inference batch norm into per-channel scale / shift, computed in double
+ * and rounded once:  scale[c] = gamma[c] / sqrt(var[c] + eps),
+ *                    shift[c] = beta[c] - mean[c] * scale[c].
+ * gamma / beta may be NULL (1 / 0: BatchNorm without affine). mean and var are
+ * required. scale and shift are outputs of `channels` floats; they may alias
+ * gamma / beta respectively (in place) but no other input.
+ * Errors: INVALID_ARGUMENT (channels < 1, NULL mean / var / scale / shift, eps not
+ *   finite or <= 0, a negative or non-finite var[c], scale overlapping shift). */
+NORMKIT_API normkit_status normkit_batch_norm_fold(int64_t channels, const float* gamma,
+                                                   const float* beta, const float* running_mean,
+                                                   const float* running_var, float eps,
+                                                   float* scale, float* shift);
+
+/* y = (x - mean[c]) / sqrt(var[c] + eps) * gamma[c] + beta[c], computed as the
+ * folded affine (see normkit_batch_norm_fold) in one pass over x.
+ * x, y: as for normkit_affine (float32, rank 2..5, either layout, in place
+ *   allowed). gamma / beta may be NULL; mean / var are C floats.
+ * Errors: those of normkit_batch_norm_fold and normkit_affine. */
+NORMKIT_API normkit_status normkit_batch_norm_inference(
+    const normkit_context* context, const normkit_tensor* x, const float* gamma, const float* beta,
+    const float* running_mean, const float* running_var, float eps, const normkit_tensor* y);
+
+/* ------------------------------------------------------------------------- */
+/* Folding batch norm into the preceding layer                              */
+/* ------------------------------------------------------------------------- */
+
+typedef enum normkit_conv_weight_order {
+  /* Convolution: [out_channels, in_channels / groups, k...] (PyTorch Conv*d, OIHW). */
+  NORMKIT_CONV_WEIGHT_OIHW = 0,
+  /* Transposed convolution: [in_channels, out_channels / groups, k...]
+   * (PyTorch ConvTranspose*d, IOHW). */
+  NORMKIT_CONV_WEIGHT_IOHW_TRANSPOSED = 1
+} normkit_conv_weight_order;
+
+/* Rewrites a convolution followed by BatchNorm (over the conv's out channels)
+ * into one convolution:  weight'[o, ...] = weight[o, ...] * scale[o],
+ *                        bias'[o] = bias[o] * scale[o] + shift[o]
+ * with scale / shift from normkit_batch_norm_fold. `bias` may be NULL (a conv
+ * without bias gets one: bias' = shift). `weight` is updated in place; `folded_bias`
+ * receives out_channels floats and may equal `bias`.
+ * kernel_elems is the product of the kernel's spatial dims (1 for 1x1 or linear).
+ * groups divides in_channels and out_channels (groups == in_channels ==
+ * out_channels is depthwise).
+ * Errors: INVALID_ARGUMENT (NULL weight / folded_bias / mean / var, dims < 1, groups
+ *   not dividing the channels, bad weight_order, bad eps or var, overflowing sizes,
+ *   folded_bias overlapping weight or a BN parameter). Nothing is written on error. */
+NORMKIT_API normkit_status normkit_fold_batch_norm_into_conv(
+    float* weight, int64_t out_channels, int64_t in_channels, int64_t groups, int64_t kernel_elems,
+    int32_t weight_order, const float* bias, float* folded_bias, const float* gamma,
+    const float* beta, const float* running_mean, const float* running_var, float eps);
+
+/* Linear layer [out_features, in_features] followed by BatchNorm1d over its
+ * outputs; the same rule as normkit_fold_batch_norm_into_conv with one group and a
+ * 1-element kernel. */
+NORMKIT_API normkit_status normkit_fold_batch_norm_into_linear(
+    float* weight, int64_t out_features, int64_t in_features, const float* bias, float* folded_bias,
+    const float* gamma, const float* beta, const float* running_mean, const float* running_var,
+    float eps);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NORMKIT_NORMKIT_H_ */

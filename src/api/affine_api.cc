@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+// C entry point of the affine op: validate everything, then run on the device.
+#include "api/guard.h"
+#include "core/context.h"
+#include "core/tensor.h"
+#include "cpu/affine.h"
+#include "normkit/normkit.h"
+
+namespace normkit {
+
+normkit_status ValidateUnaryTensors(const char* op, const normkit_tensor* x,
+                                    const normkit_tensor* y, TensorView* xv, TensorView* yv) {
+  NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "x", x, xv));
+  NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "y", y, yv));
+  NORMKIT_RETURN_IF_ERROR(CheckSameTensorShape(op, *xv, *yv));
+  NORMKIT_RETURN_IF_ERROR(CheckInPlaceOrDisjoint(op, *xv, *yv));
+  return CheckFloat32Cpu(op, "x", *xv);
+}
+
+}  // namespace normkit
+
+extern "C" NORMKIT_API normkit_status normkit_affine(const normkit_context* context,
+                                                     const normkit_tensor* x, const float* scale,
+                                                     const float* shift, int32_t param_kind,
+                                                     const normkit_tensor* y) {
+  using namespace normkit;
+  constexpr const char* kOp = "affine";
+  return Guarded(kOp, [&] {
+    TensorView xv, yv;
+    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(kOp, x, y, &xv, &yv));
+    if (param_kind != NORMKIT_PARAMS_PER_CHANNEL &&
+        param_kind != NORMKIT_PARAMS_PER_SAMPLE_CHANNEL) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: param_kind = %d is not a normkit_param_kind",
+                  kOp, param_kind);
+    }
+    cpu::AffineParams params;
+    params.scale = scale;
+    params.shift = shift;
+    params.per_sample = param_kind == NORMKIT_PARAMS_PER_SAMPLE_CHANNEL;
+    const int64_t count = params.per_sample ? xv.batch * xv.channels : xv.channels;
+    NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(kOp, "scale", scale, count, yv));
+    NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(kOp, "shift", shift, count, yv));
+    cpu::Affine(ResolveContext(context), xv, yv, params);
+    return NORMKIT_SUCCESS;
+  });
+}

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// Status strings, last error, version, dispatch target and contexts.
+#include <new>
+
+#include "api/guard.h"
+#include "core/context.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "cpu/kernels/affine.h"
+#include "normkit/normkit.h"
+
+#define NORMKIT_STR2(x) #x
+#define NORMKIT_STR(x) NORMKIT_STR2(x)
+
+extern "C" {
+
+NORMKIT_API const char* normkit_status_string(normkit_status status) {
+  switch (status) {
+    case NORMKIT_SUCCESS: return "success";
+    case NORMKIT_ERROR_INVALID_ARGUMENT: return "invalid argument";
+    case NORMKIT_ERROR_UNSUPPORTED: return "unsupported";
+    case NORMKIT_ERROR_DEVICE_UNAVAILABLE: return "device unavailable";
+    case NORMKIT_ERROR_OUT_OF_MEMORY: return "out of memory";
+    case NORMKIT_ERROR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+NORMKIT_API const char* normkit_last_error(void) {
+  return normkit::LastError();
+}
+
+NORMKIT_API uint32_t normkit_version(void) {
+  return (NORMKIT_VERSION_MAJOR << 16) | (NORMKIT_VERSION_MINOR << 8) | NORMKIT_VERSION_PATCH;
+}
+
+NORMKIT_API const char* normkit_version_string(void) {
+  return NORMKIT_STR(NORMKIT_VERSION_MAJOR) "." NORMKIT_STR(NORMKIT_VERSION_MINOR) "." NORMKIT_STR(
+      NORMKIT_VERSION_PATCH);
+}
+
+NORMKIT_API const char* normkit_simd_target(void) {
+  return normkit::kernels::DispatchedTargetName();
+}
+
+NORMKIT_API const char* normkit_threading_backend(void) {
+  return normkit::ThreadingBackendName();
+}
+
+NORMKIT_API normkit_status normkit_context_create(int32_t num_threads, normkit_context** out) {
+  constexpr const char* kOp = "context_create";
+  return normkit::Guarded(kOp, [&] {
+    NORMKIT_RETURN_IF_ERROR(normkit::CheckNotNull(kOp, "out", out));
+    if (num_threads < 0) {
+      return normkit::Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                           "%s: num_threads = %d, must be >= 0 (0 = default)", kOp, num_threads);
+    }
+    *out = normkit::MakeContext(num_threads).release();
+    return NORMKIT_SUCCESS;
+  });
+}
+
+NORMKIT_API void normkit_context_destroy(normkit_context* context) {
+  delete context;
+}
+
+NORMKIT_API int32_t normkit_context_num_threads(const normkit_context* context) {
+  return normkit::ResolveContext(context).num_threads;
+}
+
+}  // extern "C"

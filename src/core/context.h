@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+// The context behind the opaque normkit_context handle: how many threads a call may use.
+#ifndef NORMKIT_CORE_CONTEXT_H_
+#define NORMKIT_CORE_CONTEXT_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "normkit/normkit.h"
+
+#if defined(NORMKIT_THREADING_TBB)
+#include <tbb/task_arena.h>
+#endif
+
+struct normkit_context {
+  int32_t num_threads = 1;
+#if defined(NORMKIT_THREADING_TBB)
+  // An arena capped at num_threads; execute() on it is safe from many threads.
+  std::unique_ptr<tbb::task_arena> arena;
+#endif
+};
+
+namespace normkit {
+
+// NORMKIT_NUM_THREADS if set to a positive integer, else the hardware threads.
+int32_t DefaultNumThreads();
+
+// Builds a context for `num_threads` (0 = default). Throws std::bad_alloc.
+std::unique_ptr<normkit_context> MakeContext(int32_t num_threads);
+
+// `context`, or the process-wide default one when it is NULL.
+const normkit_context& ResolveContext(const normkit_context* context);
+
+}  // namespace normkit
+
+#endif  // NORMKIT_CORE_CONTEXT_H_

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/parallel.h"
+
+#if defined(NORMKIT_THREADING_TBB)
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#elif defined(NORMKIT_THREADING_OPENMP)
+#include <omp.h>
+#endif
+
+namespace normkit {
+
+void ParallelFor(const normkit_context& context, int64_t num_tasks,
+                 const std::function<void(int64_t)>& body) {
+  if (num_tasks <= 0) return;
+  if (num_tasks == 1 || context.num_threads <= 1) {
+    for (int64_t task = 0; task < num_tasks; ++task) body(task);
+    return;
+  }
+#if defined(NORMKIT_THREADING_TBB)
+  context.arena->execute([&] {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, num_tasks, 1),
+                      [&](const tbb::blocked_range<int64_t>& range) {
+                        for (int64_t task = range.begin(); task < range.end(); ++task) body(task);
+                      });
+  });
+#elif defined(NORMKIT_THREADING_OPENMP)
+  const int threads =
+      static_cast<int>(num_tasks < context.num_threads ? num_tasks : context.num_threads);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t task = 0; task < num_tasks; ++task) body(task);
+#else
+  for (int64_t task = 0; task < num_tasks; ++task) body(task);
+#endif
+}
+
+const char* ThreadingBackendName() {
+#if defined(NORMKIT_THREADING_TBB)
+  return "tbb";
+#elif defined(NORMKIT_THREADING_OPENMP)
+  return "openmp";
+#else
+  return "serial";
+#endif
+}
+
+}  // namespace normkit

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one parallel loop of the library, over TBB, OpenMP or nothing (chosen at configure time).
+#ifndef NORMKIT_CORE_PARALLEL_H_
+#define NORMKIT_CORE_PARALLEL_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "core/context.h"
+
+namespace normkit {
+
+// Calls body(task) once for every task in [0, num_tasks), on at most the context's
+// threads. Each task must own a disjoint slice of the output and must not throw.
+// Task boundaries come from the shape alone, so results never depend on the thread
+// count; with one task or one thread the body runs on the calling thread.
+void ParallelFor(const normkit_context& context, int64_t num_tasks,
+                 const std::function<void(int64_t)>& body);
+
+// "tbb", "openmp" or "serial".
+const char* ThreadingBackendName();
+
+}  // namespace normkit
+
+#endif  // NORMKIT_CORE_PARALLEL_H_

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/tensor.h"
+
+#include <cstddef>
+
+#include "core/error.h"
+#include "core/size_math.h"
+
+namespace normkit {
+namespace {
+
+// The first version of the descriptor: every field up to and including `data`.
+constexpr uint32_t kTensorV1Size = offsetof(normkit_tensor, data) + sizeof(void*);
+
+const char* DimName(int32_t rank, int32_t i, bool channels_last) {
+  (void)channels_last;  // names are logical, whatever the layout
+  static const char* const kNames[4][5] = {{"N", "C", "", "", ""},
+                                           {"N", "C", "L", "", ""},
+                                           {"N", "C", "H", "W", ""},
+                                           {"N", "C", "D", "H", "W"}};
+  return kNames[rank - 2][i];
+}
+
+}  // namespace
+
+int64_t DtypeSize(normkit_dtype dtype) {
+  switch (dtype) {
+    case NORMKIT_DTYPE_FLOAT32: return 4;
+    case NORMKIT_DTYPE_FLOAT16: return 2;
+    case NORMKIT_DTYPE_BFLOAT16: return 2;
+    case NORMKIT_DTYPE_FLOAT64: return 8;
+  }
+  return 0;
+}
+
+const char* DtypeName(int32_t dtype) {
+  switch (dtype) {
+    case NORMKIT_DTYPE_FLOAT32: return "float32";
+    case NORMKIT_DTYPE_FLOAT16: return "float16";
+    case NORMKIT_DTYPE_BFLOAT16: return "bfloat16";
+    case NORMKIT_DTYPE_FLOAT64: return "float64";
+  }
+  return "unknown";
+}
+
+normkit_status ValidateTensor(const char* op, const char* name, const normkit_tensor* t,
+                              TensorView* out) {
+  if (t == nullptr) return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", op, name);
+  if (t->struct_size < kTensorV1Size) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: %s->struct_size = %u, expected >= %u (initialize the descriptor with "
+                "normkit_tensor_init)",
+                op, name, t->struct_size, kTensorV1Size);
+  }
+  if (t->data == nullptr)
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->data is NULL", op, name);
+  const int64_t elem = DtypeSize(static_cast<normkit_dtype>(t->dtype));
+  if (elem == 0) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->dtype = %d is not a normkit_dtype", op,
+                name, t->dtype);
+  }
+  if (t->layout != NORMKIT_LAYOUT_CHANNELS_FIRST && t->layout != NORMKIT_LAYOUT_CHANNELS_LAST) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->layout = %d is not a normkit_layout", op,
+                name, t->layout);
+  }
+  if (t->device == NORMKIT_DEVICE_CUDA) {
+    return Fail(NORMKIT_ERROR_DEVICE_UNAVAILABLE,
+                "%s: %s is a CUDA tensor, but this build of normkit has no CUDA support", op, name);
+  }
+  if (t->device != NORMKIT_DEVICE_CPU) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->device = %d is not a normkit_device", op,
+                name, t->device);
+  }
+  if (t->rank < 2 || t->rank > NORMKIT_MAX_RANK) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: %s->rank = %d, expected 2..5 (N, C, up to 3 spatial dims)", op, name, t->rank);
+  }
+  int64_t numel = 1;
+  for (int32_t i = 0; i < t->rank; ++i) {
+    if (t->shape[i] < 1) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->shape[%d] (%s) = %lld, must be >= 1", op,
+                  name, i, DimName(t->rank, i, false), static_cast<long long>(t->shape[i]));
+    }
+    if (!CheckedMul(numel, t->shape[i], &numel)) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s's element count overflows int64", op,
+                  name);
+    }
+  }
+  int64_t bytes = 0;
+  if (!CheckedMul(numel, elem, &bytes) ||
+      static_cast<uint64_t>(bytes) > UINTPTR_MAX - reinterpret_cast<uintptr_t>(t->data)) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: %s describes more bytes than the address space holds", op, name);
+  }
+  out->data = t->data;
+  out->dtype = static_cast<normkit_dtype>(t->dtype);
+  out->layout = static_cast<normkit_layout>(t->layout);
+  out->device = static_cast<normkit_device>(t->device);
+  out->rank = t->rank;
+  for (int32_t i = 0; i < NORMKIT_MAX_RANK; ++i) out->shape[i] = i < t->rank ? t->shape[i] : 1;
+  out->batch = t->shape[0];
+  out->channels = t->shape[1];
+  out->spatial = numel / (out->batch * out->channels);
+  out->numel = numel;
+  out->bytes = bytes;
+  return NORMKIT_SUCCESS;
+}
+
+normkit_status CheckSameTensorShape(const char* op, const TensorView& x, const TensorView& y) {
+  if (x.dtype != y.dtype) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: y->dtype = %s differs from x->dtype = %s", op,
+                DtypeName(y.dtype), DtypeName(x.dtype));
+  }
+  if (x.layout != y.layout) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: y->layout = %d differs from x->layout = %d",
+                op, y.layout, x.layout);
+  }
+  if (x.rank != y.rank) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: y->rank = %d differs from x->rank = %d", op,
+                y.rank, x.rank);
+  }
+  for (int32_t i = 0; i < x.rank; ++i) {
+    if (x.shape[i] != y.shape[i]) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                  "%s: y->shape[%d] = %lld differs from x->shape[%d] = %lld", op, i,
+                  static_cast<long long>(y.shape[i]), i, static_cast<long long>(x.shape[i]));
+    }
+  }
+  return NORMKIT_SUCCESS;
+}
+
+normkit_status CheckInPlaceOrDisjoint(const char* op, const TensorView& x, const TensorView& y) {
+  if (x.data == y.data) return NORMKIT_SUCCESS;
+  if (RangesOverlap(x.data, x.bytes, y.data, y.bytes)) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: y partially overlaps x (in place needs y->data == x->data)", op);
+  }
+  return NORMKIT_SUCCESS;
+}
+
+normkit_status CheckFloat32Cpu(const char* op, const char* name, const TensorView& t) {
+  if (t.dtype != NORMKIT_DTYPE_FLOAT32) {
+    return Fail(NORMKIT_ERROR_UNSUPPORTED, "%s: %s->dtype = %s is not supported (float32 only)", op,
+                name, DtypeName(t.dtype));
+  }
+  return NORMKIT_SUCCESS;
+}
+
+normkit_status CheckParamDisjoint(const char* op, const char* name, const float* p, int64_t count,
+                                  const TensorView& y) {
+  if (p != nullptr &&
+      RangesOverlap(p, count * static_cast<int64_t>(sizeof(float)), y.data, y.bytes)) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the output y", op, name);
+  }
+  return NORMKIT_SUCCESS;
+}
+
+}  // namespace normkit

@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// Validated, internal view of a normkit_tensor, and the checks the API layer shares.
+#ifndef NORMKIT_CORE_TENSOR_H_
+#define NORMKIT_CORE_TENSOR_H_
+
+#include <cstdint>
+
+#include "normkit/normkit.h"
+
+namespace normkit {
+
+// A tensor whose descriptor passed ValidateTensor: dims >= 1, sizes do not overflow.
+struct TensorView {
+  void* data = nullptr;
+  normkit_dtype dtype = NORMKIT_DTYPE_FLOAT32;
+  normkit_layout layout = NORMKIT_LAYOUT_CHANNELS_FIRST;
+  normkit_device device = NORMKIT_DEVICE_CPU;
+  int32_t rank = 0;
+  int64_t shape[NORMKIT_MAX_RANK] = {};
+  int64_t batch = 0;     // N
+  int64_t channels = 0;  // C
+  int64_t spatial = 0;   // product of the spatial dims (1 for rank 2)
+  int64_t numel = 0;
+  int64_t bytes = 0;
+
+  bool channels_last() const { return layout == NORMKIT_LAYOUT_CHANNELS_LAST; }
+};
+
+int64_t DtypeSize(normkit_dtype dtype);  // 0 for an unknown dtype
+const char* DtypeName(int32_t dtype);
+
+// Checks the descriptor `t` (named `name` in messages of `op`) and fills `out`.
+normkit_status ValidateTensor(const char* op, const char* name, const normkit_tensor* t,
+                              TensorView* out);
+
+// y must have x's dtype, layout, rank and shape.
+normkit_status CheckSameTensorShape(const char* op, const TensorView& x, const TensorView& y);
+
+// y may be x itself (in place) but must not otherwise overlap x.
+normkit_status CheckInPlaceOrDisjoint(const char* op, const TensorView& x, const TensorView& y);
+
+// Only float32 tensors on the CPU (the only combination this release computes).
+normkit_status CheckFloat32Cpu(const char* op, const char* name, const TensorView& t);
+
+// A float array of `count` values must not overlap the output `y`.
+normkit_status CheckParamDisjoint(const char* op, const char* name, const float* p, int64_t count,
+                                  const TensorView& y);
+
+}  // namespace normkit
+
+#endif  // NORMKIT_CORE_TENSOR_H_

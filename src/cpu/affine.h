@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU affine: plans the layout strategy and the blocks, then runs the kernels in parallel.
+#ifndef NORMKIT_CPU_AFFINE_H_
+#define NORMKIT_CPU_AFFINE_H_
+
+#include "core/context.h"
+#include "core/tensor.h"
+
+namespace normkit {
+namespace cpu {
+
+struct AffineParams {
+  const float* scale = nullptr;  // C or N * C floats, or null (scale 1)
+  const float* shift = nullptr;  // same count as scale, or null (shift 0)
+  bool per_sample = false;       // N * C (row-major) instead of C
+};
+
+// y = x * scale + shift on validated float32 CPU tensors of the same shape;
+// y may be x. Throws std::bad_alloc before writing anything if scratch fails.
+void Affine(const normkit_context& context, const TensorView& x, const TensorView& y,
+            const AffineParams& params);
+
+// Elements per parallel task. Fixed, so task boundaries depend only on the shape.
+constexpr int64_t kAffineBlockElems = int64_t{1} << 15;
+
+// Out-of-place outputs at least this large bypass the cache (streaming stores):
+// they cannot stay in the LLC anyway, and skipping the write-allocate read saves
+// a third of the traffic. Smaller outputs use plain stores so the next op finds
+// them in cache.
+constexpr int64_t kStreamingStoreBytes = int64_t{24} << 20;
+
+}  // namespace cpu
+}  // namespace normkit
+
+#endif  // NORMKIT_CPU_AFFINE_H_

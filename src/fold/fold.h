@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// Folding inference batch norm into a scale / shift, and into the layer before it.
+// Arguments are validated by the caller (src/api); these functions only compute.
+#ifndef NORMKIT_FOLD_FOLD_H_
+#define NORMKIT_FOLD_FOLD_H_
+
+#include <cstdint>
+
+namespace normkit {
+namespace fold {
+
+struct BatchNormParams {
+  const float* gamma;  // null: 1
+  const float* beta;   // null: 0
+  const float* mean;
+  const float* var;
+  float eps;
+};
+
+// scale = gamma / sqrt(var + eps), shift = beta - mean * scale, in double, one rounding.
+// Every input of channel c is read before channel c's outputs are written, so the
+// outputs may alias gamma / beta element for element.
+void BatchNormScaleShift(int64_t channels, const BatchNormParams& bn, float* scale, float* shift);
+
+enum class ConvWeightOrder { kOIHW, kIOHWTransposed };
+
+struct ConvShape {
+  int64_t out_channels;
+  int64_t in_channels;
+  int64_t groups;
+  int64_t kernel_elems;
+  ConvWeightOrder order;
+};
+
+// weight[o-slice] *= scale[o]; folded_bias[o] = bias[o] * scale[o] + shift[o]
+// (bias null: 0). folded_bias may equal bias.
+void FoldBatchNormIntoConv(const ConvShape& shape, float* weight, const float* bias,
+                           float* folded_bias, const BatchNormParams& bn);
+
+}  // namespace fold
+}  // namespace normkit
+
+#endif  // NORMKIT_FOLD_FOLD_H_

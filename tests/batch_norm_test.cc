@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// Batch-norm inference and its fold against (x - mean) / sqrt(var + eps) * gamma + beta
+// computed in double.
+#include <cmath>
+#include <vector>
+
+#include "test_util.h"
+
+namespace normkit_test {
+namespace {
+
+struct BatchNormData {
+  std::vector<float> gamma, beta, mean, var;
+  explicit BatchNormData(int64_t C, uint32_t seed)
+      : gamma(RandomVector(C, seed, 0.5f, 2.0f)),
+        beta(RandomVector(C, seed + 1)),
+        mean(RandomVector(C, seed + 2)),
+        var(RandomVector(C, seed + 3, 0.0f, 3.0f)) {}
+};
+
+double ReferenceBatchNorm(double x, double gamma, double beta, double mean, double var,
+                          double eps) {
+  return (x - mean) / std::sqrt(var + eps) * gamma + beta;
+}
+
+TEST(BatchNorm, FoldMatchesDefinition) {
+  const int64_t C = 37;
+  BatchNormData bn(C, 10);
+  bn.var[3] = 0.0f;  // a dead channel: only eps keeps it finite
+  std::vector<float> scale(C), shift(C);
+  const float eps = 1e-5f;
+  ASSERT_EQ(normkit_batch_norm_fold(C, bn.gamma.data(), bn.beta.data(), bn.mean.data(),
+                                    bn.var.data(), eps, scale.data(), shift.data()),
+            NORMKIT_SUCCESS);
+  for (int64_t c = 0; c < C; ++c) {
+    const double s = bn.gamma[c] / std::sqrt(static_cast<double>(bn.var[c]) + eps);
+    const double b = bn.beta[c] - bn.mean[c] * s;
+    EXPECT_NEAR(scale[c], s, 1e-7 * std::fabs(s)) << c;
+    EXPECT_NEAR(shift[c], b, 1e-7 * (std::fabs(b) + std::fabs(bn.mean[c] * s))) << c;
+  }
+  // No gamma / beta: BatchNorm(affine=False).
+  ASSERT_EQ(normkit_batch_norm_fold(C, nullptr, nullptr, bn.mean.data(), bn.var.data(), eps,
+                                    scale.data(), shift.data()),
+            NORMKIT_SUCCESS);
+  for (int64_t c = 0; c < C; ++c) {
+    const double s = 1.0 / std::sqrt(static_cast<double>(bn.var[c]) + eps);
+    EXPECT_NEAR(scale[c], s, 1e-7 * s);
+    EXPECT_NEAR(shift[c], -bn.mean[c] * s, 1e-7 * std::fabs(bn.mean[c] * s) + 1e-12);
+  }
+}
+
+TEST(BatchNorm, FoldInPlaceOverGammaBeta) {
+  const int64_t C = 9;
+  BatchNormData bn(C, 20);
+  std::vector<float> scale(C), shift(C);
+  ASSERT_EQ(normkit_batch_norm_fold(C, bn.gamma.data(), bn.beta.data(), bn.mean.data(),
+                                    bn.var.data(), 1e-3f, scale.data(), shift.data()),
+            NORMKIT_SUCCESS);
+  ASSERT_EQ(normkit_batch_norm_fold(C, bn.gamma.data(), bn.beta.data(), bn.mean.data(),
+                                    bn.var.data(), 1e-3f, bn.gamma.data(), bn.beta.data()),
+            NORMKIT_SUCCESS);
+  EXPECT_EQ(bn.gamma, scale);
+  EXPECT_EQ(bn.beta, shift);
+}
+
+TEST(BatchNorm, InferenceMatchesReference) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {4, 3}, {2, 5, 9}, {2, 17, 13, 7}, {1, 1024, 7, 7}, {3, 4, 2, 3, 5}, {8, 32, 16}};
+  for (const auto& shape : shapes) {
+    const int64_t N = shape[0], C = shape[1], numel = Numel(shape), S = numel / (N * C);
+    BatchNormData bn(C, 30);
+    const std::vector<float> x = RandomVector(numel, 31, -4.0f, 4.0f);
+    for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      for (bool affine : {true, false}) {
+        for (bool in_place : {false, true}) {
+          for (int threads : {1, 2, 3}) {
+            SCOPED_TRACE(::testing::Message()
+                         << "numel=" << numel << " layout=" << layout << " affine=" << affine
+                         << " in_place=" << in_place << " threads=" << threads);
+            std::vector<float> xb = x, yb(numel, -1.0f);
+            float* yd = in_place ? xb.data() : yb.data();
+            normkit_tensor xt = Desc(xb.data(), layout, shape), yt = Desc(yd, layout, shape);
+            Context ctx(threads);
+            const float eps = 1e-5f;
+            ASSERT_EQ(normkit_batch_norm_inference(ctx.ctx, &xt, affine ? bn.gamma.data() : nullptr,
+                                                   affine ? bn.beta.data() : nullptr,
+                                                   bn.mean.data(), bn.var.data(), eps, &yt),
+                      NORMKIT_SUCCESS)
+                << normkit_last_error();
+            const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST;
+            for (int64_t n = 0; n < N; ++n) {
+              for (int64_t c = 0; c < C; ++c) {
+                const double g = affine ? bn.gamma[c] : 1.0, b = affine ? bn.beta[c] : 0.0;
+                const double s = g / std::sqrt(static_cast<double>(bn.var[c]) + eps);
+                for (int64_t i = 0; i < S; ++i) {
+                  const int64_t o = Offset(n, c, i, C, S, cl);
+                  const double want = ReferenceBatchNorm(x[o], g, b, bn.mean[c], bn.var[c], eps);
+                  // Folding rounds scale and shift once each, then one FMA.
+                  const double tol =
+                      4 * 1.19e-7 *
+                      (std::fabs(x[o] * s) + std::fabs(b) + std::fabs(bn.mean[c] * s));
+                  ASSERT_NEAR(yd[o], want, tol) << "n=" << n << " c=" << c << " i=" << i;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normkit_test

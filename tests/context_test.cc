@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <cstring>
+#include <string>
+
+#include "test_util.h"
+
+namespace normkit_test {
+namespace {
+
+TEST(Context, CreateQueryDestroy) {
+  normkit_context* ctx = nullptr;
+  ASSERT_EQ(normkit_context_create(3, &ctx), NORMKIT_SUCCESS);
+  EXPECT_EQ(normkit_context_num_threads(ctx), 3);
+  normkit_context_destroy(ctx);
+  ASSERT_EQ(normkit_context_create(0, &ctx), NORMKIT_SUCCESS);
+  EXPECT_GE(normkit_context_num_threads(ctx), 1);
+  EXPECT_EQ(normkit_context_num_threads(ctx), normkit_context_num_threads(nullptr));
+  normkit_context_destroy(ctx);
+  normkit_context_destroy(nullptr);
+}
+
+TEST(Context, RejectsBadArguments) {
+  normkit_context* ctx = nullptr;
+  EXPECT_EQ(normkit_context_create(-1, &ctx), NORMKIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(ctx, nullptr);
+  EXPECT_NE(std::string(normkit_last_error()).find("num_threads = -1"), std::string::npos);
+  EXPECT_EQ(normkit_context_create(2, nullptr), NORMKIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(normkit_last_error(), "context_create: out is NULL");
+}
+
+TEST(Info, VersionTargetBackend) {
+  EXPECT_EQ(normkit_version(),
+            (NORMKIT_VERSION_MAJOR << 16) | (NORMKIT_VERSION_MINOR << 8) | NORMKIT_VERSION_PATCH);
+  EXPECT_STREQ(normkit_version_string(), "0.1.0");
+  EXPECT_GT(std::strlen(normkit_simd_target()), 0u);
+  const std::string backend = normkit_threading_backend();
+  EXPECT_TRUE(backend == "tbb" || backend == "openmp" || backend == "serial") << backend;
+}
+
+TEST(Info, ErrorMessageIsPerThreadAndClearedOnSuccess) {
+  normkit_context* ctx = nullptr;
+  EXPECT_EQ(normkit_context_create(-5, &ctx), NORMKIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_STRNE(normkit_last_error(), "");
+  ASSERT_EQ(normkit_context_create(1, &ctx), NORMKIT_SUCCESS);
+  EXPECT_STREQ(normkit_last_error(), "");
+  normkit_context_destroy(ctx);
+}
+
+}  // namespace
+}  // namespace normkit_test

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: Apache-2.0
+// Runs the kernels on every SIMD target this CPU supports (not only the best one)
+// and checks each against the double reference.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "hwy/targets.h"
+#include "test_util.h"
+
+namespace normkit_test {
+namespace {
+
+TEST(SimdTargets, EverySupportedTargetMatchesReference) {
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  ASSERT_FALSE(targets.empty());
+  std::string names;
+  for (int64_t target : targets) names += std::string(hwy::TargetName(target)) + " ";
+  RecordProperty("targets", names);
+  std::printf("SIMD targets exercised: %s\n", names.c_str());
+  const std::vector<std::vector<int64_t>> shapes = {
+      {2, 3, 5, 7}, {1, 17, 40}, {3, 4, 1, 1}, {2, 33, 9, 31}};
+  for (int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    EXPECT_EQ(std::string(normkit_simd_target()), hwy::TargetName(target));
+    for (const auto& shape : shapes) {
+      const int64_t N = shape[0], C = shape[1], numel = Numel(shape), S = numel / (N * C);
+      const std::vector<float> x = RandomVector(numel, 7), scale = RandomVector(N * C, 8),
+                               shift = RandomVector(N * C, 9);
+      for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+        for (bool per_sample : {false, true}) {
+          std::vector<float> y(numel);
+          normkit_tensor xt = Desc(const_cast<float*>(x.data()), layout, shape),
+                         yt = Desc(y.data(), layout, shape);
+          ASSERT_EQ(
+              normkit_affine(
+                  nullptr, &xt, scale.data(), shift.data(),
+                  per_sample ? NORMKIT_PARAMS_PER_SAMPLE_CHANNEL : NORMKIT_PARAMS_PER_CHANNEL, &yt),
+              NORMKIT_SUCCESS);
+          const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST;
+          const auto want = ReferenceAffine(x, N, C, S, cl, scale.data(), shift.data(), per_sample);
+          std::vector<float> ax(x), as(scale), ab(shift);
+          for (auto* v : {&ax, &as, &ab})
+            for (auto& e : *v) e = std::fabs(e);
+          ExpectNear(y, want, ReferenceAffine(ax, N, C, S, cl, as.data(), ab.data(), per_sample),
+                     "affine");
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
+}
+
+}  // namespace
+}  // namespace normkit_test

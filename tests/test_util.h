@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shared test helpers: descriptors, random data, thread counts, and the plainly
+// written double-precision references (Eigen) every kernel is checked against.
+#ifndef NORMKIT_TESTS_TEST_UTIL_H_
+#define NORMKIT_TESTS_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <Eigen/Dense>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "normkit/normkit.h"
+
+namespace normkit_test {
+
+inline normkit_tensor Desc(void* data, normkit_layout layout, const std::vector<int64_t>& shape) {
+  normkit_tensor t;
+  normkit_tensor_init(&t, data, NORMKIT_DTYPE_FLOAT32, layout, static_cast<int32_t>(shape.size()),
+                      shape.data());
+  return t;
+}
+
+inline int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+inline std::vector<float> RandomVector(int64_t n, uint32_t seed, float lo = -2.0f,
+                                       float hi = 2.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& e : v) e = dist(rng);
+  return v;
+}
+
+// RAII context.
+struct Context {
+  explicit Context(int threads) {
+    EXPECT_EQ(normkit_context_create(threads, &ctx), NORMKIT_SUCCESS);
+  }
+  ~Context() { normkit_context_destroy(ctx); }
+  normkit_context* ctx = nullptr;
+};
+
+// Logical (n, c, s) of a dense tensor -> memory offset.
+inline int64_t Offset(int64_t n, int64_t c, int64_t s, int64_t C, int64_t S, bool channels_last) {
+  return channels_last ? (n * S + s) * C + c : (n * C + c) * S + s;
+}
+
+// y = x * scale + shift in double. Each sample is viewed as a C x S matrix (channels
+// first) or S x C (channels last) and the parameters broadcast along the other axis.
+inline std::vector<double> ReferenceAffine(const std::vector<float>& x, int64_t N, int64_t C,
+                                           int64_t S, bool channels_last, const float* scale,
+                                           const float* shift, bool per_sample) {
+  using RowMajor = Eigen::Array<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  std::vector<double> y(x.size());
+  for (int64_t n = 0; n < N; ++n) {
+    Eigen::ArrayXd s = Eigen::ArrayXd::Ones(C), b = Eigen::ArrayXd::Zero(C);
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t p = per_sample ? n * C + c : c;
+      if (scale) s[c] = scale[p];
+      if (shift) b[c] = shift[p];
+    }
+    RowMajor xs(channels_last ? S : C, channels_last ? C : S);
+    for (int64_t i = 0; i < C * S; ++i) xs.data()[i] = x[n * C * S + i];
+    RowMajor ys = channels_last ? RowMajor((xs.rowwise() * s.transpose()).rowwise() + b.transpose())
+                                : RowMajor((xs.colwise() * s).colwise() + b);
+    for (int64_t i = 0; i < C * S; ++i) y[n * C * S + i] = ys.data()[i];
+  }
+  return y;
+}
+
+// |got - want| within a few float roundings of the terms that produced `want`
+// (fused or unfused multiply-add): scale-aware, never a fixed absolute guess.
+inline void ExpectNear(const std::vector<float>& got, const std::vector<double>& want,
+                       const std::vector<double>& magnitude, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  int64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = 4.0 * 1.1920929e-7 * magnitude[i] + 1e-30;
+    if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= tol)) {
+      if (++bad <= 5) {
+        ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want[i]
+                      << " (tolerance " << tol << ")";
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+}  // namespace normkit_test
+
+#endif  // NORMKIT_TESTS_TEST_UTIL_H_
