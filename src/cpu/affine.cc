@@ -2,10 +2,12 @@
 #include "cpu/affine.h"
 
 #include <cstdint>
-#include <vector>
+#include <new>
+#include <numeric>
 
 #include "core/parallel.h"
 #include "cpu/kernels/affine.h"
+#include "hwy/aligned_allocator.h"
 
 namespace normkit {
 namespace cpu {
@@ -25,11 +27,22 @@ AffineTerms TermsOf(const AffineParams& p) {
 // is >= lanes: any run of `lanes` parameters is then one contiguous load.
 void BuildRepRow(const float* values, int64_t base, int64_t repeat, int64_t period, int64_t lanes,
                  float* row) {
-  const int64_t cycle = base * repeat;
-  for (int64_t j = 0; j < period + lanes; ++j) row[j] = values[(j % cycle) / repeat];
+  int64_t value = 0, used = 0;
+  for (int64_t j = 0; j < period + lanes; ++j) {
+    row[j] = values[value];
+    if (++used == repeat) {
+      used = 0;
+      if (++value == base) value = 0;
+    }
+  }
 }
 
+// The parameter period of a row: lcm(cycle, lanes) when that is short, so every run
+// of vectors starts at a lane multiple and wraps exactly; otherwise the smallest
+// multiple of cycle that holds a vector (runs then straddle the wrap now and then).
 int64_t PeriodFor(int64_t cycle, int64_t lanes) {
+  const int64_t lcm = cycle / std::gcd(cycle, lanes) * lanes;
+  if (lcm <= kMaxLcmPeriod) return lcm;
   return cycle * ((lanes + cycle - 1) / cycle);
 }
 
@@ -55,10 +68,11 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   const int64_t lanes = static_cast<int64_t>(kernels::AffineLanes());
   const int64_t N = x.batch, C = x.channels, S = x.spatial;
 
-  // Channels-first planes at least a vector long: broadcast one scalar per plane.
-  // Per-sample parameters with tiny planes also go here (their periodic table would
-  // be as large as the tensor); everything else uses periodic parameter rows.
-  if (!x.channels_last() && (S >= lanes || params.per_sample)) {
+  // Channels-first planes of a few vectors or more: broadcast one scalar per plane.
+  // Shorter planes use a periodic row of C * S parameters when it stays small
+  // (per-sample parameters would need one row per sample, as large as the tensor).
+  const bool small_planes = S < 4 * lanes && !params.per_sample && C * S <= kMaxPeriodicRow;
+  if (!x.channels_last() && !small_planes) {
     kernels::AffineBroadcastJob job{
         xd, yd, S, params.per_sample ? N * C : C, params.scale, params.shift, terms, stream};
     RunBlocks(context, x.numel, [&](int64_t b, int64_t e) { kernels::AffineBroadcast(job, b, e); });
@@ -70,21 +84,32 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   const int64_t period = PeriodFor(C * repeat, lanes);
   const int64_t rows = params.per_sample ? N : 1;
   const int64_t row_len = period + lanes;
-  std::vector<float> scale_rep(params.scale ? rows * row_len : 0);
-  std::vector<float> shift_rep(params.shift ? rows * row_len : 0);
+  // Cache-line aligned so parameter loads split lines no more often than x's do.
+  const auto alloc = [&](bool needed) {
+    hwy::AlignedFreeUniquePtr<float[]> p;
+    if (needed) {
+      p = hwy::AllocateAligned<float>(static_cast<size_t>(rows * row_len));
+      if (!p) throw std::bad_alloc();
+    }
+    return p;
+  };
+  auto scale_rep = alloc(params.scale != nullptr);
+  auto shift_rep = alloc(params.shift != nullptr);
   for (int64_t r = 0; r < rows; ++r) {
-    if (params.scale)
+    if (params.scale) {
       BuildRepRow(params.scale + r * C, C, repeat, period, lanes, &scale_rep[r * row_len]);
-    if (params.shift)
+    }
+    if (params.shift) {
       BuildRepRow(params.shift + r * C, C, repeat, period, lanes, &shift_rep[r * row_len]);
+    }
   }
   kernels::AffinePeriodicJob job{xd,
                                  yd,
                                  C * S,
                                  period,
                                  params.per_sample ? row_len : 0,
-                                 params.scale ? scale_rep.data() : nullptr,
-                                 params.shift ? shift_rep.data() : nullptr,
+                                 params.scale ? scale_rep.get() : nullptr,
+                                 params.shift ? shift_rep.get() : nullptr,
                                  terms,
                                  stream};
   RunBlocks(context, x.numel, [&](int64_t b, int64_t e) { kernels::AffinePeriodic(job, b, e); });

@@ -23,6 +23,12 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
 // Elements per parallel task. Fixed, so task boundaries depend only on the shape.
 constexpr int64_t kAffineBlockElems = int64_t{1} << 15;
 
+// Largest parameter row (floats) built for channels-first tensors with tiny planes.
+constexpr int64_t kMaxPeriodicRow = int64_t{1} << 16;
+
+// Longest parameter period (floats) chosen as lcm(C, lanes) for channels-last rows.
+constexpr int64_t kMaxLcmPeriod = 4096;
+
 // Out-of-place outputs at least this large bypass the cache (streaming stores):
 // they cannot stay in the LLC anyway, and skipping the write-allocate read saves
 // a third of the traffic. Smaller outputs use plain stores so the next op finds

@@ -106,16 +106,29 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
       if (++o == period) o = 0;
     }
   }
-  for (; i + lanes <= n; i += lanes) {
-    const auto vscale = kScale ? hn::LoadU(d, scale_rep + o) : hn::Zero(d);
-    const auto vshift = kShift ? hn::LoadU(d, shift_rep + o) : hn::Zero(d);
-    const auto v = ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i), vscale, vshift);
-    if constexpr (kStream) {
-      hn::Stream(v, d, y + i);
-    } else {
-      hn::StoreU(v, d, y + i);
+  // Runs of whole vectors that do not wrap the period: a tight loop with no
+  // index arithmetic beyond the pointer bump. rep holds period + lanes values,
+  // so a run may also be one vector that straddles the wrap.
+  while (i + lanes <= n) {
+    // lanes is a power of two: round down with a mask, not a division.
+    size_t run = (period - o) & ~(lanes - 1);
+    if (run == 0) run = lanes;
+    const size_t avail = (n - i) & ~(lanes - 1);
+    if (run > avail) run = avail;
+    const float* HWY_RESTRICT sr = scale_rep + o;
+    const float* HWY_RESTRICT br = shift_rep + o;
+    for (size_t k = 0; k < run; k += lanes) {
+      const auto vscale = kScale ? hn::LoadU(d, sr + k) : hn::Zero(d);
+      const auto vshift = kShift ? hn::LoadU(d, br + k) : hn::Zero(d);
+      const auto v = ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i + k), vscale, vshift);
+      if constexpr (kStream) {
+        hn::Stream(v, d, y + i + k);
+      } else {
+        hn::StoreU(v, d, y + i + k);
+      }
     }
-    o += lanes;
+    i += run;
+    o += run;
     if (o >= period) o -= period;
   }
   if (i < n) {

@@ -1,0 +1,149 @@
+// SPDX-License-Identifier: Apache-2.0
+// Google Benchmark for affine, scale-only and batch-norm inference on the seed shapes.
+// Each benchmark times the op and, interleaved in the same loop, the copy reference of
+// DESIGN.md (parallel memcpy for out-of-place, parallel in-place x = a*x + b for in
+// place) over the same bytes and threads; it reports both bandwidths and their ratio.
+//
+//   ./build/bench/normkit_bench --benchmark_filter='seed000'
+#include <benchmark/benchmark.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_util.h"
+
+namespace normkit_bench {
+namespace {
+
+enum class Op { kAffine, kScaleOnly, kBatchNorm, kNaiveLoop };
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kAffine: return "affine";
+    case Op::kScaleOnly: return "scale_only";
+    case Op::kBatchNorm: return "batch_norm";
+    case Op::kNaiveLoop: return "naive_broadcast_loop";
+  }
+  return "?";
+}
+
+// What frameworks' generic broadcasting does for x * w.view(1,C,1,1) + b: an index
+// computation per element, one thread. Shown as the contrast the seeds complain about.
+void NaiveBroadcast(const float* x, float* y, const float* w, const float* b, int64_t N, int64_t C,
+                    int64_t S, bool channels_last) {
+  for (int64_t i = 0; i < N * C * S; ++i) {
+    const int64_t c = channels_last ? i % C : (i / S) % C;
+    y[i] = x[i] * w[c] + b[c];
+  }
+}
+
+void Run(benchmark::State& state, Op op, std::vector<int64_t> shape, normkit_layout layout,
+         bool in_place, int threads) {
+  const int64_t numel = Numel(shape), C = shape[1], N = shape[0], S = numel / (N * C);
+  Buffer x = MakeBuffer(numel, 1), y = MakeBuffer(numel, 2), ref = MakeBuffer(numel, 3);
+  Buffer scale = MakeBuffer(C, 4), shift = MakeBuffer(C, 5), mean = MakeBuffer(C, 6),
+         var = MakeBuffer(C, 7);
+  for (int64_t c = 0; c < C; ++c) var[c] = var[c] * var[c] + 0.5f;
+  normkit_context* ctx = nullptr;
+  normkit_context_create(threads, &ctx);
+  normkit_tensor xt = Desc(x.get(), layout, shape),
+                 yt = Desc(in_place ? x.get() : y.get(), layout, shape);
+  const int64_t bytes =
+      2 * numel * static_cast<int64_t>(sizeof(float));  // read x once, write y once
+
+  const auto run_op = [&] {
+    switch (op) {
+      case Op::kAffine:
+        normkit_affine(ctx, &xt, scale.get(), shift.get(), NORMKIT_PARAMS_PER_CHANNEL, &yt);
+        break;
+      case Op::kScaleOnly:
+        normkit_affine(ctx, &xt, scale.get(), nullptr, NORMKIT_PARAMS_PER_CHANNEL, &yt);
+        break;
+      case Op::kBatchNorm:
+        normkit_batch_norm_inference(ctx, &xt, scale.get(), shift.get(), mean.get(), var.get(),
+                                     1e-5f, &yt);
+        break;
+      case Op::kNaiveLoop:
+        NaiveBroadcast(x.get(), in_place ? x.get() : y.get(), scale.get(), shift.get(), N, C, S,
+                       layout == NORMKIT_LAYOUT_CHANNELS_LAST);
+        break;
+    }
+  };
+  const auto run_ref = [&] {
+    if (in_place) {
+      ParallelScaleInPlace(threads, ref.get(), numel);
+    } else {
+      ParallelCopy(threads, ref.get(), x.get(), numel);
+    }
+  };
+  run_op();
+  run_ref();
+  double op_total = 0, ref_total = 0;
+  for (auto _ : state) {
+    const double t_op = Seconds(run_op);
+    ref_total += Seconds(run_ref);
+    op_total += t_op;
+    state.SetIterationTime(t_op);
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.counters["GB/s"] = static_cast<double>(bytes) * state.iterations() / op_total / 1e9;
+  state.counters["ref_GB/s"] = static_cast<double>(bytes) * state.iterations() / ref_total / 1e9;
+  state.counters["ratio_to_ref"] = ref_total / op_total;
+  normkit_context_destroy(ctx);
+}
+
+std::string ShapeName(const std::vector<int64_t>& s) {
+  std::string r;
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "x" : "") + std::to_string(s[i]);
+  return r;
+}
+
+void Register(const std::string& group, Op op, const std::vector<int64_t>& shape,
+              normkit_layout layout, bool in_place, int threads) {
+  const std::string name = group + "/" + OpName(op) + "/" + ShapeName(shape) + "/" +
+                           (layout == NORMKIT_LAYOUT_CHANNELS_LAST ? "NHWC" : "NCHW") + "/" +
+                           (in_place ? "inplace" : "outofplace") +
+                           "/threads:" + std::to_string(threads);
+  benchmark::RegisterBenchmark(
+      name.c_str(), [=](benchmark::State& st) { Run(st, op, shape, layout, in_place, threads); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->MinTime(0.2);
+}
+
+int RegisterAll() {
+  const int all = static_cast<int>(std::thread::hardware_concurrency());
+  std::vector<int> thread_counts = {1};
+  if (all > 1) thread_counts.push_back(all);
+  const auto layouts = {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST};
+  // Seed 000 / 004 and the N = 1 edge shapes: every op, both places.
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> main_shapes = {
+      {"seed000", {64, 256, 64, 64}}, {"seed000", {16, 256, 64, 64}}, {"edge", {1, 64, 56, 56}},
+      {"edge", {1, 256, 14, 14}},     {"edge", {1, 32, 112, 112}},    {"edge", {1, 3, 224, 224}},
+      {"edge", {1, 1024, 7, 7}}};
+  for (const auto& [group, shape] : main_shapes)
+    for (Op op : {Op::kAffine, Op::kScaleOnly, Op::kBatchNorm})
+      for (auto layout : layouts)
+        for (bool in_place : {false, true})
+          for (int t : thread_counts) Register(group, op, shape, layout, in_place, t);
+  // The naive broadcast loop as a contrast, one thread.
+  for (const auto& [group, shape] : main_shapes)
+    for (auto layout : layouts) Register(group, Op::kNaiveLoop, shape, layout, false, 1);
+  // Seed 001's batch-norm grid (batch x channels x spatial), under 1e8 elements.
+  for (int64_t n : {8, 32, 128})
+    for (int64_t c : {32, 256, 1024})
+      for (const auto& sp : std::vector<std::vector<int64_t>>{{16}, {1024}, {64, 64}}) {
+        std::vector<int64_t> shape = {n, c};
+        shape.insert(shape.end(), sp.begin(), sp.end());
+        if (Numel(shape) >= 100000000) continue;
+        for (auto layout : layouts)
+          for (int t : thread_counts) Register("seed001", Op::kBatchNorm, shape, layout, false, t);
+      }
+  return 0;
+}
+const int registered = RegisterAll();
+
+}  // namespace
+}  // namespace normkit_bench
+
+BENCHMARK_MAIN();

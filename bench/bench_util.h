@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+// Timing helpers shared by the benchmark and the demo: aligned buffers, the same-run
+// copy references of DESIGN.md, and median-of-repetitions timing.
+#ifndef NORMKIT_BENCH_BENCH_UTIL_H_
+#define NORMKIT_BENCH_BENCH_UTIL_H_
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "normkit/normkit.h"
+
+namespace normkit_bench {
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<float[], FreeDeleter>;
+
+// 64-byte aligned, filled (touching every page) with values in [-1, 1).
+inline Buffer MakeBuffer(int64_t n, uint32_t seed) {
+  const size_t bytes = ((static_cast<size_t>(n) * sizeof(float) + 63) / 64) * 64;
+  Buffer b(static_cast<float*>(std::aligned_alloc(64, bytes)));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int64_t i = 0; i < n; ++i) b[i] = dist(rng);
+  return b;
+}
+
+// Copy reference for out-of-place ops: each thread memcpy's its own contiguous chunk.
+inline void ParallelCopy(int threads, float* dst, const float* src, int64_t n) {
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    std::memcpy(dst + begin, src + begin, static_cast<size_t>(end - begin) * sizeof(float));
+  }
+}
+
+// Reference for in-place ops: x = a * x + b over a flat array, each thread its chunk.
+inline void ParallelScaleInPlace(int threads, float* x, int64_t n) {
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    float* p = x;
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) p[i] = 0.999f * p[i] + 0.001f;
+  }
+}
+
+inline double Seconds(const std::function<void()>& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Times `op` and `reference` alternately (so both see the same machine state) and
+// returns their median seconds. Repetitions scale with the bytes so small shapes
+// are not dominated by timer noise.
+struct PairTiming {
+  double op_s;
+  double ref_s;
+};
+inline PairTiming TimePair(const std::function<void()>& op, const std::function<void()>& reference,
+                           int64_t bytes) {
+  op();
+  reference();
+  int reps = static_cast<int>(
+      std::clamp<int64_t>((int64_t{2} << 30) / std::max<int64_t>(bytes, 1), 5, 2000));
+  std::vector<double> a, b;
+  for (int r = 0; r < reps; ++r) {
+    a.push_back(Seconds(op));
+    b.push_back(Seconds(reference));
+  }
+  std::nth_element(a.begin(), a.begin() + a.size() / 2, a.end());
+  std::nth_element(b.begin(), b.begin() + b.size() / 2, b.end());
+  return {a[a.size() / 2], b[b.size() / 2]};
+}
+
+inline normkit_tensor Desc(float* data, normkit_layout layout, const std::vector<int64_t>& shape) {
+  normkit_tensor t;
+  normkit_tensor_init(&t, data, NORMKIT_DTYPE_FLOAT32, layout, static_cast<int32_t>(shape.size()),
+                      shape.data());
+  return t;
+}
+
+inline int64_t Numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace normkit_bench
+
+#endif  // NORMKIT_BENCH_BENCH_UTIL_H_
