@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole test suite: set up, then for each threading backend (TBB, OpenMP, serial)
+# build and run the GoogleTest suite, the C / C++ / Python examples and the quick demo;
+# then install the library and build an example against the installed CMake package.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+jobs=$(nproc)
+# System python with Debian's numpy, whatever python3 comes first on PATH.
+py=/usr/bin/python3
+
+for backend in TBB SERIAL OPENMP; do
+  dir="build-test-${backend,,}"
+  echo "=== threading backend ${backend} (${dir})"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DNORMKIT_THREADING="$backend" \
+        -DPython3_EXECUTABLE="$py" >/dev/null
+  cmake --build "$dir" -j"$jobs"
+  (cd "$dir" && ctest --output-on-failure -j"$jobs")
+done
+
+echo "=== install + find_package(normkit) + pkg-config"
+prefix="$PWD/build-test-openmp/install"
+rm -rf "$prefix"
+cmake --install build-test-openmp --prefix "$prefix" >/dev/null
+cmake -S examples/installed -B build-test-installed -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build build-test-installed -j"$jobs"
+LD_LIBRARY_PATH="$prefix/lib" ./build-test-installed/installed_example
+./build-test-installed/installed_example_static
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs normkit
+exported=$(nm -D --defined-only "$prefix/lib/libnormkit.so" | awk '{print $3}' | grep -v '^normkit_' || true)
+if [ -n "$exported" ]; then echo "symbols other than normkit_* are exported: $exported"; exit 1; fi
+echo "installed package: ok"
+
+# Last, so CI reads ctest's summary line for the default backend.
+(cd build-test-openmp && ctest -j"$jobs" | tail -3)
