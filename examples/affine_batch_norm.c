@@ -33,8 +33,8 @@ int main(void) {
   int failures = 0;
   for (int i = 0; i < COUNT; ++i) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
 
-  printf("normkit %s, SIMD target %s, threading %s\n", normkit_version_string(), normkit_simd_target(),
-         normkit_threading_backend());
+  printf("normkit %s, SIMD target %s, threading %s\n", normkit_version_string(),
+         normkit_simd_target(), normkit_threading_backend());
 
   normkit_context* ctx = NULL;
   if (normkit_context_create(2, &ctx) != NORMKIT_SUCCESS) return 1;

@@ -36,19 +36,22 @@ int main() {
 
   normkit::Affine(xt, w.data(), nullptr, yt);  // scale only, default context
   ok = true;
-  for (int64_t i = 0; i < count; ++i) ok = ok && std::fabs(y[i] - static_cast<double>(x[i]) * w[i % C]) < 1e-5;
+  for (int64_t i = 0; i < count; ++i)
+    ok = ok && std::fabs(y[i] - static_cast<double>(x[i]) * w[i % C]) < 1e-5;
   expect(ok, "scale only NHWC");
 
   // Linear(3 -> 2) followed by BatchNorm1d(2), folded into the linear layer.
   std::vector<float> lw = {1, 2, 3, -1, 0.5f, 2}, lb = {0.1f, -0.2f}, in = {0.3f, -1.0f, 2.0f};
-  const float gamma[2] = {1.5f, 0.5f}, beta[2] = {0.0f, 1.0f}, mean[2] = {0.2f, -0.1f}, var[2] = {2.0f, 0.5f};
+  const float gamma[2] = {1.5f, 0.5f}, beta[2] = {0.0f, 1.0f}, mean[2] = {0.2f, -0.1f},
+              var[2] = {2.0f, 0.5f};
   double before[2];
   for (int o = 0; o < 2; ++o) {
     double acc = lb[o];
     for (int i = 0; i < 3; ++i) acc += lw[o * 3 + i] * in[i];
     before[o] = (acc - mean[o]) / std::sqrt(var[o] + 1e-5) * gamma[o] + beta[o];
   }
-  normkit::FoldBatchNormIntoLinear(lw.data(), 2, 3, lb.data(), lb.data(), gamma, beta, mean, var, 1e-5f);
+  normkit::FoldBatchNormIntoLinear(lw.data(), 2, 3, lb.data(), lb.data(), gamma, beta, mean, var,
+                                   1e-5f);
   ok = true;
   for (int o = 0; o < 2; ++o) {
     double acc = lb[o];

@@ -30,13 +30,18 @@ inline void Check(normkit_status status) {
   if (status != NORMKIT_SUCCESS) throw Error(status, normkit_last_error());
 }
 
-enum class Layout { kChannelsFirst = NORMKIT_LAYOUT_CHANNELS_FIRST, kChannelsLast = NORMKIT_LAYOUT_CHANNELS_LAST };
+enum class Layout {
+  kChannelsFirst = NORMKIT_LAYOUT_CHANNELS_FIRST,
+  kChannelsLast = NORMKIT_LAYOUT_CHANNELS_LAST
+};
 
 // A float32 CPU tensor view: logical shape N, C, spatial... and a layout.
 class Tensor {
  public:
-  Tensor(float* data, std::initializer_list<int64_t> shape, Layout layout = Layout::kChannelsFirst) {
-    if (shape.size() > NORMKIT_MAX_RANK) throw Error(NORMKIT_ERROR_INVALID_ARGUMENT, "Tensor: rank > 5");
+  Tensor(float* data, std::initializer_list<int64_t> shape,
+         Layout layout = Layout::kChannelsFirst) {
+    if (shape.size() > NORMKIT_MAX_RANK)
+      throw Error(NORMKIT_ERROR_INVALID_ARGUMENT, "Tensor: rank > 5");
     normkit_tensor_init(&desc_, data, NORMKIT_DTYPE_FLOAT32, static_cast<normkit_layout>(layout),
                         static_cast<int32_t>(shape.size()), shape.begin());
   }
@@ -67,37 +72,43 @@ class Context {
 
 // y = x * scale + shift (see normkit_affine). scale / shift may be nullptr.
 inline void Affine(const Tensor& x, const float* scale, const float* shift, const Tensor& y,
-                   normkit_param_kind kind = NORMKIT_PARAMS_PER_CHANNEL, const Context* ctx = nullptr) {
+                   normkit_param_kind kind = NORMKIT_PARAMS_PER_CHANNEL,
+                   const Context* ctx = nullptr) {
   Check(normkit_affine(ctx ? ctx->get() : nullptr, x.get(), scale, shift, kind, y.get()));
 }
 
 // Batch norm inference (see normkit_batch_norm_inference). gamma / beta may be nullptr.
-inline void BatchNormInference(const Tensor& x, const float* gamma, const float* beta, const float* mean,
-                               const float* var, float eps, const Tensor& y, const Context* ctx = nullptr) {
-  Check(normkit_batch_norm_inference(ctx ? ctx->get() : nullptr, x.get(), gamma, beta, mean, var, eps, y.get()));
+inline void BatchNormInference(const Tensor& x, const float* gamma, const float* beta,
+                               const float* mean, const float* var, float eps, const Tensor& y,
+                               const Context* ctx = nullptr) {
+  Check(normkit_batch_norm_inference(ctx ? ctx->get() : nullptr, x.get(), gamma, beta, mean, var,
+                                     eps, y.get()));
 }
 
 // Folds BN statistics into per-channel scale / shift (see normkit_batch_norm_fold).
-inline void BatchNormFold(int64_t channels, const float* gamma, const float* beta, const float* mean,
-                          const float* var, float eps, float* scale, float* shift) {
+inline void BatchNormFold(int64_t channels, const float* gamma, const float* beta,
+                          const float* mean, const float* var, float eps, float* scale,
+                          float* shift) {
   Check(normkit_batch_norm_fold(channels, gamma, beta, mean, var, eps, scale, shift));
 }
 
 // See normkit_fold_batch_norm_into_conv.
-inline void FoldBatchNormIntoConv(float* weight, int64_t out_channels, int64_t in_channels, int64_t groups,
-                                  int64_t kernel_elems, normkit_conv_weight_order order, const float* bias,
-                                  float* folded_bias, const float* gamma, const float* beta, const float* mean,
-                                  const float* var, float eps) {
-  Check(normkit_fold_batch_norm_into_conv(weight, out_channels, in_channels, groups, kernel_elems, order, bias,
-                                          folded_bias, gamma, beta, mean, var, eps));
+inline void FoldBatchNormIntoConv(float* weight, int64_t out_channels, int64_t in_channels,
+                                  int64_t groups, int64_t kernel_elems,
+                                  normkit_conv_weight_order order, const float* bias,
+                                  float* folded_bias, const float* gamma, const float* beta,
+                                  const float* mean, const float* var, float eps) {
+  Check(normkit_fold_batch_norm_into_conv(weight, out_channels, in_channels, groups, kernel_elems,
+                                          order, bias, folded_bias, gamma, beta, mean, var, eps));
 }
 
 // See normkit_fold_batch_norm_into_linear.
-inline void FoldBatchNormIntoLinear(float* weight, int64_t out_features, int64_t in_features, const float* bias,
-                                    float* folded_bias, const float* gamma, const float* beta, const float* mean,
-                                    const float* var, float eps) {
-  Check(normkit_fold_batch_norm_into_linear(weight, out_features, in_features, bias, folded_bias, gamma, beta,
-                                            mean, var, eps));
+inline void FoldBatchNormIntoLinear(float* weight, int64_t out_features, int64_t in_features,
+                                    const float* bias, float* folded_bias, const float* gamma,
+                                    const float* beta, const float* mean, const float* var,
+                                    float eps) {
+  Check(normkit_fold_batch_norm_into_linear(weight, out_features, in_features, bias, folded_bias,
+                                            gamma, beta, mean, var, eps));
 }
 
 }  // namespace normkit

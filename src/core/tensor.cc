@@ -12,8 +12,8 @@ namespace {
 // The first version of the descriptor: every field up to and including `data`.
 constexpr uint32_t kTensorV1Size = offsetof(normkit_tensor, data) + sizeof(void*);
 
-const char* DimName(int32_t rank, int32_t i, bool channels_last) {
-  (void)channels_last;  // names are logical, whatever the layout
+// Logical dim names (the shape is logical whatever the layout).
+const char* DimName(int32_t rank, int32_t i) {
   static const char* const kNames[4][5] = {{"N", "C", "", "", ""},
                                            {"N", "C", "L", "", ""},
                                            {"N", "C", "H", "W", ""},
@@ -79,7 +79,7 @@ normkit_status ValidateTensor(const char* op, const char* name, const normkit_te
   for (int32_t i = 0; i < t->rank; ++i) {
     if (t->shape[i] < 1) {
       return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->shape[%d] (%s) = %lld, must be >= 1", op,
-                  name, i, DimName(t->rank, i, false), static_cast<long long>(t->shape[i]));
+                  name, i, DimName(t->rank, i), static_cast<long long>(t->shape[i]));
     }
     if (!CheckedMul(numel, t->shape[i], &numel)) {
       return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s's element count overflows int64", op,
