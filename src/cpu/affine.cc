@@ -71,7 +71,9 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   // Channels-first planes of a few vectors or more: broadcast one scalar per plane.
   // Shorter planes use a periodic row of C * S parameters when it stays small
   // (per-sample parameters would need one row per sample, as large as the tensor).
-  const bool small_planes = S < 4 * lanes && !params.per_sample && C * S <= kMaxPeriodicRow;
+  // The row is built per call, so it must also be small next to the tensor.
+  const bool small_planes =
+      S < 4 * lanes && !params.per_sample && C * S <= kMaxPeriodicRow && C * S * 8 <= x.numel;
   if (!x.channels_last() && !small_planes) {
     kernels::AffineBroadcastJob job{
         xd, yd, S, params.per_sample ? N * C : C, params.scale, params.shift, terms, stream};

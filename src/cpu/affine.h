@@ -24,7 +24,7 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
 constexpr int64_t kAffineBlockElems = int64_t{1} << 15;
 
 // Largest parameter row (floats) built for channels-first tensors with tiny planes.
-constexpr int64_t kMaxPeriodicRow = int64_t{1} << 16;
+constexpr int64_t kMaxPeriodicRow = 4096;
 
 // Longest parameter period (floats) chosen as lcm(C, lanes) for channels-last rows.
 constexpr int64_t kMaxLcmPeriod = 4096;
