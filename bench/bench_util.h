@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "normkit/normkit.h"
+#include "tensor_desc.h"
 
 namespace normkit_bench {
 
@@ -86,18 +87,8 @@ inline PairTiming TimePair(const std::function<void()>& op, const std::function<
   return {a[a.size() / 2], b[b.size() / 2]};
 }
 
-inline normkit_tensor Desc(float* data, normkit_layout layout, const std::vector<int64_t>& shape) {
-  normkit_tensor t;
-  normkit_tensor_init(&t, data, NORMKIT_DTYPE_FLOAT32, layout, static_cast<int32_t>(shape.size()),
-                      shape.data());
-  return t;
-}
-
-inline int64_t Numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+using normkit_testing::Desc;
+using normkit_testing::Numel;
 
 }  // namespace normkit_bench
 

@@ -14,21 +14,12 @@
 #include <vector>
 
 #include "normkit/normkit.h"
+#include "tensor_desc.h"
 
 namespace normkit_test {
 
-inline normkit_tensor Desc(void* data, normkit_layout layout, const std::vector<int64_t>& shape) {
-  normkit_tensor t;
-  normkit_tensor_init(&t, data, NORMKIT_DTYPE_FLOAT32, layout, static_cast<int32_t>(shape.size()),
-                      shape.data());
-  return t;
-}
-
-inline int64_t Numel(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+using normkit_testing::Desc;
+using normkit_testing::Numel;
 
 inline std::vector<float> RandomVector(int64_t n, uint32_t seed, float lo = -2.0f,
                                        float hi = 2.0f) {
