@@ -5,13 +5,11 @@
 // place) over the same bytes and threads; it reports both bandwidths and their ratio.
 //
 //   ./build/bench/normkit_bench --benchmark_filter='seed000'
-#include <benchmark/benchmark.h>
-
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "bench_util.h"
+#include "bench_harness.h"
 
 namespace normkit_bench {
 namespace {
@@ -40,7 +38,7 @@ void NaiveBroadcast(const float* x, float* y, const float* w, const float* b, in
 void Run(benchmark::State& state, Op op, std::vector<int64_t> shape, normkit_layout layout,
          bool in_place, int threads) {
   const int64_t numel = Numel(shape), C = shape[1], N = shape[0], S = numel / (N * C);
-  Buffer x = MakeBuffer(numel, 1), y = MakeBuffer(numel, 2), ref = MakeBuffer(numel, 3);
+  Buffer x = MakeBuffer(numel, 1), y = MakeBuffer(numel, 2);
   Buffer scale = MakeBuffer(C, 4), shift = MakeBuffer(C, 5), mean = MakeBuffer(C, 6),
          var = MakeBuffer(C, 7);
   for (int64_t c = 0; c < C; ++c) var[c] = var[c] * var[c] + 0.5f;
@@ -48,9 +46,6 @@ void Run(benchmark::State& state, Op op, std::vector<int64_t> shape, normkit_lay
   normkit_context_create(threads, &ctx);
   normkit_tensor xt = Desc(x.get(), layout, shape),
                  yt = Desc(in_place ? x.get() : y.get(), layout, shape);
-  const int64_t bytes =
-      2 * numel * static_cast<int64_t>(sizeof(float));  // read x once, write y once
-
   const auto run_op = [&] {
     switch (op) {
       case Op::kAffine:
@@ -69,33 +64,10 @@ void Run(benchmark::State& state, Op op, std::vector<int64_t> shape, normkit_lay
         break;
     }
   };
-  const auto run_ref = [&] {
-    if (in_place) {
-      ParallelScaleInPlace(threads, ref.get(), numel);
-    } else {
-      ParallelCopy(threads, ref.get(), x.get(), numel);
-    }
-  };
-  run_op();
-  run_ref();
-  double op_total = 0, ref_total = 0;
-  for (auto _ : state) {
-    const double t_op = Seconds(run_op);
-    ref_total += Seconds(run_ref);
-    op_total += t_op;
-    state.SetIterationTime(t_op);
-  }
-  state.SetBytesProcessed(state.iterations() * bytes);
-  state.counters["GB/s"] = static_cast<double>(bytes) * state.iterations() / op_total / 1e9;
-  state.counters["ref_GB/s"] = static_cast<double>(bytes) * state.iterations() / ref_total / 1e9;
-  state.counters["ratio_to_ref"] = ref_total / op_total;
+  // Read x once, write y once.
+  RunAgainstCopy(state, run_op, threads, x.get(), numel, in_place,
+                 2 * numel * static_cast<int64_t>(sizeof(float)));
   normkit_context_destroy(ctx);
-}
-
-std::string ShapeName(const std::vector<int64_t>& s) {
-  std::string r;
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? "x" : "") + std::to_string(s[i]);
-  return r;
 }
 
 void Register(const std::string& group, Op op, const std::vector<int64_t>& shape,
@@ -104,11 +76,7 @@ void Register(const std::string& group, Op op, const std::vector<int64_t>& shape
                            (layout == NORMKIT_LAYOUT_CHANNELS_LAST ? "NHWC" : "NCHW") + "/" +
                            (in_place ? "inplace" : "outofplace") +
                            "/threads:" + std::to_string(threads);
-  benchmark::RegisterBenchmark(
-      name.c_str(), [=](benchmark::State& st) { Run(st, op, shape, layout, in_place, threads); })
-      ->UseManualTime()
-      ->Unit(benchmark::kMicrosecond)
-      ->MinTime(0.2);
+  RegisterTimed(name, [=](benchmark::State& st) { Run(st, op, shape, layout, in_place, threads); });
 }
 
 int RegisterAll() {
@@ -145,5 +113,3 @@ const int registered = RegisterAll();
 
 }  // namespace
 }  // namespace normkit_bench
-
-BENCHMARK_MAIN();

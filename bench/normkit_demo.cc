@@ -133,6 +133,106 @@ void RunWorkload(const Workload& w, int threads) {
   normkit_context_destroy(ctx);
 }
 
+// Group norm (seed 002) and its edge shapes, with and without the fused SiLU; the
+// row-wise layer / RMS norm. Checked against per-(n, g) statistics in double.
+void RunGroupNorm(const char* source, const std::vector<int64_t>& shape, int64_t G, int threads) {
+  const Workload w{source, shape};
+  const int64_t N = shape[0], C = shape[1], numel = Numel(shape), S = numel / (N * C), Cg = C / G;
+  const int64_t bytes = 2 * numel * static_cast<int64_t>(sizeof(float));
+  Buffer x = MakeBuffer(numel, 31), y = MakeBuffer(numel, 32), ref = MakeBuffer(numel, 33),
+         gamma = MakeBuffer(C, 34), beta = MakeBuffer(C, 35);
+  normkit_context* ctx = nullptr;
+  normkit_context_create(threads, &ctx);
+  for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+    const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST;
+    const auto offset = [&](int64_t n, int64_t c, int64_t s) {
+      return cl ? (n * S + s) * C + c : (n * C + c) * S + s;
+    };
+    std::vector<double> mean(N * G), rstd(N * G);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t g = 0; g < G; ++g) {
+        double sum = 0, sq = 0;
+        for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c)
+          for (int64_t s = 0; s < S; ++s) sum += x[offset(n, c, s)];
+        const double m = sum / (Cg * S);
+        for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c)
+          for (int64_t s = 0; s < S; ++s) sq += (x[offset(n, c, s)] - m) * (x[offset(n, c, s)] - m);
+        mean[n * G + g] = m;
+        rstd[n * G + g] = 1.0 / std::sqrt(sq / (Cg * S) + 1e-5);
+      }
+    }
+    for (int32_t act : {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_SILU}) {
+      normkit_tensor xt = Desc(x.get(), layout, shape), yt = Desc(y.get(), layout, shape);
+      const auto call = [&] {
+        if (normkit_group_norm(ctx, &xt, G, gamma.get(), beta.get(), 1e-5f, act, &yt, nullptr,
+                               nullptr) != NORMKIT_SUCCESS)
+          std::printf("  error: %s\n", normkit_last_error());
+      };
+      call();
+      bool ok = true;
+      const int64_t step = std::max<int64_t>(1, numel / (1 << 20));
+      for (int64_t i = 0; i < numel && ok; i += step) {
+        const int64_t c = cl ? i % C : (i / S) % C, n = i / (C * S), g = c / Cg;
+        const double t = (x[i] - mean[n * G + g]) * rstd[n * G + g] * gamma[c];
+        double want = t + beta[c];
+        if (act == NORMKIT_ACTIVATION_SILU) want = want / (1 + std::exp(-want));
+        if (!(std::fabs(y[i] - want) <= 1e-5 * (std::fabs(t) + std::fabs(beta[c])) + 1e-7)) {
+          std::printf("  MISMATCH at %lld: got %.9g want %.9g\n", static_cast<long long>(i), y[i],
+                      want);
+          ok = false;
+        }
+      }
+      const PairTiming tm = TimePair(
+          call, [&] { ParallelCopy(threads, ref.get(), x.get(), numel); }, bytes);
+      const std::string name =
+          "group_norm G=" + std::to_string(G) + (act == NORMKIT_ACTIVATION_SILU ? " +silu" : "");
+      PrintRow(name.c_str(), w, layout, false, threads, tm, bytes, ok);
+    }
+  }
+  normkit_context_destroy(ctx);
+}
+
+void RunRowNorm(const std::vector<int64_t>& shape, bool rms, int threads) {
+  const Workload w{"rows", shape};
+  const int64_t rows = shape[0], D = shape[1], numel = rows * D;
+  const int64_t bytes = 2 * numel * static_cast<int64_t>(sizeof(float));
+  Buffer x = MakeBuffer(numel, 41), y = MakeBuffer(numel, 42), ref = MakeBuffer(numel, 43),
+         gamma = MakeBuffer(D, 44), beta = MakeBuffer(D, 45);
+  normkit_context* ctx = nullptr;
+  normkit_context_create(threads, &ctx);
+  normkit_tensor xt = Desc(x.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape),
+                 yt = Desc(y.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+  const auto call = [&] {
+    const normkit_status st =
+        rms ? normkit_rms_norm(ctx, &xt, gamma.get(), 1e-5f, &yt, nullptr)
+            : normkit_layer_norm(ctx, &xt, gamma.get(), beta.get(), 1e-5f, &yt, nullptr, nullptr);
+    if (st != NORMKIT_SUCCESS) std::printf("  error: %s\n", normkit_last_error());
+  };
+  call();
+  bool ok = true;
+  for (int64_t r = 0; r < rows && ok; r += 97) {
+    double m = 0, sq = 0;
+    if (!rms) {
+      for (int64_t d = 0; d < D; ++d) m += x[r * D + d];
+      m /= D;
+    }
+    for (int64_t d = 0; d < D; ++d) sq += (x[r * D + d] - m) * (x[r * D + d] - m);
+    const double rs = 1.0 / std::sqrt(sq / D + 1e-5);
+    for (int64_t d = 0; d < D && ok; ++d) {
+      const double t = (x[r * D + d] - m) * rs * gamma[d], b = rms ? 0.0 : beta[d];
+      if (!(std::fabs(y[r * D + d] - (t + b)) <= 1e-5 * (std::fabs(t) + std::fabs(b)) + 1e-7)) {
+        std::printf("  MISMATCH at row %lld\n", static_cast<long long>(r));
+        ok = false;
+      }
+    }
+  }
+  const PairTiming tm = TimePair(
+      call, [&] { ParallelCopy(threads, ref.get(), x.get(), numel); }, bytes);
+  PrintRow(rms ? "rms_norm" : "layer_norm", w, NORMKIT_LAYOUT_CHANNELS_FIRST, false, threads, tm,
+           bytes, ok);
+  normkit_context_destroy(ctx);
+}
+
 // Folding BN into a conv is checked by running conv then BN and the folded conv.
 void RunFoldCheck() {
   const int64_t O = 64, I = 32, K = 9;
@@ -192,6 +292,27 @@ int main(int argc, char** argv) {
   for (const Workload& w : workloads) {
     RunWorkload(w, 1);
     if (all > 1) RunWorkload(w, all);
+  }
+  struct GroupWorkload {
+    const char* source;
+    std::vector<int64_t> shape;
+    int64_t groups;
+  };
+  std::vector<GroupWorkload> group_workloads = {{"edge", {1, 64, 56, 56}, 32}};
+  if (!quick) {
+    group_workloads = {{"002", {128, 256, 28, 28}, 32}, {"002", {32, 512, 56, 56}, 32},
+                       {"edge", {1, 64, 56, 56}, 32},   {"edge", {1, 256, 14, 14}, 32},
+                       {"edge", {1, 32, 112, 112}, 8},  {"inst", {8, 64, 128, 128}, 64}};
+  }
+  for (const auto& g : group_workloads) {
+    RunGroupNorm(g.source, g.shape, g.groups, 1);
+    if (all > 1) RunGroupNorm(g.source, g.shape, g.groups, all);
+  }
+  const std::vector<int64_t> rows_shape =
+      quick ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{4096, 768};
+  for (bool rms : {false, true}) {
+    RunRowNorm(rows_shape, rms, 1);
+    if (all > 1) RunRowNorm(rows_shape, rms, all);
   }
   RunFoldCheck();
   std::printf("\n%s: %d check(s) failed\n",

@@ -7,6 +7,7 @@
 
 #include "hwy/highway.h"
 #include "hwy/targets.h"
+#include "norm_reference.h"
 #include "test_util.h"
 
 namespace normkit_test {
@@ -51,6 +52,44 @@ TEST(SimdTargets, EverySupportedTargetMatchesReference) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
+}
+
+// Group norm and the row norms on every target: the double accumulation, the 1-lane
+// channel tails and the activation code differ per target.
+TEST(SimdTargets, NormalizationsMatchReferenceOnEveryTarget) {
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  for (int64_t target : targets) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const auto& [shape, g] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
+             {{2, 20, 9, 7}, 5}, {{1, 64, 33}, 16}, {{2, 6, 4097}, 2}}) {
+      const int64_t N = shape[0], C = shape[1], numel = Numel(shape), S = numel / (N * C);
+      std::vector<float> x = RandomVector(numel, 81), gamma = RandomVector(C, 82),
+                         beta = RandomVector(C, 83);
+      for (auto& v : x) v += 300.0f;
+      for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+        for (int32_t act : {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_SILU}) {
+          std::vector<float> y(numel);
+          normkit_tensor xt = Desc(x.data(), layout, shape), yt = Desc(y.data(), layout, shape);
+          ASSERT_EQ(normkit_group_norm(nullptr, &xt, g, gamma.data(), beta.data(), 1e-5f, act, &yt,
+                                       nullptr, nullptr),
+                    NORMKIT_SUCCESS);
+          ExpectNormNear(y,
+                         ReferenceGroupNorm(x, N, C, S, g, layout == NORMKIT_LAYOUT_CHANNELS_LAST,
+                                            gamma.data(), beta.data(), 1e-5, act),
+                         "group_norm");
+        }
+      }
+      const int64_t rows = N * C, D = S;
+      std::vector<float> y(numel);
+      normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}),
+                     yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D});
+      ASSERT_EQ(normkit_layer_norm(nullptr, &xt, nullptr, nullptr, 1e-5f, &yt, nullptr, nullptr),
+                NORMKIT_SUCCESS);
+      ExpectNormNear(y, ReferenceRowNorm(x, rows, D, nullptr, nullptr, 1e-5, false), "layer_norm");
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace

@@ -27,6 +27,12 @@ struct Call {
   float eps = 1e-5f;
   const float* scale_p = scale.data();
   const float* shift_p = shift.data();
+  // Normalizations: groups, activation and the statistics outputs (N x groups).
+  int64_t groups = 3;
+  int32_t activation = NORMKIT_ACTIVATION_SILU;
+  std::vector<float> stats = std::vector<float>(12, kSentinel);
+  float* mean_out = stats.data();
+  float* rstd_out = stats.data() + 6;
 };
 
 struct Rule {
@@ -239,6 +245,87 @@ TEST(Validation, FoldRules) {
   EXPECT_NE(std::string(normkit_last_error()).find("overflows"), std::string::npos);
   EXPECT_EQ(w, w0);
   EXPECT_EQ(fb, fb0);
+}
+
+// Group norm and its forms, layer norm and RMS norm: every tensor rule, then their own.
+TEST(Validation, NormTensorRules) {
+  for (const Rule& rule : TensorRules()) {
+    ExpectRejected(rule, [](Call& c) {
+      return normkit_group_norm(nullptr, &c.xt, c.groups, c.scale_p, c.shift_p, c.eps, c.activation,
+                                &c.yt, c.mean_out, c.rstd_out);
+    });
+  }
+}
+
+TEST(Validation, GroupNormRules) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<Rule> rules = {
+      {"groups not dividing C", [](Call& c) { c.groups = 2; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "group_norm: C=3 is not divisible by groups=2"},
+      {"groups zero", [](Call& c) { c.groups = 0; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "groups = 0, must be >= 1"},
+      {"groups negative", [](Call& c) { c.groups = -3; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "groups = -3"},
+      {"eps NaN", [&](Call& c) { c.eps = nan; }, NORMKIT_ERROR_INVALID_ARGUMENT, "eps = nan"},
+      {"eps negative", [](Call& c) { c.eps = -1.0f; }, NORMKIT_ERROR_INVALID_ARGUMENT, "eps = -1"},
+      {"bad activation", [](Call& c) { c.activation = 9; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "activation = 9 is not a normkit_activation"},
+      {"gamma inside y", [](Call& c) { c.scale_p = c.y.data() + 1; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "gamma overlaps the output y"},
+      {"mean_out inside y", [](Call& c) { c.mean_out = c.y.data() + 10; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "mean_out overlaps the output y"},
+      {"rstd_out inside x", [](Call& c) { c.rstd_out = c.x.data() + 3; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "rstd_out overlaps the input x"},
+      {"rstd_out overlapping mean_out", [](Call& c) { c.rstd_out = c.stats.data() + 2; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "mean_out overlaps rstd_out"},
+      {"mean_out overlapping beta", [](Call& c) { c.mean_out = c.shift.data(); },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "mean_out overlaps beta"},
+  };
+  for (const Rule& rule : rules) {
+    ExpectRejected(rule, [](Call& c) {
+      const std::vector<float> stats_before = c.stats;
+      const normkit_status st =
+          normkit_group_norm(nullptr, &c.xt, c.groups, c.scale_p, c.shift_p, c.eps, c.activation,
+                             &c.yt, c.mean_out, c.rstd_out);
+      EXPECT_EQ(c.stats, stats_before) << "rejected call wrote statistics";
+      return st;
+    });
+  }
+  {
+    Call c;
+    EXPECT_EQ(
+        normkit_instance_norm(nullptr, &c.xt, nullptr, nullptr, 1e-5f, 3, &c.yt, nullptr, nullptr),
+        NORMKIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_STREQ(normkit_last_error(), "instance_norm: activation = 3 is not a normkit_activation");
+    EXPECT_EQ(normkit_channel_layer_norm(nullptr, &c.xt, nullptr, nullptr, 0.0f, 0, &c.yt, nullptr,
+                                         nullptr),
+              NORMKIT_ERROR_INVALID_ARGUMENT);
+    EXPECT_STREQ(normkit_last_error(), "channel_layer_norm: eps = 0, must be finite and > 0");
+  }
+}
+
+TEST(Validation, RowNormRules) {
+  Call c;  // rank 4: the row forms want rank 2
+  const std::vector<float> y_before = c.y;
+  EXPECT_EQ(normkit_layer_norm(nullptr, &c.xt, nullptr, nullptr, 1e-5f, &c.yt, nullptr, nullptr),
+            NORMKIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(normkit_last_error()).find("layer_norm: x->rank = 4, expected 2"),
+            std::string::npos);
+  EXPECT_EQ(normkit_rms_norm(nullptr, &c.xt, nullptr, 1e-5f, &c.yt, nullptr),
+            NORMKIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(c.y, y_before);
+  normkit_tensor x2 = Desc(c.x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {6, 20});
+  normkit_tensor y2 = Desc(c.y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {6, 20});
+  EXPECT_EQ(normkit_rms_norm(nullptr, &x2, c.y.data() + 5, 1e-5f, &y2, nullptr),
+            NORMKIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(normkit_last_error(), "rms_norm: gamma overlaps the output y");
+  EXPECT_EQ(normkit_layer_norm(nullptr, &x2, nullptr, nullptr, 1e-5f, &y2, c.stats.data(),
+                               c.stats.data()),
+            NORMKIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(c.y, y_before);
+  EXPECT_EQ(normkit_layer_norm(nullptr, &x2, nullptr, nullptr, 1e-5f, &y2, c.stats.data(),
+                               c.stats.data() + 6),
+            NORMKIT_SUCCESS);
 }
 
 TEST(Validation, StatusStrings) {

@@ -250,6 +250,75 @@ NORMKIT_API normkit_status normkit_fold_batch_norm_into_linear(
     const float* gamma, const float* beta, const float* running_mean, const float* running_var,
     float eps);
 
+/* ------------------------------------------------------------------------- */
+/* Group norm, instance norm, layer norm, RMS norm                           */
+/* ------------------------------------------------------------------------- */
+
+/* Activation applied after the affine of a normalization (saves a pass over y). */
+typedef enum normkit_activation {
+  NORMKIT_ACTIVATION_NONE = 0,
+  NORMKIT_ACTIVATION_RELU = 1, /* max(v, 0); NaN stays NaN */
+  NORMKIT_ACTIVATION_SILU = 2  /* v * sigmoid(v) = v / (1 + exp(-v)) */
+} normkit_activation;
+
+/* Group normalization (inference and training forward):
+ *   y[n, c, s] = act((x[n, c, s] - mean[n, g]) * rstd[n, g] * gamma[c] + beta[c]),
+ *   g = c / (C / groups), mean and biased variance over the group's C/groups
+ *   channels and all spatial positions, rstd = 1 / sqrt(var + eps).
+ * x, y: float32, rank 2..5, either layout, same dtype / layout / shape; y may be
+ *   x (in place), no other overlap.
+ * groups: >= 1 and divides C. gamma, beta: C floats or NULL (1 / 0).
+ * eps: finite and > 0. activation: a normkit_activation.
+ * mean_out, rstd_out: N x groups floats (row-major) receiving the statistics, or
+ *   NULL; they must not overlap x, y, gamma, beta or each other.
+ * Statistics are exact in float32 terms (block moments in double merged with Chan's
+ * formula, never E[x^2] - E[x]^2) and bitwise identical for any thread count. A
+ * constant group gives beta (variance 0), never NaN; NaN or Inf in a group reaches
+ * only that group's outputs. Reads x from memory once when a group (channels-first)
+ * or a sample (channels-last) fits in 1 MiB, otherwise twice.
+ * Errors: INVALID_ARGUMENT (NULL x / y / data, descriptor, shape mismatch, groups,
+ *   eps, activation, overlap); UNSUPPORTED (dtype other than float32);
+ *   DEVICE_UNAVAILABLE (a CUDA tensor). Nothing is written on error. */
+NORMKIT_API normkit_status normkit_group_norm(const normkit_context* context,
+                                              const normkit_tensor* x, int64_t groups,
+                                              const float* gamma, const float* beta, float eps,
+                                              int32_t activation, const normkit_tensor* y,
+                                              float* mean_out, float* rstd_out);
+
+/* Instance normalization: normkit_group_norm with groups = C (statistics per sample
+ * and channel over the spatial positions); mean_out / rstd_out hold N x C floats. */
+NORMKIT_API normkit_status normkit_instance_norm(const normkit_context* context,
+                                                 const normkit_tensor* x, const float* gamma,
+                                                 const float* beta, float eps, int32_t activation,
+                                                 const normkit_tensor* y, float* mean_out,
+                                                 float* rstd_out);
+
+/* Layer normalization over C and all spatial positions of each sample, with
+ * per-channel gamma / beta: normkit_group_norm with groups = 1 (PyTorch's
+ * nn.GroupNorm(1, C)); mean_out / rstd_out hold N floats. */
+NORMKIT_API normkit_status normkit_channel_layer_norm(const normkit_context* context,
+                                                      const normkit_tensor* x, const float* gamma,
+                                                      const float* beta, float eps,
+                                                      int32_t activation, const normkit_tensor* y,
+                                                      float* mean_out, float* rstd_out);
+
+/* Layer normalization over the last dimension of a row-major [rows, D] tensor (the
+ * transformer form; describe [B, T, D] as rank 2 [B*T, D], either layout tag):
+ *   y[r, d] = (x[r, d] - mean[r]) * rstd[r] * gamma[d] + beta[d].
+ * gamma, beta: D floats or NULL. mean_out, rstd_out: `rows` floats or NULL.
+ * Other rules as for normkit_group_norm (rank must be 2). */
+NORMKIT_API normkit_status normkit_layer_norm(const normkit_context* context,
+                                              const normkit_tensor* x, const float* gamma,
+                                              const float* beta, float eps, const normkit_tensor* y,
+                                              float* mean_out, float* rstd_out);
+
+/* RMS normalization over the last dimension of a [rows, D] tensor:
+ *   y[r, d] = x[r, d] * rstd[r] * gamma[d],  rstd = 1 / sqrt(mean(x[r, :]^2) + eps).
+ * gamma: D floats or NULL. rstd_out: `rows` floats or NULL. Rules as normkit_layer_norm. */
+NORMKIT_API normkit_status normkit_rms_norm(const normkit_context* context, const normkit_tensor* x,
+                                            const float* gamma, float eps, const normkit_tensor* y,
+                                            float* rstd_out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -111,6 +111,49 @@ inline void FoldBatchNormIntoLinear(float* weight, int64_t out_features, int64_t
                                             gamma, beta, mean, var, eps));
 }
 
+// Group norm (see normkit_group_norm). gamma / beta / mean_out / rstd_out may be nullptr.
+inline void GroupNorm(const Tensor& x, int64_t groups, const float* gamma, const float* beta,
+                      float eps, const Tensor& y,
+                      normkit_activation activation = NORMKIT_ACTIVATION_NONE,
+                      const Context* ctx = nullptr, float* mean_out = nullptr,
+                      float* rstd_out = nullptr) {
+  Check(normkit_group_norm(ctx ? ctx->get() : nullptr, x.get(), groups, gamma, beta, eps,
+                           activation, y.get(), mean_out, rstd_out));
+}
+
+// Instance norm: group norm with groups = C (see normkit_instance_norm).
+inline void InstanceNorm(const Tensor& x, const float* gamma, const float* beta, float eps,
+                         const Tensor& y, normkit_activation activation = NORMKIT_ACTIVATION_NONE,
+                         const Context* ctx = nullptr, float* mean_out = nullptr,
+                         float* rstd_out = nullptr) {
+  Check(normkit_instance_norm(ctx ? ctx->get() : nullptr, x.get(), gamma, beta, eps, activation,
+                              y.get(), mean_out, rstd_out));
+}
+
+// Layer norm over C and space with per-channel gamma / beta: group norm with one group.
+inline void ChannelLayerNorm(const Tensor& x, const float* gamma, const float* beta, float eps,
+                             const Tensor& y,
+                             normkit_activation activation = NORMKIT_ACTIVATION_NONE,
+                             const Context* ctx = nullptr, float* mean_out = nullptr,
+                             float* rstd_out = nullptr) {
+  Check(normkit_channel_layer_norm(ctx ? ctx->get() : nullptr, x.get(), gamma, beta, eps,
+                                   activation, y.get(), mean_out, rstd_out));
+}
+
+// Layer norm over the last dim of a [rows, D] tensor (see normkit_layer_norm).
+inline void LayerNorm(const Tensor& x, const float* gamma, const float* beta, float eps,
+                      const Tensor& y, const Context* ctx = nullptr, float* mean_out = nullptr,
+                      float* rstd_out = nullptr) {
+  Check(normkit_layer_norm(ctx ? ctx->get() : nullptr, x.get(), gamma, beta, eps, y.get(), mean_out,
+                           rstd_out));
+}
+
+// RMS norm over the last dim of a [rows, D] tensor (see normkit_rms_norm).
+inline void RmsNorm(const Tensor& x, const float* gamma, float eps, const Tensor& y,
+                    const Context* ctx = nullptr, float* rstd_out = nullptr) {
+  Check(normkit_rms_norm(ctx ? ctx->get() : nullptr, x.get(), gamma, eps, y.get(), rstd_out));
+}
+
 }  // namespace normkit
 
 #endif  // NORMKIT_NORMKIT_HPP_

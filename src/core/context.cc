@@ -34,4 +34,9 @@ const normkit_context& ResolveContext(const normkit_context* context) {
   return *default_context;
 }
 
+const normkit_context& SerialContext() {
+  static const normkit_context* const serial_context = MakeContext(1).release();
+  return *serial_context;
+}
+
 }  // namespace normkit

@@ -31,6 +31,9 @@ std::unique_ptr<normkit_context> MakeContext(int32_t num_threads);
 // `context`, or the process-wide default one when it is NULL.
 const normkit_context& ResolveContext(const normkit_context* context);
 
+// A one-thread context, for calls too small to be worth waking other threads.
+const normkit_context& SerialContext();
+
 }  // namespace normkit
 
 #endif  // NORMKIT_CORE_CONTEXT_H_

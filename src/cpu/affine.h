@@ -5,6 +5,7 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
+#include "cpu/memory_plan.h"
 
 namespace normkit {
 namespace cpu {
@@ -28,12 +29,6 @@ constexpr int64_t kMaxPeriodicRow = 4096;
 
 // Longest parameter period (floats) chosen as lcm(C, lanes) for channels-last rows.
 constexpr int64_t kMaxLcmPeriod = 4096;
-
-// Out-of-place outputs at least this large bypass the cache (streaming stores):
-// they cannot stay in the LLC anyway, and skipping the write-allocate read saves
-// a third of the traffic. Smaller outputs use plain stores so the next op finds
-// them in cache.
-constexpr int64_t kStreamingStoreBytes = int64_t{24} << 20;
 
 }  // namespace cpu
 }  // namespace normkit

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// Benchmarks of the normalization family on seed 002's shapes and the edge shapes:
+// group norm (with and without the fused SiLU), instance norm, layer / RMS norm over
+// [4096, 768]; both layouts, 1 and all threads, against the same-run memcpy.
+//
+//   ./build/bench/normkit_bench --benchmark_filter='seed002'
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_harness.h"
+
+namespace normkit_bench {
+namespace {
+
+enum class Norm { kGroup, kInstance, kLayerRows, kRmsRows };
+
+const char* NormName(Norm op) {
+  switch (op) {
+    case Norm::kGroup: return "group_norm";
+    case Norm::kInstance: return "instance_norm";
+    case Norm::kLayerRows: return "layer_norm";
+    case Norm::kRmsRows: return "rms_norm";
+  }
+  return "?";
+}
+
+void RunNorm(benchmark::State& state, Norm op, std::vector<int64_t> shape, int64_t groups,
+             normkit_layout layout, int32_t activation, bool in_place, int threads) {
+  const int64_t numel = Numel(shape), C = shape[1];
+  Buffer x = MakeBuffer(numel, 1), y = MakeBuffer(numel, 2);
+  Buffer gamma = MakeBuffer(C, 4), beta = MakeBuffer(C, 5);
+  normkit_context* ctx = nullptr;
+  normkit_context_create(threads, &ctx);
+  normkit_tensor xt = Desc(x.get(), layout, shape),
+                 yt = Desc(in_place ? x.get() : y.get(), layout, shape);
+  const auto run_op = [&] {
+    normkit_status st = NORMKIT_SUCCESS;
+    switch (op) {
+      case Norm::kGroup:
+        st = normkit_group_norm(ctx, &xt, groups, gamma.get(), beta.get(), 1e-5f, activation, &yt,
+                                nullptr, nullptr);
+        break;
+      case Norm::kInstance:
+        st = normkit_instance_norm(ctx, &xt, gamma.get(), beta.get(), 1e-5f, activation, &yt,
+                                   nullptr, nullptr);
+        break;
+      case Norm::kLayerRows:
+        st = normkit_layer_norm(ctx, &xt, gamma.get(), beta.get(), 1e-5f, &yt, nullptr, nullptr);
+        break;
+      case Norm::kRmsRows: st = normkit_rms_norm(ctx, &xt, gamma.get(), 1e-5f, &yt, nullptr); break;
+    }
+    if (st != NORMKIT_SUCCESS) std::abort();
+  };
+  RunAgainstCopy(state, run_op, threads, x.get(), numel, in_place,
+                 2 * numel * static_cast<int64_t>(sizeof(float)));
+  normkit_context_destroy(ctx);
+}
+
+void Register(const std::string& group, Norm op, const std::vector<int64_t>& shape, int64_t groups,
+              normkit_layout layout, int32_t activation, bool in_place, int threads) {
+  std::string name = group + "/" + NormName(op) + "/" + ShapeName(shape);
+  if (op == Norm::kGroup) name += "/G:" + std::to_string(groups);
+  if (op == Norm::kGroup || op == Norm::kInstance) {
+    name += layout == NORMKIT_LAYOUT_CHANNELS_LAST ? "/NHWC" : "/NCHW";
+  }
+  if (activation == NORMKIT_ACTIVATION_SILU) name += "/silu";
+  name +=
+      std::string(in_place ? "/inplace" : "/outofplace") + "/threads:" + std::to_string(threads);
+  RegisterTimed(name, [=](benchmark::State& st) {
+    RunNorm(st, op, shape, groups, layout, activation, in_place, threads);
+  });
+}
+
+int RegisterAll() {
+  const int all = static_cast<int>(std::thread::hardware_concurrency());
+  std::vector<int> thread_counts = {1};
+  if (all > 1) thread_counts.push_back(all);
+  const auto layouts = {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST};
+  struct Shape {
+    std::string group;
+    std::vector<int64_t> shape;
+    int64_t groups;
+  };
+  const std::vector<Shape> group_shapes = {{"seed002", {128, 256, 28, 28}, 32},
+                                           {"seed002", {32, 512, 56, 56}, 32},
+                                           {"edge", {1, 64, 56, 56}, 32},
+                                           {"edge", {1, 256, 14, 14}, 32},
+                                           {"edge", {1, 32, 112, 112}, 8}};
+  for (const auto& s : group_shapes)
+    for (auto layout : layouts)
+      for (int32_t act : {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_SILU})
+        for (int t : thread_counts)
+          Register(s.group, Norm::kGroup, s.shape, s.groups, layout, act, false, t);
+  for (const auto& s : group_shapes)
+    for (auto layout : layouts)
+      for (int t : thread_counts)
+        Register(s.group, Norm::kGroup, s.shape, s.groups, layout, NORMKIT_ACTIVATION_NONE, true,
+                 t);
+  for (auto layout : layouts)
+    for (int t : thread_counts)
+      Register("instance", Norm::kInstance, {8, 64, 128, 128}, 0, layout, NORMKIT_ACTIVATION_NONE,
+               false, t);
+  for (Norm op : {Norm::kLayerRows, Norm::kRmsRows})
+    for (int t : thread_counts)
+      Register("rows", op, {4096, 768}, 0, NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_ACTIVATION_NONE,
+               false, t);
+  return 0;
+}
+const int registered = RegisterAll();
+
+}  // namespace
+}  // namespace normkit_bench

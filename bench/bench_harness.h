@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+// Google Benchmark harness of every op's benchmark: times the op and, interleaved in
+// the same loop, the copy reference of DESIGN.md over the same bytes and threads, and
+// reports both bandwidths and their ratio.
+#ifndef NORMKIT_BENCH_BENCH_HARNESS_H_
+#define NORMKIT_BENCH_BENCH_HARNESS_H_
+
+#include <benchmark/benchmark.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+
+namespace normkit_bench {
+
+// `bytes`: what the op must move (x read once, y written once). The reference moves
+// `ref_elems` floats: memcpy out of place, x = a*x + b in place.
+inline void RunAgainstCopy(benchmark::State& state, const std::function<void()>& run_op,
+                           int threads, const float* x, int64_t ref_elems, bool in_place,
+                           int64_t bytes) {
+  Buffer ref = MakeBuffer(ref_elems, 3);
+  const auto run_ref = [&] {
+    if (in_place) {
+      ParallelScaleInPlace(threads, ref.get(), ref_elems);
+    } else {
+      ParallelCopy(threads, ref.get(), x, ref_elems);
+    }
+  };
+  run_op();
+  run_ref();
+  double op_total = 0, ref_total = 0;
+  for (auto _ : state) {
+    const double t_op = Seconds(run_op);
+    ref_total += Seconds(run_ref);
+    op_total += t_op;
+    state.SetIterationTime(t_op);
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.counters["GB/s"] = static_cast<double>(bytes) * state.iterations() / op_total / 1e9;
+  state.counters["ref_GB/s"] = static_cast<double>(bytes) * state.iterations() / ref_total / 1e9;
+  state.counters["ratio_to_ref"] = ref_total / op_total;
+}
+
+inline std::string ShapeName(const std::vector<int64_t>& s) {
+  std::string r;
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? "x" : "") + std::to_string(s[i]);
+  return r;
+}
+
+inline void RegisterTimed(const std::string& name, std::function<void(benchmark::State&)> fn) {
+  benchmark::RegisterBenchmark(name.c_str(), [fn](benchmark::State& st) { fn(st); })
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->MinTime(0.2);
+}
+
+}  // namespace normkit_bench
+
+#endif  // NORMKIT_BENCH_BENCH_HARNESS_H_

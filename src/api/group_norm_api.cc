@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+// C entry points of the normalization family: group norm and its instance / channel
+// layer norm forms, and the row-wise layer norm and RMS norm.
+#include <utility>
+
+#include "api/guard.h"
+#include "core/context.h"
+#include "core/size_math.h"
+#include "core/tensor.h"
+#include "cpu/group_norm.h"
+#include "normkit/normkit.h"
+
+namespace normkit {
+namespace {
+
+normkit_status CheckActivation(const char* op, int32_t activation) {
+  if (activation != NORMKIT_ACTIVATION_NONE && activation != NORMKIT_ACTIVATION_RELU &&
+      activation != NORMKIT_ACTIVATION_SILU) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: activation = %d is not a normkit_activation",
+                op, activation);
+  }
+  return NORMKIT_SUCCESS;
+}
+
+// A statistics output of `count` floats shares no byte with x, y or any other array.
+normkit_status CheckStatsOutput(const char* op, const char* name, const float* out, int64_t count,
+                                const TensorView& x, const TensorView& y, const char* other_name,
+                                const float* other, int64_t other_count) {
+  if (out == nullptr) return NORMKIT_SUCCESS;
+  const int64_t bytes = count * static_cast<int64_t>(sizeof(float));
+  if (RangesOverlap(out, bytes, x.data, x.bytes)) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the input x", op, name);
+  }
+  NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(op, name, out, count, y));
+  return CheckSameOrDisjoint(op, name, out, count, other_name, other, other_count, false);
+}
+
+// eps and the arrays every normalization takes: gamma / beta of `params` floats
+// must not overlap y; mean_out / rstd_out of `stats` floats must not overlap anything.
+normkit_status ValidateNormArrays(const char* op, const TensorView& xv, const TensorView& yv,
+                                  float eps, const float* gamma, const float* beta, int64_t params,
+                                  float* mean_out, float* rstd_out, int64_t stats) {
+  NORMKIT_RETURN_IF_ERROR(CheckEps(op, eps));
+  NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(op, "gamma", gamma, params, yv));
+  NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(op, "beta", beta, params, yv));
+  for (const auto& [name, out] : {std::pair<const char*, float*>{"mean_out", mean_out},
+                                  std::pair<const char*, float*>{"rstd_out", rstd_out}}) {
+    NORMKIT_RETURN_IF_ERROR(CheckStatsOutput(op, name, out, stats, xv, yv, "gamma", gamma, params));
+    NORMKIT_RETURN_IF_ERROR(CheckStatsOutput(op, name, out, stats, xv, yv, "beta", beta, params));
+  }
+  return CheckSameOrDisjoint(op, "mean_out", mean_out, stats, "rstd_out", rstd_out, stats, false);
+}
+
+normkit_status GroupNormEntry(const char* op, const normkit_context* context,
+                              const normkit_tensor* x, int64_t groups, bool groups_is_channels,
+                              const float* gamma, const float* beta, float eps, int32_t activation,
+                              const normkit_tensor* y, float* mean_out, float* rstd_out) {
+  return Guarded(op, [&] {
+    TensorView xv, yv;
+    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(op, x, y, &xv, &yv));
+    if (groups_is_channels) groups = xv.channels;
+    if (groups < 1) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: groups = %lld, must be >= 1", op,
+                  static_cast<long long>(groups));
+    }
+    if (xv.channels % groups != 0) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: C=%lld is not divisible by groups=%lld", op,
+                  static_cast<long long>(xv.channels), static_cast<long long>(groups));
+    }
+    NORMKIT_RETURN_IF_ERROR(CheckActivation(op, activation));
+    NORMKIT_RETURN_IF_ERROR(ValidateNormArrays(op, xv, yv, eps, gamma, beta, xv.channels, mean_out,
+                                               rstd_out, xv.batch * groups));
+    cpu::GroupNormArgs args;
+    args.groups = groups;
+    args.gamma = gamma;
+    args.beta = beta;
+    args.eps = eps;
+    args.activation = static_cast<cpu::Activation>(activation);
+    args.mean = mean_out;
+    args.rstd = rstd_out;
+    cpu::GroupNorm(ResolveContext(context), xv, yv, args);
+    return NORMKIT_SUCCESS;
+  });
+}
+
+normkit_status RowNormEntry(const char* op, const normkit_context* context, const normkit_tensor* x,
+                            const float* gamma, const float* beta, float eps, bool rms,
+                            const normkit_tensor* y, float* mean_out, float* rstd_out) {
+  return Guarded(op, [&] {
+    TensorView xv, yv;
+    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(op, x, y, &xv, &yv));
+    if (xv.rank != 2) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                  "%s: x->rank = %d, expected 2 ([rows, D]; describe [B, T, D] as [B*T, D])", op,
+                  xv.rank);
+    }
+    NORMKIT_RETURN_IF_ERROR(ValidateNormArrays(op, xv, yv, eps, gamma, beta, xv.channels, mean_out,
+                                               rstd_out, xv.batch));
+    cpu::RowNormArgs args;
+    args.gamma = gamma;
+    args.beta = beta;
+    args.eps = eps;
+    args.rms = rms;
+    args.mean = mean_out;
+    args.rstd = rstd_out;
+    cpu::RowNorm(ResolveContext(context), xv, yv, args);
+    return NORMKIT_SUCCESS;
+  });
+}
+
+}  // namespace
+}  // namespace normkit
+
+extern "C" NORMKIT_API normkit_status normkit_group_norm(const normkit_context* context,
+                                                         const normkit_tensor* x, int64_t groups,
+                                                         const float* gamma, const float* beta,
+                                                         float eps, int32_t activation,
+                                                         const normkit_tensor* y, float* mean_out,
+                                                         float* rstd_out) {
+  return normkit::GroupNormEntry("group_norm", context, x, groups, false, gamma, beta, eps,
+                                 activation, y, mean_out, rstd_out);
+}
+
+extern "C" NORMKIT_API normkit_status normkit_instance_norm(
+    const normkit_context* context, const normkit_tensor* x, const float* gamma, const float* beta,
+    float eps, int32_t activation, const normkit_tensor* y, float* mean_out, float* rstd_out) {
+  return normkit::GroupNormEntry("instance_norm", context, x, 0, true, gamma, beta, eps, activation,
+                                 y, mean_out, rstd_out);
+}
+
+extern "C" NORMKIT_API normkit_status normkit_channel_layer_norm(
+    const normkit_context* context, const normkit_tensor* x, const float* gamma, const float* beta,
+    float eps, int32_t activation, const normkit_tensor* y, float* mean_out, float* rstd_out) {
+  return normkit::GroupNormEntry("channel_layer_norm", context, x, 1, false, gamma, beta, eps,
+                                 activation, y, mean_out, rstd_out);
+}
+
+extern "C" NORMKIT_API normkit_status normkit_layer_norm(const normkit_context* context,
+                                                         const normkit_tensor* x,
+                                                         const float* gamma, const float* beta,
+                                                         float eps, const normkit_tensor* y,
+                                                         float* mean_out, float* rstd_out) {
+  return normkit::RowNormEntry("layer_norm", context, x, gamma, beta, eps, false, y, mean_out,
+                               rstd_out);
+}
+
+extern "C" NORMKIT_API normkit_status normkit_rms_norm(const normkit_context* context,
+                                                       const normkit_tensor* x, const float* gamma,
+                                                       float eps, const normkit_tensor* y,
+                                                       float* rstd_out) {
+  return normkit::RowNormEntry("rms_norm", context, x, gamma, nullptr, eps, true, y, nullptr,
+                               rstd_out);
+}

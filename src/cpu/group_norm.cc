@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "cpu/group_norm.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/parallel.h"
+#include "cpu/memory_plan.h"
+#include "hwy/cache_control.h"
+
+namespace normkit {
+namespace cpu {
+namespace {
+
+using kernels::Moments;
+
+// The work of one group-norm call. A unit is what one group's statistics need:
+// the group itself (channels-first, contiguous) or the whole sample (channels-last,
+// where a group is strided across every row). Units split into statistics blocks.
+struct GroupNormPlan {
+  const float* x;
+  float* y;
+  int64_t N, C, S, G, Cg;
+  bool channels_last;
+  bool stream;
+  GroupNormArgs args;
+  int64_t units;
+  int64_t unit_elems;
+  int64_t block_rows;   // channels-last: rows (spatial positions) per block
+  int64_t block_elems;  // elements per block (the last block of a unit may be shorter)
+  int64_t blocks;       // per unit
+  int64_t unit_groups;  // groups whose moments a block yields: 1, or G channels-last
+
+  // Scratch, sized before any output is written.
+  std::vector<Moments> partial;           // [unit][block][unit_groups]
+  std::vector<float> mean, scale, shift;  // [N][C]: the apply pass's parameters
+};
+
+// Per-block scratch of the channels-last statistics.
+struct ChannelScratch {
+  void Resize(int64_t C) {
+    const size_t n = static_cast<size_t>(C);
+    if (pivot.size() >= n) return;
+    pivot.resize(n);
+    s1.resize(n);
+    s2.resize(n);
+  }
+  std::vector<float> pivot;
+  std::vector<double> s1, s2;
+};
+
+Moments* PartialOf(GroupNormPlan& p, int64_t unit, int64_t block) {
+  return &p.partial[static_cast<size_t>((unit * p.blocks + block) * p.unit_groups)];
+}
+
+// Moments of block `k` of unit `u` into its own partial slots.
+void BlockStats(GroupNormPlan& p, int64_t u, int64_t k) {
+  Moments* out = PartialOf(p, u, k);
+  if (!p.channels_last) {
+    const int64_t begin = k * p.block_elems;
+    const int64_t len = std::min(p.block_elems, p.unit_elems - begin);
+    out[0] = kernels::SpanMoments(p.x + u * p.unit_elems + begin, len);
+    return;
+  }
+  const int64_t r0 = k * p.block_rows;
+  const int64_t rows = std::min(p.block_rows, p.S - r0);
+  const float* xb = p.x + (u * p.S + r0) * p.C;
+  if (p.G == 1) {
+    out[0] = kernels::SpanMoments(xb, rows * p.C);
+    return;
+  }
+  // Groups strided across rows: per-channel shifted sums about a pivot per group
+  // (the mean of the group's channels in the block's first row) add up to the
+  // group's. Groups whose pivot was too far from their mean get a second pass.
+  thread_local ChannelScratch s;  // reused by every block a thread runs
+  s.Resize(p.C);
+  const double count = static_cast<double>(rows * p.Cg);
+  for (int64_t g = 0; g < p.G; ++g) {
+    double first = 0.0;
+    for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) first += xb[c];
+    const float pivot = static_cast<float>(first / static_cast<double>(p.Cg));
+    for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) s.pivot[c] = pivot;
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    kernels::ChannelShiftedSums(xb, rows, p.C, s.pivot.data(), s.s1.data(), s.s2.data());
+    bool again = false;
+    for (int64_t g = 0; g < p.G; ++g) {
+      double s1 = 0.0, s2 = 0.0;
+      for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) {
+        s1 += s.s1[c];
+        s2 += s.s2[c];
+      }
+      const float pivot = s.pivot[g * p.Cg];
+      out[g] = kernels::FromShiftedSums(count, pivot, s1, s2);
+      if (pass == 0 && kernels::PivotTooFar(count, s1, s2)) {
+        again = true;
+        const float better = static_cast<float>(out[g].mean);
+        for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) s.pivot[c] = better;
+      }
+    }
+    if (!again) break;
+  }
+}
+
+// Merges unit u's block moments in block order, writes the optional mean / rstd
+// outputs and the per-channel parameters of the apply pass.
+void FinishUnit(GroupNormPlan& p, int64_t u) {
+  for (int64_t j = 0; j < p.unit_groups; ++j) {
+    Moments m;
+    for (int64_t k = 0; k < p.blocks; ++k) m = kernels::MergeMoments(m, PartialOf(p, u, k)[j]);
+    const double var = m.m2 / m.count;
+    const double rstd = 1.0 / std::sqrt(var + static_cast<double>(p.args.eps));
+    const int64_t n = p.channels_last ? u : u / p.G;
+    const int64_t g = p.channels_last ? j : u % p.G;
+    if (p.args.mean) p.args.mean[n * p.G + g] = static_cast<float>(m.mean);
+    if (p.args.rstd) p.args.rstd[n * p.G + g] = static_cast<float>(rstd);
+    // The apply pass subtracts the float nearest the mean and folds the rest of it
+    // (m.mean - mean_f, below float resolution) into the shift.
+    const float mean_f = static_cast<float>(m.mean);
+    const double residual = m.mean - static_cast<double>(mean_f);
+    for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) {
+      const size_t nc = static_cast<size_t>(n * p.C + c);
+      const double gamma = p.args.gamma ? static_cast<double>(p.args.gamma[c]) : 1.0;
+      const double beta = p.args.beta ? static_cast<double>(p.args.beta[c]) : 0.0;
+      const float scale = static_cast<float>(gamma * rstd);
+      p.mean[nc] = mean_f;
+      p.scale[nc] = scale;
+      p.shift[nc] = static_cast<float>(beta - residual * static_cast<double>(scale));
+    }
+  }
+}
+
+// Normalizes elements [begin, end) of unit u (channels-last: whole rows).
+void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
+  if (p.channels_last) {
+    const int64_t off = u * p.unit_elems + begin;
+    const size_t nc = static_cast<size_t>(u * p.C);
+    const kernels::NormRows rows{&p.mean[nc], &p.scale[nc], &p.shift[nc]};
+    kernels::ApplyNormRows(p.x + off, p.y + off, (end - begin) / p.C, p.C, rows, p.args.activation,
+                           p.stream);
+    return;
+  }
+  const int64_t n = u / p.G, g = u % p.G;
+  const float* xu = p.x + u * p.unit_elems;
+  float* yu = p.y + u * p.unit_elems;
+  for (int64_t i = begin; i < end;) {
+    const int64_t plane = i / p.S;
+    const int64_t stop = std::min(end, (plane + 1) * p.S);
+    const int64_t c = g * p.Cg + plane;
+    const size_t nc = static_cast<size_t>(n * p.C + c);
+    const kernels::NormScalars s{p.mean[nc], p.scale[nc], p.shift[nc]};
+    kernels::ApplyNormSpan(xu + i, yu + i, stop - i, s, p.args.activation, p.stream);
+    i = stop;
+  }
+}
+
+// Asks for block k of unit u (if any) to be brought into cache while the current
+// block is reduced: the channels-last reduction walks a block column by column,
+// an order the hardware prefetchers do not follow from DRAM.
+void PrefetchBlock(const GroupNormPlan& p, int64_t u, int64_t k) {
+  if (k >= p.blocks) return;
+  const int64_t begin = k * p.block_elems;
+  const int64_t end = std::min(p.unit_elems, begin + p.block_elems);
+  const float* base = p.x + u * p.unit_elems;
+  for (int64_t i = begin; i < end; i += 16) hwy::Prefetch(base + i);
+}
+
+void ApplyBlock(const GroupNormPlan& p, int64_t u, int64_t k) {
+  const int64_t begin = k * p.block_elems;
+  ApplyRange(p, u, begin, std::min(p.unit_elems, begin + p.block_elems));
+}
+
+}  // namespace
+
+void GroupNorm(const normkit_context& context, const TensorView& x, const TensorView& y,
+               const GroupNormArgs& args) {
+  GroupNormPlan p;
+  p.x = static_cast<const float*>(x.data);
+  p.y = static_cast<float*>(y.data);
+  p.N = x.batch;
+  p.C = x.channels;
+  p.S = x.spatial;
+  p.G = args.groups;
+  p.Cg = p.C / p.G;
+  p.channels_last = x.channels_last() && p.S > 1;  // with one position both layouts agree
+  p.stream = x.data != y.data && y.bytes >= kStreamingStoreBytes;
+  p.args = args;
+  if (p.channels_last) {
+    p.units = p.N;
+    p.unit_elems = p.C * p.S;
+    p.block_rows = std::max<int64_t>(1, kStatsBlockElems / p.C);
+    p.block_elems = p.block_rows * p.C;
+    p.blocks = (p.S + p.block_rows - 1) / p.block_rows;
+    p.unit_groups = p.G;
+  } else {
+    p.units = p.N * p.G;
+    p.unit_elems = p.Cg * p.S;
+    p.block_rows = 0;
+    p.block_elems = kStatsBlockElems;
+    p.blocks = (p.unit_elems + p.block_elems - 1) / p.block_elems;
+    p.unit_groups = 1;
+  }
+  p.partial.resize(static_cast<size_t>(p.units * p.blocks * p.unit_groups));
+  const size_t nc = static_cast<size_t>(p.N * p.C);
+  p.mean.resize(nc);
+  p.scale.resize(nc);
+  p.shift.resize(nc);
+
+  const normkit_context& ctx = x.bytes * 2 < kMinParallelBytes ? SerialContext() : context;
+  const int64_t unit_bytes = p.unit_elems * static_cast<int64_t>(sizeof(float));
+  // Block moments are merged in the same order whichever way the work is split, so
+  // this choice (which does look at the threads) never changes a result bit.
+  if (unit_bytes <= kFusedUnitBytes && p.units >= ctx.num_threads) {
+    ParallelFor(ctx, p.units, [&](int64_t u) {
+      for (int64_t k = 0; k < p.blocks; ++k) {
+        PrefetchBlock(p, u, k + 1);
+        BlockStats(p, u, k);
+      }
+      FinishUnit(p, u);
+      ApplyRange(p, u, 0, p.unit_elems);
+    });
+    return;
+  }
+  for (int64_t u = 0; u < p.units; ++u) {
+    ParallelFor(ctx, p.blocks, [&](int64_t k) { BlockStats(p, u, k); });
+    FinishUnit(p, u);
+    ParallelFor(ctx, p.blocks, [&](int64_t k) { ApplyBlock(p, u, k); });
+  }
+}
+
+void RowNorm(const normkit_context& context, const TensorView& x, const TensorView& y,
+             const RowNormArgs& args) {
+  const auto* xd = static_cast<const float*>(x.data);
+  auto* yd = static_cast<float*>(y.data);
+  const int64_t rows = x.batch;
+  const int64_t D = x.numel / rows;
+  const bool stream = x.data != y.data && y.bytes >= kStreamingStoreBytes;
+  const int64_t rows_per_task = std::max<int64_t>(1, (int64_t{1} << 15) / D);
+  const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+  const normkit_context& ctx = x.bytes * 2 < kMinParallelBytes ? SerialContext() : context;
+  ParallelFor(ctx, tasks, [&](int64_t task) {
+    const int64_t r_end = std::min(rows, (task + 1) * rows_per_task);
+    for (int64_t r = task * rows_per_task; r < r_end; ++r) {
+      const float* xr = xd + r * D;
+      double mean = 0.0, ms;  // mean square about the mean (layer norm) or about zero (RMS norm)
+      if (args.rms) {
+        double sum = 0.0;
+        for (int64_t b = 0; b < D; b += kStatsBlockElems) {
+          sum += kernels::SpanSumSquares(xr + b, std::min(kStatsBlockElems, D - b));
+        }
+        ms = sum / static_cast<double>(D);
+      } else {
+        Moments m;
+        for (int64_t b = 0; b < D; b += kStatsBlockElems) {
+          m = kernels::MergeMoments(
+              m, kernels::SpanMoments(xr + b, std::min(kStatsBlockElems, D - b)));
+        }
+        ms = m.m2 / m.count;
+        mean = m.mean;
+        if (args.mean) args.mean[r] = static_cast<float>(mean);
+      }
+      const double rstd = 1.0 / std::sqrt(ms + static_cast<double>(args.eps));
+      if (args.rstd) args.rstd[r] = static_cast<float>(rstd);
+      // As in group norm: subtract the float nearest the mean, fold the residual
+      // into an offset added before gamma.
+      const float mean_f = static_cast<float>(mean);
+      const float rstd_f = static_cast<float>(rstd);
+      const float offset = static_cast<float>(-(mean - static_cast<double>(mean_f)) * rstd_f);
+      kernels::ApplyRowNorm(xr, yd + r * D, D, mean_f, rstd_f, offset, args.gamma,
+                            args.rms ? nullptr : args.beta, stream);
+    }
+  });
+}
+
+}  // namespace cpu
+}  // namespace normkit

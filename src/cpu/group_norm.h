@@ -1,0 +1,60 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU group norm (with instance norm and channel layer norm as its G = C and G = 1 forms)
+// and the row-wise layer / RMS norm of [rows, D] tensors.
+#ifndef NORMKIT_CPU_GROUP_NORM_H_
+#define NORMKIT_CPU_GROUP_NORM_H_
+
+#include <cstdint>
+
+#include "core/context.h"
+#include "core/tensor.h"
+#include "cpu/kernels/group_norm.h"
+
+namespace normkit {
+namespace cpu {
+
+using kernels::Activation;
+
+struct GroupNormArgs {
+  int64_t groups = 1;            // divides C
+  const float* gamma = nullptr;  // C floats or null (1)
+  const float* beta = nullptr;   // C floats or null (0)
+  float eps = 1e-5f;
+  Activation activation = Activation::kNone;
+  float* mean = nullptr;  // N x groups outputs, or null
+  float* rstd = nullptr;  // N x groups outputs, or null
+};
+
+// y = act((x - mean) * rstd * gamma + beta) per (sample, group), on validated float32
+// CPU tensors of one shape; y may be x. Throws std::bad_alloc before writing anything
+// if scratch cannot be allocated.
+void GroupNorm(const normkit_context& context, const TensorView& x, const TensorView& y,
+               const GroupNormArgs& args);
+
+struct RowNormArgs {
+  const float* gamma = nullptr;  // D floats or null
+  const float* beta = nullptr;   // D floats or null (layer norm only)
+  float eps = 1e-5f;
+  bool rms = false;       // RMS norm: no mean subtracted, rstd = 1 / sqrt(mean(x^2) + eps)
+  float* mean = nullptr;  // rows outputs or null (layer norm only)
+  float* rstd = nullptr;  // rows outputs or null
+};
+
+// Layer norm or RMS norm over the last dimension of a [rows, D] tensor.
+void RowNorm(const normkit_context& context, const TensorView& x, const TensorView& y,
+             const RowNormArgs& args);
+
+// Statistics are taken over blocks of about this many elements (two passes while the
+// block sits in L1), and the block moments merged in block order: the block
+// boundaries come from the shape alone, so results never depend on the threads.
+constexpr int64_t kStatsBlockElems = 4096;
+
+// A group (channels-first) or sample (channels-last) up to this size is normalized
+// by one task, statistics then output while it stays in L2: one pass over DRAM.
+// Larger ones are split over all threads: statistics, then output.
+constexpr int64_t kFusedUnitBytes = int64_t{1} << 20;
+
+}  // namespace cpu
+}  // namespace normkit
+
+#endif  // NORMKIT_CPU_GROUP_NORM_H_

@@ -1,0 +1,480 @@
+// SPDX-License-Identifier: Apache-2.0
+// Normalization kernels, compiled for every SIMD target and dispatched at run time.
+#include "cpu/kernels/group_norm.h"
+
+#include <algorithm>
+
+// clang-format off
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/kernels/group_norm.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep: must precede highway.h
+#include "hwy/highway.h"
+// clang-format on
+#include "hwy/cache_control.h"
+#include "hwy/contrib/math/math-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace normkit {
+namespace kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+#if HWY_TARGET == HWY_SCALAR
+using DD = hn::Rebind<double, DF>;
+#else
+using DD = hn::Repartition<double, DF>;
+using DH = hn::Half<DF>;
+#endif
+
+// Adds the two halves of v, widened to double, to lo and hi.
+HWY_INLINE void AccumulateWide(hn::Vec<DF> v, hn::Vec<DD>& lo, hn::Vec<DD>& hi) {
+#if HWY_TARGET == HWY_SCALAR  // one lane: no halves, and hi receives nothing
+  lo = lo + hn::PromoteTo(DD(), v);
+#else
+  const DD dd;
+  const DH dh;
+  lo = lo + hn::PromoteTo(dd, hn::LowerHalf(dh, v));
+  hi = hi + hn::PromoteTo(dd, hn::UpperHalf(dh, v));
+#endif
+}
+
+// Adds the squares of v's lanes, widened to double, to lo and hi.
+HWY_INLINE void AccumulateWideSquares(hn::Vec<DF> v, hn::Vec<DD>& lo, hn::Vec<DD>& hi) {
+#if HWY_TARGET == HWY_SCALAR
+  const auto w = hn::PromoteTo(DD(), v);
+  lo = hn::MulAdd(w, w, lo);
+#else
+  const DD dd;
+  const DH dh;
+  const auto l = hn::PromoteTo(dd, hn::LowerHalf(dh, v));
+  const auto h = hn::PromoteTo(dd, hn::UpperHalf(dh, v));
+  lo = hn::MulAdd(l, l, lo);
+  hi = hn::MulAdd(h, h, hi);
+#endif
+}
+
+HWY_INLINE double SumLanes(hn::Vec<DD> v) {
+  return hn::GetLane(hn::SumOfLanes(DD(), v));
+}
+
+// Float partial sums are flushed into double accumulators every kFlushVectors
+// vectors: a float lane then sums at most kFlushVectors / 2 terms, while the long
+// sums are carried in double.
+constexpr size_t kFlushVectors = 16;
+
+HWY_INLINE float SumLanesF(hn::Vec<DF> v) {
+  return hn::GetLane(hn::SumOfLanes(DF(), v));
+}
+
+// A pivot for the shifted sums: the mean of the first few values. Only its distance
+// from the true mean (in units of the spread) matters, and SpanMoments checks it.
+HWY_INLINE float SamplePivot(const float* x, size_t n) {
+  const size_t k = std::min<size_t>(n, 64);
+  float sum = 0.0f;
+  for (size_t i = 0; i < k; ++i) sum += x[i];
+  return sum / static_cast<float>(k);
+}
+
+// s1 = sum(x - p), s2 = sum((x - p)^2) over x[0, n): float within a flush run,
+// double across runs.
+HWY_INLINE void SpanShiftedSums(const float* HWY_RESTRICT x, size_t n, float p, double* s1_out,
+                                double* s2_out) {
+  const DF d;
+  const DD dd;
+  const size_t N = hn::Lanes(d);
+  const auto vp = hn::Set(d, p);
+  auto s1lo = hn::Zero(dd), s1hi = hn::Zero(dd), s2lo = hn::Zero(dd), s2hi = hn::Zero(dd);
+  size_t i = 0;
+  while (i + 2 * N <= n) {
+    auto a1 = hn::Zero(d), a2 = hn::Zero(d), b1 = hn::Zero(d), b2 = hn::Zero(d);
+    const size_t run_end = std::min(n, i + kFlushVectors * N);
+    for (; i + 2 * N <= run_end; i += 2 * N) {
+      const auto d0 = hn::LoadU(d, x + i) - vp;
+      const auto d1 = hn::LoadU(d, x + i + N) - vp;
+      a1 = a1 + d0;
+      a2 = hn::MulAdd(d0, d0, a2);
+      b1 = b1 + d1;
+      b2 = hn::MulAdd(d1, d1, b2);
+    }
+    AccumulateWide(a1 + b1, s1lo, s1hi);
+    AccumulateWide(a2 + b2, s2lo, s2hi);
+  }
+  double s1 = SumLanes(s1lo + s1hi), s2 = SumLanes(s2lo + s2hi);
+  for (; i < n; ++i) {
+    const double dev = static_cast<double>(x[i] - p);
+    s1 += dev;
+    s2 += dev * dev;
+  }
+  *s1_out = s1;
+  *s2_out = s2;
+}
+
+// One pass of shifted sums about a sampled pivot; a second pass about the mean
+// found by the first when the pivot was too far from it to keep the digits.
+Moments SpanMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
+  if (count <= 0) return Moments();
+  const size_t n = static_cast<size_t>(count);
+  const double dn = static_cast<double>(count);
+  float p = SamplePivot(x, n);
+  double s1, s2;
+  SpanShiftedSums(x, n, p, &s1, &s2);
+  if (PivotTooFar(dn, s1, s2)) {
+    p = static_cast<float>(static_cast<double>(p) + s1 / dn);
+    SpanShiftedSums(x, n, p, &s1, &s2);
+  }
+  return FromShiftedSums(dn, p, s1, s2);
+}
+
+double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
+  const DF d;
+  const DD dd;
+  const size_t N = hn::Lanes(d);
+  const size_t n = count > 0 ? static_cast<size_t>(count) : 0;
+  auto lo = hn::Zero(dd), hi = hn::Zero(dd);
+  size_t i = 0;
+  while (i + 2 * N <= n) {
+    auto a = hn::Zero(d), b = hn::Zero(d);
+    const size_t run_end = std::min(n, i + kFlushVectors * N);
+    for (; i + 2 * N <= run_end; i += 2 * N) {
+      const auto v0 = hn::LoadU(d, x + i), v1 = hn::LoadU(d, x + i + N);
+      a = hn::MulAdd(v0, v0, a);
+      b = hn::MulAdd(v1, v1, b);
+    }
+    AccumulateWide(a + b, lo, hi);
+  }
+  double sum = SumLanes(lo + hi);
+  for (; i < n; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return sum;
+}
+
+// Channels-last blocks walk vectors of channels down all rows (the block is
+// L1-resident), so the accumulators stay in registers. Channels past the last whole
+// vector go one lane at a time, through the same code with a 1-lane tag.
+// Shifted sums of one vector of channels (or one channel, with the 1-lane tag).
+template <class D>
+HWY_INLINE void ShiftedSumsColumn(D d, const float* HWY_RESTRICT x, size_t R, size_t C, size_t c,
+                                  const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
+                                  double* HWY_RESTRICT s2) {
+  const auto vp = hn::LoadU(d, pivot + c);
+  if constexpr (hn::MaxLanes(D()) == 1) {
+    const hn::Rebind<double, D> dw;
+    auto w1 = hn::Zero(dw), w2 = hn::Zero(dw);
+    for (size_t r = 0; r < R; ++r) {
+      const auto dev = hn::PromoteTo(dw, hn::LoadU(d, x + r * C + c) - vp);
+      w1 = w1 + dev;
+      w2 = hn::MulAdd(dev, dev, w2);
+    }
+    s1[c] = hn::GetLane(w1);
+    s2[c] = hn::GetLane(w2);
+  } else {
+    const DD dd;
+    auto s1lo = hn::Zero(dd), s1hi = hn::Zero(dd), s2lo = hn::Zero(dd), s2hi = hn::Zero(dd);
+    for (size_t r = 0; r < R;) {
+      auto a1 = hn::Zero(d), a2 = hn::Zero(d);
+      const size_t run_end = std::min(R, r + kFlushVectors / 2);
+      for (; r < run_end; ++r) {
+        const auto dev = hn::LoadU(d, x + r * C + c) - vp;
+        a1 = a1 + dev;
+        a2 = hn::MulAdd(dev, dev, a2);
+      }
+      AccumulateWide(a1, s1lo, s1hi);
+      AccumulateWide(a2, s2lo, s2hi);
+    }
+#if HWY_TARGET == HWY_SCALAR
+    s1[c] = hn::GetLane(s1lo);
+    s2[c] = hn::GetLane(s2lo);
+#else
+    const size_t half = hn::Lanes(dd);
+    hn::StoreU(s1lo, dd, s1 + c);
+    hn::StoreU(s1hi, dd, s1 + c + half);
+    hn::StoreU(s2lo, dd, s2 + c);
+    hn::StoreU(s2hi, dd, s2 + c + half);
+#endif
+  }
+}
+
+// Four vectors of channels at once: four independent chains hide the add latency
+// that a single column walked down the rows would wait on.
+HWY_INLINE void ShiftedSumsFourColumns(const float* HWY_RESTRICT x, size_t R, size_t C, size_t c,
+                                       const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
+                                       double* HWY_RESTRICT s2) {
+  const DF d;
+  const DD dd;
+  const size_t N = hn::Lanes(d);
+  const auto p0 = hn::LoadU(d, pivot + c), p1 = hn::LoadU(d, pivot + c + N),
+             p2 = hn::LoadU(d, pivot + c + 2 * N), p3 = hn::LoadU(d, pivot + c + 3 * N);
+  // Double accumulators, lo / hi halves of each of the four columns.
+  auto u0l = hn::Zero(dd), u0h = hn::Zero(dd), u1l = hn::Zero(dd), u1h = hn::Zero(dd);
+  auto u2l = hn::Zero(dd), u2h = hn::Zero(dd), u3l = hn::Zero(dd), u3h = hn::Zero(dd);
+  auto q0l = hn::Zero(dd), q0h = hn::Zero(dd), q1l = hn::Zero(dd), q1h = hn::Zero(dd);
+  auto q2l = hn::Zero(dd), q2h = hn::Zero(dd), q3l = hn::Zero(dd), q3h = hn::Zero(dd);
+  for (size_t r = 0; r < R;) {
+    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+    auto b0 = hn::Zero(d), b1 = hn::Zero(d), b2 = hn::Zero(d), b3 = hn::Zero(d);
+    const size_t run_end = std::min(R, r + kFlushVectors / 2);
+    for (; r < run_end; ++r) {
+      const float* row = x + r * C + c;
+      const auto d0 = hn::LoadU(d, row) - p0;
+      const auto d1 = hn::LoadU(d, row + N) - p1;
+      const auto d2 = hn::LoadU(d, row + 2 * N) - p2;
+      const auto d3 = hn::LoadU(d, row + 3 * N) - p3;
+      a0 = a0 + d0;
+      a1 = a1 + d1;
+      a2 = a2 + d2;
+      a3 = a3 + d3;
+      b0 = hn::MulAdd(d0, d0, b0);
+      b1 = hn::MulAdd(d1, d1, b1);
+      b2 = hn::MulAdd(d2, d2, b2);
+      b3 = hn::MulAdd(d3, d3, b3);
+    }
+    AccumulateWide(a0, u0l, u0h);
+    AccumulateWide(a1, u1l, u1h);
+    AccumulateWide(a2, u2l, u2h);
+    AccumulateWide(a3, u3l, u3h);
+    AccumulateWide(b0, q0l, q0h);
+    AccumulateWide(b1, q1l, q1h);
+    AccumulateWide(b2, q2l, q2h);
+    AccumulateWide(b3, q3l, q3h);
+  }
+#if HWY_TARGET == HWY_SCALAR
+  s1[c] = hn::GetLane(u0l), s1[c + 1] = hn::GetLane(u1l), s1[c + 2] = hn::GetLane(u2l),
+  s1[c + 3] = hn::GetLane(u3l);
+  s2[c] = hn::GetLane(q0l), s2[c + 1] = hn::GetLane(q1l), s2[c + 2] = hn::GetLane(q2l),
+  s2[c + 3] = hn::GetLane(q3l);
+#else
+  const size_t h = hn::Lanes(dd);
+  hn::StoreU(u0l, dd, s1 + c), hn::StoreU(u0h, dd, s1 + c + h);
+  hn::StoreU(u1l, dd, s1 + c + N), hn::StoreU(u1h, dd, s1 + c + N + h);
+  hn::StoreU(u2l, dd, s1 + c + 2 * N), hn::StoreU(u2h, dd, s1 + c + 2 * N + h);
+  hn::StoreU(u3l, dd, s1 + c + 3 * N), hn::StoreU(u3h, dd, s1 + c + 3 * N + h);
+  hn::StoreU(q0l, dd, s2 + c), hn::StoreU(q0h, dd, s2 + c + h);
+  hn::StoreU(q1l, dd, s2 + c + N), hn::StoreU(q1h, dd, s2 + c + N + h);
+  hn::StoreU(q2l, dd, s2 + c + 2 * N), hn::StoreU(q2h, dd, s2 + c + 2 * N + h);
+  hn::StoreU(q3l, dd, s2 + c + 3 * N), hn::StoreU(q3h, dd, s2 + c + 3 * N + h);
+#endif
+}
+
+void ChannelShiftedSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
+                            const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
+                            double* HWY_RESTRICT s2) {
+  const size_t R = static_cast<size_t>(rows), C = static_cast<size_t>(channels);
+  const size_t N = hn::Lanes(DF());
+  size_t c = 0;
+  for (; c + 4 * N <= C; c += 4 * N) ShiftedSumsFourColumns(x, R, C, c, pivot, s1, s2);
+  for (; c + N <= C; c += N) ShiftedSumsColumn(DF(), x, R, C, c, pivot, s1, s2);
+  const hn::CappedTag<float, 1> d1;
+  for (; c < C; ++c) ShiftedSumsColumn(d1, x, R, C, c, pivot, s1, s2);
+}
+
+template <Activation kAct, class D, class V>
+HWY_INLINE V Activate(D d, V v) {
+  if constexpr (kAct == Activation::kRelu) {
+    // Not Max(v, 0): x86 max returns the second operand for NaN, and NaN must survive.
+    return hn::IfThenZeroElse(v < hn::Zero(d), v);
+  } else if constexpr (kAct == Activation::kSilu) {
+    // v / (1 + e^-v). e^-v overflows to inf for v < -88 (the result is then -0);
+    // the clamp keeps Exp inside its valid range. NaN stays NaN through the division.
+    const auto e = hn::Exp(d, hn::Min(hn::Neg(v), hn::Set(d, 100.0f)));
+    return v / (hn::Set(d, 1.0f) + e);
+  } else {
+    return v;
+  }
+}
+
+template <class D>
+HWY_INLINE bool IsAligned(D d, const float* p) {
+  return reinterpret_cast<uintptr_t>(p) % (hn::Lanes(d) * sizeof(float)) == 0;
+}
+
+// y[i] = f(d, i, x[i..]) for i < n: whole vectors, a 1-lane tag for spans shorter than a
+// vector (and the streaming peel), and an overlapping last vector whose lanes already
+// written are kept (right in place as well). Never touches memory outside [0, n).
+template <bool kStream, class F>
+HWY_INLINE void MapSpan(const float* x, float* y, size_t n, const F& f) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  const hn::CappedTag<float, 1> d1;
+  size_t i = 0;
+  if (n < N) {
+    for (; i < n; ++i) hn::StoreU(f(d1, i, hn::LoadU(d1, x + i)), d1, y + i);
+    return;
+  }
+  if constexpr (kStream) {
+    for (; i < n && !IsAligned(d, y + i); ++i)
+      hn::StoreU(f(d1, i, hn::LoadU(d1, x + i)), d1, y + i);
+    for (; i + N <= n; i += N) hn::Stream(f(d, i, hn::LoadU(d, x + i)), d, y + i);
+  } else {
+    for (; i + N <= n; i += N) hn::StoreU(f(d, i, hn::LoadU(d, x + i)), d, y + i);
+  }
+  if (i < n) {
+    const size_t t = n - N;
+    const auto fresh = hn::Not(hn::FirstN(d, i - t));
+    const auto v = f(d, t, hn::LoadU(d, x + t));
+    hn::StoreU(hn::IfThenElse(fresh, v, hn::LoadU(d, y + t)), d, y + t);
+  }
+}
+
+template <Activation kAct, bool kStream>
+void NormSpan(const float* x, float* y, size_t n, const NormScalars& p) {
+  MapSpan<kStream>(x, y, n, [&](auto d, size_t, auto v) {
+    const auto dev = v - hn::Set(d, p.mean);
+    return Activate<kAct>(d, hn::MulAdd(dev, hn::Set(d, p.scale), hn::Set(d, p.shift)));
+  });
+  if constexpr (kStream) hwy::FlushStream();
+}
+
+template <Activation kAct, bool kStream>
+void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& p) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  if (C % N == 0 && (!kStream || IsAligned(d, y))) {
+    // Whole vectors in every row, and with streaming every store aligned: a plain
+    // double loop without per-row prologue or tail.
+    for (size_t r = 0; r < rows; ++r) {
+      const float* HWY_RESTRICT xr = x + r * C;
+      float* HWY_RESTRICT yr = y + r * C;
+      for (size_t c = 0; c < C; c += N) {
+        const auto dev = hn::LoadU(d, xr + c) - hn::LoadU(d, p.mean + c);
+        const auto v = Activate<kAct>(
+            d, hn::MulAdd(dev, hn::LoadU(d, p.scale + c), hn::LoadU(d, p.shift + c)));
+        if constexpr (kStream) {
+          hn::Stream(v, d, yr + c);
+        } else {
+          hn::StoreU(v, d, yr + c);
+        }
+      }
+    }
+  } else {
+    for (size_t r = 0; r < rows; ++r) {
+      MapSpan<kStream>(x + r * C, y + r * C, C, [&](auto d, size_t c, auto v) {
+        const auto dev = v - hn::LoadU(d, p.mean + c);
+        return Activate<kAct>(
+            d, hn::MulAdd(dev, hn::LoadU(d, p.scale + c), hn::LoadU(d, p.shift + c)));
+      });
+    }
+  }
+  if constexpr (kStream) hwy::FlushStream();
+}
+
+template <bool kGamma, bool kBeta, bool kStream>
+void RowNormT(const float* x, float* y, size_t n, float mean, float rstd, float offset,
+              const float* gamma, const float* beta) {
+  MapSpan<kStream>(x, y, n, [&](auto d, size_t c, auto v) {
+    const auto t = hn::MulAdd(v - hn::Set(d, mean), hn::Set(d, rstd), hn::Set(d, offset));
+    if constexpr (kGamma && kBeta) {
+      return hn::MulAdd(t, hn::LoadU(d, gamma + c), hn::LoadU(d, beta + c));
+    } else if constexpr (kGamma) {
+      return t * hn::LoadU(d, gamma + c);
+    } else if constexpr (kBeta) {
+      return t + hn::LoadU(d, beta + c);
+    } else {
+      return t;
+    }
+  });
+  if constexpr (kStream) hwy::FlushStream();
+}
+
+// Run-time (activation, stream) -> one of the six instantiations.
+template <template <Activation, bool> class Fn, class... Args>
+void DispatchActivation(Activation act, bool stream, Args&&... args) {
+  switch (act) {
+    case Activation::kRelu:
+      return stream ? Fn<Activation::kRelu, true>::Run(args...)
+                    : Fn<Activation::kRelu, false>::Run(args...);
+    case Activation::kSilu:
+      return stream ? Fn<Activation::kSilu, true>::Run(args...)
+                    : Fn<Activation::kSilu, false>::Run(args...);
+    case Activation::kNone:
+    default:
+      return stream ? Fn<Activation::kNone, true>::Run(args...)
+                    : Fn<Activation::kNone, false>::Run(args...);
+  }
+}
+
+template <Activation kAct, bool kStream>
+struct NormSpanFn {
+  static void Run(const float* x, float* y, int64_t n, const NormScalars& p) {
+    NormSpan<kAct, kStream>(x, y, static_cast<size_t>(n), p);
+  }
+};
+template <Activation kAct, bool kStream>
+struct NormRowsFn {
+  static void Run(const float* x, float* y, int64_t rows, int64_t C, const NormRows& p) {
+    NormRowsT<kAct, kStream>(x, y, static_cast<size_t>(rows), static_cast<size_t>(C), p);
+  }
+};
+
+void ApplyNormSpanImpl(const float* x, float* y, int64_t n, const NormScalars& p, Activation act,
+                       bool stream) {
+  DispatchActivation<NormSpanFn>(act, stream, x, y, n, p);
+}
+
+void ApplyNormRowsImpl(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
+                       Activation act, bool stream) {
+  DispatchActivation<NormRowsFn>(act, stream, x, y, rows, channels, p);
+}
+
+void ApplyRowNormImpl(const float* x, float* y, int64_t count, float mean, float rstd, float offset,
+                      const float* gamma, const float* beta, bool stream) {
+  const size_t n = static_cast<size_t>(count);
+  const int which = (gamma ? 2 : 0) + (beta ? 1 : 0);
+  switch (which * 2 + (stream ? 1 : 0)) {
+    case 0: return RowNormT<false, false, false>(x, y, n, mean, rstd, offset, gamma, beta);
+    case 1: return RowNormT<false, false, true>(x, y, n, mean, rstd, offset, gamma, beta);
+    case 2: return RowNormT<false, true, false>(x, y, n, mean, rstd, offset, gamma, beta);
+    case 3: return RowNormT<false, true, true>(x, y, n, mean, rstd, offset, gamma, beta);
+    case 4: return RowNormT<true, false, false>(x, y, n, mean, rstd, offset, gamma, beta);
+    case 5: return RowNormT<true, false, true>(x, y, n, mean, rstd, offset, gamma, beta);
+    case 6: return RowNormT<true, true, false>(x, y, n, mean, rstd, offset, gamma, beta);
+    default: return RowNormT<true, true, true>(x, y, n, mean, rstd, offset, gamma, beta);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kernels
+}  // namespace normkit
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace normkit {
+namespace kernels {
+
+HWY_EXPORT(SpanMomentsImpl);
+HWY_EXPORT(SpanSumSquaresImpl);
+HWY_EXPORT(ChannelShiftedSumsImpl);
+HWY_EXPORT(ApplyNormSpanImpl);
+HWY_EXPORT(ApplyNormRowsImpl);
+HWY_EXPORT(ApplyRowNormImpl);
+
+Moments SpanMoments(const float* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(SpanMomentsImpl)(x, n);
+}
+
+double SpanSumSquares(const float* x, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(SpanSumSquaresImpl)(x, n);
+}
+
+void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const float* pivot,
+                        double* s1, double* s2) {
+  HWY_DYNAMIC_DISPATCH(ChannelShiftedSumsImpl)(x, rows, channels, pivot, s1, s2);
+}
+
+void ApplyNormSpan(const float* x, float* y, int64_t n, const NormScalars& p, Activation act,
+                   bool stream) {
+  HWY_DYNAMIC_DISPATCH(ApplyNormSpanImpl)(x, y, n, p, act, stream);
+}
+
+void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
+                   Activation act, bool stream) {
+  HWY_DYNAMIC_DISPATCH(ApplyNormRowsImpl)(x, y, rows, channels, p, act, stream);
+}
+
+void ApplyRowNorm(const float* x, float* y, int64_t n, float mean, float rstd, float offset,
+                  const float* gamma, const float* beta, bool stream) {
+  HWY_DYNAMIC_DISPATCH(ApplyRowNormImpl)(x, y, n, mean, rstd, offset, gamma, beta, stream);
+}
+
+}  // namespace kernels
+}  // namespace normkit
+#endif  // HWY_ONCE

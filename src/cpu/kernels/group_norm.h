@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kernels of the normalization family (group / instance / layer / RMS norm): moments of
+// cache-resident blocks in double, and the fused normalize-affine-activation pass.
+// No threads here: src/cpu/group_norm.cc splits the work and merges the moments.
+#ifndef NORMKIT_CPU_KERNELS_GROUP_NORM_H_
+#define NORMKIT_CPU_KERNELS_GROUP_NORM_H_
+
+#include <cstdint>
+
+namespace normkit {
+namespace kernels {
+
+// Activation fused after the affine of a normalization.
+enum class Activation : int { kNone = 0, kRelu = 1, kSilu = 2 };
+
+// Count, mean and sum of squared deviations from the mean (M2) of a set of values.
+struct Moments {
+  double count = 0.0;
+  double mean = 0.0;
+  double m2 = 0.0;
+};
+
+// Chan et al.'s pairwise merge: the moments of the union of two disjoint sets.
+// Exact in the sense that no E[x^2] - E[x]^2 cancellation ever happens.
+inline Moments MergeMoments(const Moments& a, const Moments& b) {
+  if (a.count == 0.0) return b;
+  if (b.count == 0.0) return a;
+  Moments m;
+  m.count = a.count + b.count;
+  const double delta = b.mean - a.mean;
+  m.mean = a.mean + delta * (b.count / m.count);
+  m.m2 = a.m2 + b.m2 + delta * delta * (a.count * b.count / m.count);
+  return m;
+}
+
+// Moments of x[0, n) (the span should be cache-resident) from shifted sums
+// s1 = sum(x - p), s2 = sum((x - p)^2) about a pivot p sampled from the span,
+// float within short runs and carried in double; a second pass about the mean the
+// first found when the pivot was too far from it (PivotTooFar). The order of every
+// sum depends only on n, the data and the SIMD target.
+Moments SpanMoments(const float* x, int64_t n);
+
+// Sum of x[i]^2 over x[0, n), carried in double (RMS norm).
+double SpanSumSquares(const float* x, int64_t n);
+
+// Per-channel shifted sums about pivot[c], carried in double:
+// s1[c] = sum_r (x[r, c] - pivot[c]), s2[c] = sum_r (x[r, c] - pivot[c])^2.
+void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const float* pivot,
+                        double* s1, double* s2);
+
+// Whether shifted sums about a pivot lost too many digits to trust: true when the
+// pivot is further from the mean than one standard deviation, i.e. when
+// s1^2 / n > s2 / 2. Below that, s2 - s1^2 / n keeps all but one bit of s2's
+// precision.
+inline bool PivotTooFar(double count, double s1, double s2) {
+  return s1 * s1 > 0.5 * count * s2;
+}
+
+// Moments of `count` values from their shifted sums about `pivot`. With the pivot
+// near the mean (in units of the spread) s2 - s1^2 / count does not cancel; this is
+// not E[x^2] - E[x]^2, whose pivot is 0.
+inline Moments FromShiftedSums(double count, float pivot, double s1, double s2) {
+  Moments m;
+  m.count = count;
+  m.mean = static_cast<double>(pivot) + s1 / count;
+  const double m2 = s2 - s1 * (s1 / count);
+  m.m2 = m2 > 0.0 ? m2 : 0.0;
+  return m;
+}
+
+// `stream`: non-temporal stores (outputs larger than the last-level cache); each call
+// ends with the fence that orders them.
+//
+// One normalization for a whole span: y = act((x - mean) * scale + shift), where
+// mean is the float nearest the exact mean m, scale = gamma * rstd and
+// shift = beta - (m - mean) * scale. Subtracting the mean first keeps the result
+// exact when the mean is large next to the standard deviation; the folded form
+// x * scale + (beta - m * scale) would lose those digits.
+struct NormScalars {
+  float mean;
+  float scale;
+  float shift;
+};
+void ApplyNormSpan(const float* x, float* y, int64_t n, const NormScalars& p, Activation act,
+                   bool stream);
+
+// Channels-last rows of `channels` floats, parameters per channel (rows of `channels`).
+struct NormRows {
+  const float* mean;
+  const float* scale;
+  const float* shift;
+};
+void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
+                   Activation act, bool stream);
+
+// One row of a [rows, D] layer / RMS norm:
+//   y[d] = ((x[d] - mean) * rstd + offset) * gamma[d] + beta[d]
+// where mean is the float nearest the row's mean m and offset = -(m - mean) * rstd.
+// gamma and beta may be null (1 and 0); RMS norm passes mean = offset = 0.
+void ApplyRowNorm(const float* x, float* y, int64_t n, float mean, float rstd, float offset,
+                  const float* gamma, const float* beta, bool stream);
+
+}  // namespace kernels
+}  // namespace normkit
+
+#endif  // NORMKIT_CPU_KERNELS_GROUP_NORM_H_

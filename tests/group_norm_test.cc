@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: Apache-2.0
+// Group norm (and its instance / channel layer norm forms) against the double
+// reference: layouts, ranks 2..5, group sizes, fused activations, in place, threads,
+// ill-conditioned and degenerate groups, NaN isolation, bitwise determinism.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "norm_reference.h"
+#include "test_util.h"
+
+namespace normkit_test {
+namespace {
+
+struct GroupNormCase {
+  std::vector<int64_t> shape;
+  int64_t groups;
+  normkit_layout layout;
+  int32_t activation = NORMKIT_ACTIVATION_NONE;
+  bool has_gamma = true;
+  bool has_beta = true;
+  bool in_place = false;
+  int threads = 1;
+  float offset = 0.0f;  // added to x: mean / std = offset / ~1.15
+};
+
+std::string Describe(const GroupNormCase& k) {
+  std::string s = "shape=";
+  for (auto d : k.shape) s += std::to_string(d) + "x";
+  s += " G=" + std::to_string(k.groups);
+  s += k.layout == NORMKIT_LAYOUT_CHANNELS_LAST ? " channels_last" : " channels_first";
+  s += " act=" + std::to_string(k.activation) + (k.has_gamma ? " gamma" : "") +
+       (k.has_beta ? " beta" : "") + (k.in_place ? " in_place" : "") +
+       " threads=" + std::to_string(k.threads) + " offset=" + std::to_string(k.offset);
+  return s;
+}
+
+void RunGroupNormCase(const GroupNormCase& k) {
+  SCOPED_TRACE(Describe(k));
+  const int64_t N = k.shape[0], C = k.shape[1], numel = Numel(k.shape), S = numel / (N * C);
+  std::vector<float> x = RandomVector(numel, 11 + static_cast<uint32_t>(numel));
+  for (auto& v : x) v += k.offset;
+  const std::vector<float> gamma = RandomVector(C, 12, 0.5f, 1.5f), beta = RandomVector(C, 13);
+  const float* gp = k.has_gamma ? gamma.data() : nullptr;
+  const float* bp = k.has_beta ? beta.data() : nullptr;
+  const float eps = 1e-5f;
+  const bool cl = k.layout == NORMKIT_LAYOUT_CHANNELS_LAST;
+  const NormReference want =
+      ReferenceGroupNorm(x, N, C, S, k.groups, cl, gp, bp, eps, k.activation);
+
+  std::vector<float> xb = x, yb(numel, -7.0f), mean(N * k.groups), rstd(N * k.groups);
+  float* yd = k.in_place ? xb.data() : yb.data();
+  Context ctx(k.threads);
+  normkit_tensor xt = Desc(xb.data(), k.layout, k.shape), yt = Desc(yd, k.layout, k.shape);
+  ASSERT_EQ(normkit_group_norm(ctx.ctx, &xt, k.groups, gp, bp, eps, k.activation, &yt, mean.data(),
+                               rstd.data()),
+            NORMKIT_SUCCESS)
+      << normkit_last_error();
+  ExpectNormNear(std::vector<float>(yd, yd + numel), want, "group_norm");
+  for (size_t i = 0; i < mean.size(); ++i) {
+    EXPECT_NEAR(mean[i], want.mean[i], 1e-6 * std::fabs(want.mean[i]) + 1e-7) << "mean " << i;
+    EXPECT_NEAR(rstd[i], want.rstd[i], 1e-6 * want.rstd[i]) << "rstd " << i;
+  }
+}
+
+TEST(GroupNorm, MatchesReferenceAcrossShapesAndGroups) {
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes_groups = {
+      {{2, 6, 5, 7}, {1, 2, 3, 6}}, {{1, 32, 9, 9}, {8, 32}},  {{3, 20, 17}, {4, 5, 20}},
+      {{2, 12, 3, 4, 5}, {3, 12}},  {{2, 48}, {1, 4, 48}},     {{1, 4, 64, 64}, {2}},
+      {{2, 24, 33, 31}, {6}},       {{1, 64, 7, 7}, {32}},     {{2, 3, 1, 1}, {1, 3}},
+      {{1, 40, 70}, {8}},           {{2, 96, 11, 13}, {32, 1}}};
+  for (const auto& [shape, groups] : shapes_groups) {
+    for (int64_t g : groups) {
+      for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+        GroupNormCase k{shape, g, layout};
+        RunGroupNormCase(k);
+      }
+    }
+  }
+}
+
+TEST(GroupNorm, ActivationsParamsInPlaceAndThreads) {
+  for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+    for (int32_t act :
+         {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_RELU, NORMKIT_ACTIVATION_SILU}) {
+      for (int threads : {1, 2, 3}) {
+        GroupNormCase k{{3, 24, 13, 11}, 6, layout, act};
+        k.threads = threads;
+        k.in_place = threads == 2;
+        k.has_gamma = threads != 3;
+        k.has_beta = act != NORMKIT_ACTIVATION_RELU;
+        RunGroupNormCase(k);
+      }
+    }
+  }
+}
+
+// One group larger than a fused task takes (split over threads) and one sample per
+// call: the statistics are then merged across blocks of several tasks.
+TEST(GroupNorm, LargeGroupsSplitAcrossThreads) {
+  for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+    for (int threads : {1, 2}) {
+      GroupNormCase k{{1, 16, 130, 129}, 1, layout, NORMKIT_ACTIVATION_SILU};
+      k.threads = threads;
+      RunGroupNormCase(k);
+      k.groups = 4;
+      RunGroupNormCase(k);
+    }
+  }
+}
+
+// Mean 1e4 times the standard deviation: E[x^2] - E[x]^2 in float32 would lose every
+// digit (the classic LayerNorm NaN reports); the result must still be within 1e-5.
+TEST(GroupNorm, LargeMeanSmallVariance) {
+  for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+    for (const auto& [shape, g] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
+             {{2, 32, 28, 28}, 8}, {{1, 16, 130, 129}, 1}, {{2, 6, 5, 7}, 3}}) {
+      GroupNormCase k{shape, g, layout};
+      k.offset = 1.15e4f;
+      k.threads = 2;
+      RunGroupNormCase(k);
+    }
+  }
+}
+
+// The statistics pivot on the first values of a block; outliers there force the
+// second pass about the mean, which must still give the exact result.
+TEST(GroupNorm, OutliersWhereThePivotIsSampled) {
+  for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+    const std::vector<int64_t> shape = {2, 16, 20, 21};
+    const int64_t N = 2, C = 16, S = 420, G = 4;
+    const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST;
+    std::vector<float> x = RandomVector(Numel(shape), 71), y(x.size());
+    for (int64_t i = 0; i < 80; ++i) x[i] = 3.0e3f;  // channels-first: group 0's head
+    for (int64_t c = 0; c < C; ++c) x[c] = 5.0e3f;   // channels-last: the first row
+    normkit_tensor xt = Desc(x.data(), layout, shape), yt = Desc(y.data(), layout, shape);
+    ASSERT_EQ(normkit_group_norm(nullptr, &xt, G, nullptr, nullptr, 1e-5f, NORMKIT_ACTIVATION_NONE,
+                                 &yt, nullptr, nullptr),
+              NORMKIT_SUCCESS);
+    ExpectNormNear(y, ReferenceGroupNorm(x, N, C, S, G, cl, nullptr, nullptr, 1e-5, 0),
+                   "group_norm with outliers");
+  }
+}
+
+TEST(GroupNorm, ConstantGroupsAndSingleElementGroupsGiveBeta) {
+  const std::vector<float> beta = {0.5f, -1.0f, 2.0f, 0.25f, 3.0f, -2.5f};
+  const std::vector<float> gamma = {2.0f, 3.0f, -1.0f, 1.0f, 0.5f, 7.0f};
+  for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+    // One element per group: rank 2, G = C.
+    std::vector<float> x = RandomVector(2 * 6, 5), y(x.size());
+    normkit_tensor xt = Desc(x.data(), layout, {2, 6}), yt = Desc(y.data(), layout, {2, 6});
+    ASSERT_EQ(normkit_group_norm(nullptr, &xt, 6, gamma.data(), beta.data(), 1e-5f,
+                                 NORMKIT_ACTIVATION_NONE, &yt, nullptr, nullptr),
+              NORMKIT_SUCCESS);
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], beta[i % 6]) << i;
+    // Constant groups of many elements, with a large value.
+    const std::vector<int64_t> shape = {2, 6, 9, 10};
+    std::vector<float> xc(Numel(shape)), yc(xc.size());
+    for (size_t i = 0; i < xc.size(); ++i) xc[i] = 12345.678f;
+    xt = Desc(xc.data(), layout, shape);
+    yt = Desc(yc.data(), layout, shape);
+    ASSERT_EQ(normkit_group_norm(nullptr, &xt, 3, gamma.data(), beta.data(), 1e-5f,
+                                 NORMKIT_ACTIVATION_NONE, &yt, nullptr, nullptr),
+              NORMKIT_SUCCESS);
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < 6; ++c)
+        for (int64_t s = 0; s < 90; ++s)
+          ASSERT_EQ(yc[Offset(n, c, s, 6, 90, layout == NORMKIT_LAYOUT_CHANNELS_LAST)], beta[c]);
+  }
+}
+
+// NaN or Inf in one group reaches that group's outputs and no other.
+TEST(GroupNorm, NonFiniteStaysInItsGroup) {
+  const std::vector<int64_t> shape = {2, 8, 6, 5};
+  const int64_t N = 2, C = 8, S = 30, G = 4;
+  for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+    const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST;
+    for (float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      std::vector<float> x = RandomVector(Numel(shape), 21), y(x.size());
+      x[Offset(1, 5, 7, C, S, cl)] = bad;  // sample 1, group 2
+      normkit_tensor xt = Desc(x.data(), layout, shape), yt = Desc(y.data(), layout, shape);
+      ASSERT_EQ(normkit_group_norm(nullptr, &xt, G, nullptr, nullptr, 1e-5f,
+                                   NORMKIT_ACTIVATION_SILU, &yt, nullptr, nullptr),
+                NORMKIT_SUCCESS);
+      const NormReference clean =
+          ReferenceGroupNorm(x, N, C, S, G, cl, nullptr, nullptr, 1e-5, NORMKIT_ACTIVATION_SILU);
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t c = 0; c < C; ++c) {
+          for (int64_t s = 0; s < S; ++s) {
+            const int64_t i = Offset(n, c, s, C, S, cl);
+            if (n == 1 && c / 2 == 2) {
+              EXPECT_TRUE(std::isnan(y[i])) << "poisoned group, element " << i;
+            } else {
+              EXPECT_NEAR(y[i], clean.y[i], 1e-5 * clean.magnitude[i] + 1e-7) << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GroupNorm, NamedFormsEqualGroupNorm) {
+  const std::vector<int64_t> shape = {2, 12, 7, 9};
+  const std::vector<float> x = RandomVector(Numel(shape), 31), gamma = RandomVector(12, 32),
+                           beta = RandomVector(12, 33);
+  for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+    std::vector<float> a(x.size()), b(x.size()), ma(24), mb(24), ra(24), rb(24);
+    normkit_tensor xt = Desc(const_cast<float*>(x.data()), layout, shape);
+    normkit_tensor at = Desc(a.data(), layout, shape), bt = Desc(b.data(), layout, shape);
+    ASSERT_EQ(normkit_instance_norm(nullptr, &xt, gamma.data(), beta.data(), 1e-5f,
+                                    NORMKIT_ACTIVATION_RELU, &at, ma.data(), ra.data()),
+              NORMKIT_SUCCESS);
+    ASSERT_EQ(normkit_group_norm(nullptr, &xt, 12, gamma.data(), beta.data(), 1e-5f,
+                                 NORMKIT_ACTIVATION_RELU, &bt, mb.data(), rb.data()),
+              NORMKIT_SUCCESS);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(ma, mb);
+    EXPECT_EQ(ra, rb);
+    ASSERT_EQ(normkit_channel_layer_norm(nullptr, &xt, gamma.data(), beta.data(), 1e-5f,
+                                         NORMKIT_ACTIVATION_NONE, &at, ma.data(), ra.data()),
+              NORMKIT_SUCCESS);
+    ASSERT_EQ(normkit_group_norm(nullptr, &xt, 1, gamma.data(), beta.data(), 1e-5f,
+                                 NORMKIT_ACTIVATION_NONE, &bt, mb.data(), rb.data()),
+              NORMKIT_SUCCESS);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(std::vector<float>(ma.begin(), ma.begin() + 2),
+              std::vector<float>(mb.begin(), mb.begin() + 2));
+  }
+}
+
+// Bitwise identical outputs and statistics for 1, 2, 3 and 8 threads, in place or not,
+// for fused (small groups) and split (one large group) plans in both layouts.
+TEST(GroupNorm, BitwiseIdenticalAcrossThreadCounts) {
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> cases = {
+      {{3, 32, 17, 19}, 8}, {{1, 16, 130, 129}, 1}, {{1, 64, 56, 56}, 32}, {{2, 20, 300}, 4}};
+  for (const auto& [shape, g] : cases) {
+    const int64_t N = shape[0], C = shape[1];
+    const std::vector<float> x = RandomVector(Numel(shape), 41), gamma = RandomVector(C, 42),
+                             beta = RandomVector(C, 43);
+    for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      std::vector<float> first, first_stats;
+      for (int threads : {1, 2, 3, 8}) {
+        for (bool in_place : {false, true}) {
+          std::vector<float> xb = x, yb(x.size()), stats(2 * N * g);
+          float* yd = in_place ? xb.data() : yb.data();
+          Context ctx(threads);
+          normkit_tensor xt = Desc(xb.data(), layout, shape), yt = Desc(yd, layout, shape);
+          ASSERT_EQ(
+              normkit_group_norm(ctx.ctx, &xt, g, gamma.data(), beta.data(), 1e-5f,
+                                 NORMKIT_ACTIVATION_SILU, &yt, stats.data(), stats.data() + N * g),
+              NORMKIT_SUCCESS);
+          if (first.empty()) {
+            first.assign(yd, yd + x.size());
+            first_stats = stats;
+          } else {
+            ASSERT_EQ(std::memcmp(first.data(), yd, first.size() * sizeof(float)), 0)
+                << "threads=" << threads << " in_place=" << in_place << " layout=" << layout
+                << " G=" << g;
+            ASSERT_EQ(first_stats, stats);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normkit_test

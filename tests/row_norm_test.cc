@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+// Layer norm and RMS norm over the last dimension of [rows, D] against the double
+// reference: row lengths around the vector width and the statistics block, absent
+// gamma / beta, in place, a large mean, and bitwise determinism across threads.
+#include <cstring>
+#include <vector>
+
+#include "norm_reference.h"
+#include "test_util.h"
+
+namespace normkit_test {
+namespace {
+
+void RunRowNorm(int64_t rows, int64_t D, bool rms, bool has_gamma, bool has_beta, bool in_place,
+                int threads, float offset) {
+  SCOPED_TRACE(testing::Message() << "rows=" << rows << " D=" << D << " rms=" << rms << " gamma="
+                                  << has_gamma << " beta=" << has_beta << " in_place=" << in_place
+                                  << " threads=" << threads << " offset=" << offset);
+  std::vector<float> x = RandomVector(rows * D, 51 + static_cast<uint32_t>(D));
+  for (auto& v : x) v += offset;
+  const std::vector<float> gamma = RandomVector(D, 52), beta = RandomVector(D, 53);
+  const float* gp = has_gamma ? gamma.data() : nullptr;
+  const float* bp = has_beta ? beta.data() : nullptr;
+  const NormReference want = ReferenceRowNorm(x, rows, D, gp, bp, 1e-6, rms);
+  std::vector<float> xb = x, yb(x.size()), mean(rows), rstd(rows);
+  float* yd = in_place ? xb.data() : yb.data();
+  Context ctx(threads);
+  const auto layout = rows % 2 ? NORMKIT_LAYOUT_CHANNELS_FIRST : NORMKIT_LAYOUT_CHANNELS_LAST;
+  normkit_tensor xt = Desc(xb.data(), layout, {rows, D}), yt = Desc(yd, layout, {rows, D});
+  if (rms) {
+    ASSERT_EQ(normkit_rms_norm(ctx.ctx, &xt, gp, 1e-6f, &yt, rstd.data()), NORMKIT_SUCCESS)
+        << normkit_last_error();
+  } else {
+    ASSERT_EQ(normkit_layer_norm(ctx.ctx, &xt, gp, bp, 1e-6f, &yt, mean.data(), rstd.data()),
+              NORMKIT_SUCCESS)
+        << normkit_last_error();
+  }
+  ExpectNormNear(std::vector<float>(yd, yd + x.size()), want, rms ? "rms_norm" : "layer_norm");
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!rms) EXPECT_NEAR(mean[r], want.mean[r], 1e-6 * std::fabs(want.mean[r]) + 1e-7);
+    EXPECT_NEAR(rstd[r], want.rstd[r], 1e-6 * want.rstd[r]);
+  }
+}
+
+TEST(RowNorm, LayerNormMatchesReference) {
+  for (int64_t D : {1, 3, 15, 16, 17, 100, 768, 4096, 5000}) {
+    RunRowNorm(7, D, false, true, true, false, 2, 0.0f);
+  }
+  RunRowNorm(64, 768, false, false, true, true, 3, 0.0f);
+  RunRowNorm(5, 33, false, true, false, false, 1, 0.0f);
+  RunRowNorm(5, 33, false, false, false, true, 1, 0.0f);
+}
+
+TEST(RowNorm, RmsNormMatchesReference) {
+  for (int64_t D : {1, 7, 16, 31, 768, 5000}) RunRowNorm(6, D, true, true, false, false, 2, 0.0f);
+  RunRowNorm(33, 128, true, false, false, true, 3, 0.0f);
+}
+
+TEST(RowNorm, LargeMeanSmallVariance) {
+  for (int64_t D : {64, 768, 5000}) RunRowNorm(9, D, false, true, true, false, 2, 1.15e4f);
+}
+
+TEST(RowNorm, BitwiseIdenticalAcrossThreadCounts) {
+  const int64_t rows = 300, D = 200;
+  const std::vector<float> x = RandomVector(rows * D, 61), gamma = RandomVector(D, 62);
+  for (bool rms : {false, true}) {
+    std::vector<float> first;
+    for (int threads : {1, 2, 3, 8}) {
+      std::vector<float> y(x.size());
+      Context ctx(threads);
+      normkit_tensor xt = Desc(const_cast<float*>(x.data()), NORMKIT_LAYOUT_CHANNELS_FIRST,
+                               {rows, D}),
+                     yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D});
+      ASSERT_EQ(rms ? normkit_rms_norm(ctx.ctx, &xt, gamma.data(), 1e-5f, &yt, nullptr)
+                    : normkit_layer_norm(ctx.ctx, &xt, gamma.data(), nullptr, 1e-5f, &yt, nullptr,
+                                         nullptr),
+                NORMKIT_SUCCESS);
+      if (first.empty()) {
+        first = y;
+      } else {
+        ASSERT_EQ(std::memcmp(first.data(), y.data(), y.size() * sizeof(float)), 0)
+            << "threads=" << threads;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normkit_test

@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: Apache-2.0
+// Runs the golden vectors of tests/vectors/ (float32 inputs, float64 expected outputs
+// from NumPy) through the C API. The CUDA tests read the same files.
+#include "vectors.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace normkit_test {
+namespace {
+
+std::string VectorPath(const char* file) {
+  return std::string(NORMKIT_VECTORS_DIR) + "/" + file;
+}
+
+// Within 1e-5 of the expected value, relative to max(|expected|, 1).
+void ExpectClose(const std::vector<float>& got, const std::vector<double>& want,
+                 const std::string& name) {
+  ASSERT_EQ(got.size(), want.size()) << name;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = 1e-5 * std::max(1.0, std::fabs(want[i]));
+    if (!(std::fabs(got[i] - want[i]) <= tol) && ++bad <= 5) {
+      ADD_FAILURE() << name << ": element " << i << " got " << got[i] << " want " << want[i];
+    }
+  }
+}
+
+TEST(GoldenVectors, GroupNorm) {
+  const auto cases = ReadVectorFile(VectorPath("group_norm.txt"));
+  ASSERT_GE(cases.size(), 10u) << "cannot read " << VectorPath("group_norm.txt");
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    const auto shape = k.Shape();
+    const auto layout = static_cast<normkit_layout>(static_cast<int>(k.Scalar("layout")));
+    std::vector<float> x = k.Floats("x"), y(x.size());
+    const std::vector<float> gamma = k.Has("gamma") ? k.Floats("gamma") : std::vector<float>();
+    const std::vector<float> beta = k.Has("beta") ? k.Floats("beta") : std::vector<float>();
+    normkit_tensor xt = Desc(x.data(), layout, shape), yt = Desc(y.data(), layout, shape);
+    for (int threads : {1, 2}) {
+      Context ctx(threads);
+      ASSERT_EQ(normkit_group_norm(
+                    ctx.ctx, &xt, static_cast<int64_t>(k.Scalar("groups")),
+                    gamma.empty() ? nullptr : gamma.data(), beta.empty() ? nullptr : beta.data(),
+                    static_cast<float>(k.Scalar("eps")),
+                    static_cast<int32_t>(k.Scalar("activation")), &yt, nullptr, nullptr),
+                NORMKIT_SUCCESS)
+          << normkit_last_error();
+      ExpectClose(y, k.arrays.at("y"), k.name);
+    }
+  }
+}
+
+TEST(GoldenVectors, LayerAndRmsNorm) {
+  const auto cases = ReadVectorFile(VectorPath("row_norm.txt"));
+  ASSERT_GE(cases.size(), 5u) << "cannot read " << VectorPath("row_norm.txt");
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    const auto shape = k.Shape();
+    std::vector<float> x = k.Floats("x"), y(x.size());
+    const std::vector<float> gamma = k.Has("gamma") ? k.Floats("gamma") : std::vector<float>();
+    const std::vector<float> beta = k.Has("beta") ? k.Floats("beta") : std::vector<float>();
+    normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape),
+                   yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+    const float eps = static_cast<float>(k.Scalar("eps"));
+    const float* gp = gamma.empty() ? nullptr : gamma.data();
+    const normkit_status st =
+        k.op == "rms_norm"
+            ? normkit_rms_norm(nullptr, &xt, gp, eps, &yt, nullptr)
+            : normkit_layer_norm(nullptr, &xt, gp, beta.empty() ? nullptr : beta.data(), eps, &yt,
+                                 nullptr, nullptr);
+    ASSERT_EQ(st, NORMKIT_SUCCESS) << normkit_last_error();
+    ExpectClose(y, k.arrays.at("y"), k.name);
+  }
+}
+
+}  // namespace
+}  // namespace normkit_test
