@@ -319,6 +319,118 @@ NORMKIT_API normkit_status normkit_rms_norm(const normkit_context* context, cons
                                             const float* gamma, float eps, const normkit_tensor* y,
                                             float* rstd_out);
 
+/* ------------------------------------------------------------------------- */
+/* Shift-sum: the coded-aperture spectral imaging (CASSI) operators          */
+/* ------------------------------------------------------------------------- */
+
+/* x is [B, C, H, W] (rank 4, channels-first, or channels-last [B, H, W, C]); channel
+ * c is offset by c*S + o along the shift axis, o = (C-1) * max(0, -S) so that every
+ * offset is >= 0 (for S >= 0 channel 0 stays). Along W, y is [B, H, W'] with
+ * W' = W + (C-1)|S|; along H, y is [B, H', W] with H' = H + (C-1)|S|. y is given as a
+ * rank-4 [B, 1, H', W'] or a rank-3 channels-first [B, H', W'] descriptor. All tensors
+ * and masks of one call share x's dtype: float32 or float64. */
+
+typedef enum normkit_shift_axis {
+  NORMKIT_SHIFT_ALONG_W = 0, /* the usual CASSI dispersion along columns */
+  NORMKIT_SHIFT_ALONG_H = 1  /* dispersion along rows (e.g. deepinv's default) */
+} normkit_shift_axis;
+
+/* How the mask M is given (always channels-first, whatever x's layout). */
+typedef enum normkit_mask_kind {
+  NORMKIT_MASK_NONE = 0,    /* no mask: the plain shift-and-sum */
+  NORMKIT_MASK_HW = 1,      /* [H, W], applied before shifting, shared by all channels */
+  NORMKIT_MASK_CHW = 2,     /* [C, H, W], per channel, before shifting */
+  NORMKIT_MASK_BCHW = 3,    /* [B, C, H, W], per sample and channel, before shifting */
+  NORMKIT_MASK_PHI_CHW = 4, /* Phi [C, H', W'] in the shifted domain (e.g. mask_3d_shift) */
+  NORMKIT_MASK_PHI_BCHW = 5 /* Phi [B, C, H', W'] in the shifted domain */
+} normkit_mask_kind;
+
+/* Parameters shared by the shift-sum calls. Initialize with
+ * normkit_shift_sum_params_init; fields are only appended in later versions. */
+typedef struct normkit_shift_sum_params {
+  uint32_t struct_size; /* sizeof(normkit_shift_sum_params) of the caller's header */
+  int32_t axis;         /* normkit_shift_axis */
+  int64_t step;         /* S, any integer (negative allowed) */
+  double scale;         /* s, multiplies A and A^T (1 by default; 2/C is common) */
+  int32_t mask_kind;    /* normkit_mask_kind */
+  const void* mask;     /* mask data of x's dtype, NULL for NORMKIT_MASK_NONE */
+} normkit_shift_sum_params;
+
+static inline void normkit_shift_sum_params_init(normkit_shift_sum_params* p, int64_t step) {
+  p->struct_size = (uint32_t)sizeof(normkit_shift_sum_params);
+  p->axis = (int32_t)NORMKIT_SHIFT_ALONG_W;
+  p->step = step;
+  p->scale = 1.0;
+  p->mask_kind = (int32_t)NORMKIT_MASK_NONE;
+  p->mask = 0;
+}
+
+/* Forward operator A:  y[b, h, w'] = s * sum_c M_c[h, w] * x[b, c, h, w],  w' = w + c*S + o
+ * (along W; rows instead of columns along H). With a Phi mask the product uses
+ * Phi_c[h, w'] instead of M_c[h, w]. Each y row is one task summing channels in
+ * order: bitwise identical for any thread count. Reads x once, writes y once.
+ * Errors: INVALID_ARGUMENT (descriptors, shapes inconsistent with C, S, W', params,
+ *   mask missing or overlapping y, y overlapping x); UNSUPPORTED (dtype other than
+ *   float32 / float64); DEVICE_UNAVAILABLE. Nothing is written on error. */
+NORMKIT_API normkit_status normkit_shift_sum(const normkit_context* context,
+                                             const normkit_tensor* x,
+                                             const normkit_shift_sum_params* params,
+                                             const normkit_tensor* y);
+
+/* Adjoint A^T:  x[b, c, h, w] = s * M_c[h, w] * y[b, h, w + c*S + o]; without a mask the
+ * plain window extraction ("shift back"). <A x, y> = <x, A^T y>. */
+NORMKIT_API normkit_status normkit_shift_sum_adjoint(const normkit_context* context,
+                                                     const normkit_tensor* y,
+                                                     const normkit_shift_sum_params* params,
+                                                     const normkit_tensor* x);
+
+/* Normalizer Phi_s[h, w'] = sum_c Phi_c[h, w']^2 over the positions channel c covers
+ * (the diagonal of A A^T is s^2 Phi_s); without a mask, the count of channels covering
+ * each position (seed 003's alpha). x gives the shape only: its data must be non-NULL but
+ * is not read.
+ * phi_s: [H', W'] values of x's dtype, or [B, H', W'] for per-sample masks. */
+NORMKIT_API normkit_status normkit_shift_sum_normalizer(const normkit_context* context,
+                                                        const normkit_tensor* x,
+                                                        const normkit_shift_sum_params* params,
+                                                        void* phi_s);
+
+typedef enum normkit_pinv_mode {
+  /* x = A^T(y / (s^2 Phi_s)), the Moore-Penrose pseudo-inverse; positions no channel
+   * covers (Phi_s = 0) give 0, never NaN. */
+  NORMKIT_PINV_MOORE_PENROSE = 0,
+  /* Seed 003's A_pinv: x_c = window_c(y / (s * alpha)) / M_c with alpha the count of
+   * covering channels; pixels where the mask is 0 give 0 rather than 0/0. */
+  NORMKIT_PINV_DIVIDE_BY_MASK = 1
+} normkit_pinv_mode;
+
+/* Pseudo-inverse of A (see normkit_pinv_mode). normalizer: Phi_s as returned by
+ * normkit_shift_sum_normalizer, or NULL to compute it on the fly (MOORE_PENROSE only;
+ * ignored by DIVIDE_BY_MASK). */
+NORMKIT_API normkit_status normkit_shift_sum_pinv(const normkit_context* context,
+                                                  const normkit_tensor* y,
+                                                  const normkit_shift_sum_params* params,
+                                                  int32_t mode, const void* normalizer,
+                                                  const normkit_tensor* x);
+
+/* Fused GAP / ADMM data-consistency step, in place on x:
+ *   x <- x + lambda * A^T((y - A x) / (Phi_s + gamma))
+ * (positions where Phi_s + gamma = 0 contribute 0). normalizer: Phi_s or NULL (computed
+ * on the fly). Along W each x row is read once and written once; along H x is read
+ * twice. lambda, gamma: finite. */
+NORMKIT_API normkit_status normkit_shift_sum_gap_step(
+    const normkit_context* context, const normkit_tensor* x, const normkit_tensor* y,
+    const normkit_shift_sum_params* params, double lambda, double gamma, const void* normalizer);
+
+/* The zero-padded stack of shifted channels: xs[b, c, h, w + c*S + o] = x[b, c, h, w]
+ * (along W), xs is [B, C, H', W'] in x's layout; the mask and scale of `params` are
+ * not used. normkit_unshift cuts the windows back out (xs -> x). */
+NORMKIT_API normkit_status normkit_shift(const normkit_context* context, const normkit_tensor* x,
+                                         const normkit_shift_sum_params* params,
+                                         const normkit_tensor* xs);
+NORMKIT_API normkit_status normkit_unshift(const normkit_context* context, const normkit_tensor* xs,
+                                           const normkit_shift_sum_params* params,
+                                           const normkit_tensor* x);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

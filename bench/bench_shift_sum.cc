@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+// Benchmarks of the shift-sum operators on seed 003's shapes (B=16, C=28, 256x256,
+// S=2; C=512 as in the seed's reply), a real-data size (B=1, C=28, 660x660) and
+// PnP-CASSI's C=31, S=1: forward A, adjoint A^T, pinv, fused GAP step; 1 and all
+// threads. Bytes: x and y once each (A, A^T, pinv); x read once and written once (GAP,
+// compared with an in-place x = a*x + b over x).
+//
+//   ./build/bench/normkit_bench --benchmark_filter='seed003'
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_harness.h"
+
+namespace normkit_bench {
+namespace {
+
+enum class ShiftOp { kForward, kAdjoint, kPinv, kGap };
+
+const char* ShiftOpName(ShiftOp op) {
+  switch (op) {
+    case ShiftOp::kForward: return "shift_sum";
+    case ShiftOp::kAdjoint: return "adjoint";
+    case ShiftOp::kPinv: return "pinv";
+    case ShiftOp::kGap: return "gap_step";
+  }
+  return "?";
+}
+
+void RunShift(benchmark::State& state, ShiftOp op, int64_t B, int64_t C, int64_t H, int64_t W,
+              int64_t S, int32_t mask_kind, normkit_layout layout, int threads) {
+  const int64_t Wp = W + (C - 1) * S, nx = B * C * H * W, ny = B * H * Wp;
+  Buffer x = MakeBuffer(nx, 1), y = MakeBuffer(ny, 2);
+  const int64_t mask_elems = mask_kind == NORMKIT_MASK_PHI_CHW ? C * H * Wp : H * W;
+  Buffer mask = MakeBuffer(mask_elems, 3), phi_s = MakeBuffer(H * Wp, 4);
+  for (int64_t i = 0; i < mask_elems; ++i) mask[i] = mask[i] > 0 ? 1.0f : 0.0f;
+  normkit_context* ctx = nullptr;
+  normkit_context_create(threads, &ctx);
+  normkit_shift_sum_params params;
+  normkit_shift_sum_params_init(&params, S);
+  params.scale = 2.0 / static_cast<double>(C);
+  params.mask_kind = mask_kind;
+  params.mask = mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.get();
+  const std::vector<int64_t> xshape = {B, C, H, W}, yshape = {B, 1, H, Wp};
+  normkit_tensor xt = Desc(x.get(), layout, xshape);
+  normkit_tensor yt = Desc(y.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, yshape);
+  if (normkit_shift_sum_normalizer(ctx, &xt, &params, phi_s.get()) != NORMKIT_SUCCESS) std::abort();
+  const auto run_op = [&] {
+    normkit_status st = NORMKIT_SUCCESS;
+    switch (op) {
+      case ShiftOp::kForward: st = normkit_shift_sum(ctx, &xt, &params, &yt); break;
+      case ShiftOp::kAdjoint: st = normkit_shift_sum_adjoint(ctx, &yt, &params, &xt); break;
+      case ShiftOp::kPinv:
+        st =
+            normkit_shift_sum_pinv(ctx, &yt, &params, NORMKIT_PINV_MOORE_PENROSE, phi_s.get(), &xt);
+        break;
+      case ShiftOp::kGap:
+        st = normkit_shift_sum_gap_step(ctx, &xt, &yt, &params, 1e-3, 0.5, phi_s.get());
+        break;
+    }
+    if (st != NORMKIT_SUCCESS) std::abort();
+  };
+  const bool gap = op == ShiftOp::kGap;
+  const int64_t bytes = (gap ? 2 * nx : nx + ny) * static_cast<int64_t>(sizeof(float));
+  RunAgainstCopy(state, run_op, threads, x.get(), gap ? nx : (nx + ny) / 2, gap, bytes);
+  normkit_context_destroy(ctx);
+}
+
+int RegisterAll() {
+  const int all = static_cast<int>(std::thread::hardware_concurrency());
+  std::vector<int> thread_counts = {1};
+  if (all > 1) thread_counts.push_back(all);
+  struct Shape {
+    std::string group;
+    int64_t B, C, H, W, S;
+  };
+  const std::vector<Shape> shapes = {{"seed003", 16, 28, 256, 256, 2},
+                                     {"seed003", 2, 512, 256, 256, 2},
+                                     {"real", 1, 28, 660, 660, 2},
+                                     {"pnp", 16, 31, 256, 256, 1}};
+  for (const Shape& s : shapes) {
+    for (ShiftOp op : {ShiftOp::kForward, ShiftOp::kAdjoint, ShiftOp::kPinv, ShiftOp::kGap}) {
+      for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+        if (layout == NORMKIT_LAYOUT_CHANNELS_LAST && s.group != "seed003") continue;
+        for (int32_t kind : {NORMKIT_MASK_HW, NORMKIT_MASK_PHI_CHW}) {
+          if (kind == NORMKIT_MASK_PHI_CHW && op != ShiftOp::kGap) continue;
+          for (int t : thread_counts) {
+            const std::string name = s.group + "/" + ShiftOpName(op) + "/B" + std::to_string(s.B) +
+                                     "xC" + std::to_string(s.C) + "x" + std::to_string(s.H) + "x" +
+                                     std::to_string(s.W) + "/S:" + std::to_string(s.S) +
+                                     (kind == NORMKIT_MASK_PHI_CHW ? "/phi" : "/mask") +
+                                     (layout == NORMKIT_LAYOUT_CHANNELS_LAST ? "/NHWC" : "/NCHW") +
+                                     "/threads:" + std::to_string(t);
+            RegisterTimed(name, [=](benchmark::State& st) {
+              RunShift(st, op, s.B, s.C, s.H, s.W, s.S, kind, layout, t);
+            });
+          }
+        }
+      }
+    }
+  }
+  return 0;
+}
+const int registered = RegisterAll();
+
+}  // namespace
+}  // namespace normkit_bench

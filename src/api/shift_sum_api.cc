@@ -1,0 +1,369 @@
+// SPDX-License-Identifier: Apache-2.0
+// C entry points of the shift-sum (CASSI) operators: validate the tensors, the
+// parameters and the mask against the geometry, then run on the device.
+#include <cmath>
+#include <cstddef>
+
+#include "api/guard.h"
+#include "core/context.h"
+#include "core/size_math.h"
+#include "core/tensor.h"
+#include "cpu/shift_sum.h"
+#include "normkit/normkit.h"
+
+namespace normkit {
+namespace {
+
+// The first version of the parameter struct: every field up to and including `mask`.
+constexpr uint32_t kParamsV1Size = offsetof(normkit_shift_sum_params, mask) + sizeof(const void*);
+
+// A validated call: the geometry, the dtype and the mask, before choosing float or double.
+struct ShiftSumCall {
+  normkit_dtype dtype = NORMKIT_DTYPE_FLOAT32;
+  int64_t B = 0, C = 0, H = 0, W = 0, H_out = 0, W_out = 0;
+  bool channels_last = false;
+  const normkit_shift_sum_params* params = nullptr;
+  int64_t mask_elems = 0;
+  int64_t normalizer_elems = 0;  // [H', W'], or [B, H', W'] for per-sample masks
+
+  int64_t elem_size() const { return DtypeSize(dtype); }
+  int64_t y_elems() const { return B * H_out * W_out; }
+
+  template <class T>
+  cpu::ShiftSumProblem<T> Problem() const {
+    cpu::ShiftSumProblem<T> p;
+    p.B = B, p.C = C, p.H = H, p.W = W;
+    p.step = params->step;
+    p.along_h = params->axis == NORMKIT_SHIFT_ALONG_H;
+    p.channels_last = channels_last;
+    p.mask_kind = static_cast<cpu::ShiftMask>(params->mask_kind);
+    p.mask = static_cast<const T*>(params->mask);
+    p.scale = static_cast<T>(params->scale);
+    cpu::FinishShiftSumProblem(&p);
+    return p;
+  }
+};
+
+// Runs fn.template operator()<T>() for the call's dtype.
+template <class Fn>
+void DispatchDtype(const ShiftSumCall& call, const Fn& fn) {
+  if (call.dtype == NORMKIT_DTYPE_FLOAT64) {
+    fn(double());
+  } else {
+    fn(float());
+  }
+}
+
+normkit_status ValidateParams(const char* op, const normkit_shift_sum_params* params) {
+  NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "params", params));
+  if (params->struct_size < kParamsV1Size) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: params->struct_size = %u, expected >= %u (initialize with "
+                "normkit_shift_sum_params_init)",
+                op, params->struct_size, kParamsV1Size);
+  }
+  if (params->axis != NORMKIT_SHIFT_ALONG_W && params->axis != NORMKIT_SHIFT_ALONG_H) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: params->axis = %d is not a normkit_shift_axis",
+                op, params->axis);
+  }
+  if (params->mask_kind < NORMKIT_MASK_NONE || params->mask_kind > NORMKIT_MASK_PHI_BCHW) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: params->mask_kind = %d is not a normkit_mask_kind", op, params->mask_kind);
+  }
+  if ((params->mask_kind == NORMKIT_MASK_NONE) != (params->mask == nullptr)) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                params->mask ? "%s: params->mask is set but params->mask_kind is NONE"
+                             : "%s: params->mask is NULL but params->mask_kind needs a mask",
+                op);
+  }
+  if (!std::isfinite(params->scale) || params->scale == 0.0) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: params->scale = %g, must be finite and != 0",
+                op, params->scale);
+  }
+  return NORMKIT_SUCCESS;
+}
+
+// x: a valid rank-4 float32 / float64 CPU tensor; fills the geometry of `call`.
+normkit_status ValidateX(const char* op, const char* name, const normkit_tensor* x,
+                         const normkit_shift_sum_params* params, TensorView* xv,
+                         ShiftSumCall* call) {
+  NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, name, x, xv));
+  if (xv->dtype != NORMKIT_DTYPE_FLOAT32 && xv->dtype != NORMKIT_DTYPE_FLOAT64) {
+    return Fail(NORMKIT_ERROR_UNSUPPORTED,
+                "%s: %s->dtype = %s is not supported (float32 and float64 only)", op, name,
+                DtypeName(xv->dtype));
+  }
+  if (xv->rank != 4) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->rank = %d, expected 4 ([B, C, H, W])", op,
+                name, xv->rank);
+  }
+  call->dtype = xv->dtype;
+  call->B = xv->shape[0];
+  call->C = xv->shape[1];
+  call->H = xv->shape[2];
+  call->W = xv->shape[3];
+  call->channels_last = xv->channels_last();
+  call->params = params;
+  const int64_t abs_step = params->step < 0 ? -params->step : params->step;
+  int64_t spread = 0, out = 0;
+  const int64_t along = params->axis == NORMKIT_SHIFT_ALONG_H ? call->H : call->W;
+  const int64_t across = params->axis == NORMKIT_SHIFT_ALONG_H ? call->W : call->H;
+  int64_t y_elems = 0;
+  if (params->step == INT64_MIN || !CheckedMul(call->C - 1, abs_step, &spread) ||
+      __builtin_add_overflow(along, spread, &out) || !CheckedMul(out, across, &y_elems) ||
+      !CheckedMul(y_elems, call->B, &y_elems) || !CheckedMul(y_elems, call->C, &y_elems)) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: step = %lld with C = %lld makes the shifted sizes overflow int64", op,
+                static_cast<long long>(params->step), static_cast<long long>(call->C));
+  }
+  call->H_out = params->axis == NORMKIT_SHIFT_ALONG_H ? out : call->H;
+  call->W_out = params->axis == NORMKIT_SHIFT_ALONG_H ? call->W : out;
+  // Mask and normalizer sizes: at most B * C * H' * W', which fits (checked above).
+  const int64_t plane = call->H * call->W, plane_out = call->H_out * call->W_out;
+  switch (params->mask_kind) {
+    case NORMKIT_MASK_NONE: call->mask_elems = 0; break;
+    case NORMKIT_MASK_HW: call->mask_elems = plane; break;
+    case NORMKIT_MASK_CHW: call->mask_elems = call->C * plane; break;
+    case NORMKIT_MASK_BCHW: call->mask_elems = call->B * call->C * plane; break;
+    case NORMKIT_MASK_PHI_CHW: call->mask_elems = call->C * plane_out; break;
+    case NORMKIT_MASK_PHI_BCHW: call->mask_elems = call->B * call->C * plane_out; break;
+  }
+  const bool per_sample =
+      params->mask_kind == NORMKIT_MASK_BCHW || params->mask_kind == NORMKIT_MASK_PHI_BCHW;
+  call->normalizer_elems = (per_sample ? call->B : 1) * plane_out;
+  return NORMKIT_SUCCESS;
+}
+
+// y: [B, 1, H', W'] (rank 4, either layout tag) or [B, H', W'] (rank 3, channels-first).
+normkit_status ValidateY(const char* op, const normkit_tensor* y, const ShiftSumCall& call,
+                         TensorView* yv) {
+  NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "y", y, yv));
+  if (yv->dtype != call.dtype) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: y->dtype = %s differs from x->dtype = %s", op,
+                DtypeName(yv->dtype), DtypeName(call.dtype));
+  }
+  const bool rank4 = yv->rank == 4 && yv->shape[0] == call.B && yv->shape[1] == 1 &&
+                     yv->shape[2] == call.H_out && yv->shape[3] == call.W_out;
+  const bool rank3 = yv->rank == 3 && !yv->channels_last() && yv->shape[0] == call.B &&
+                     yv->shape[1] == call.H_out && yv->shape[2] == call.W_out;
+  if (!rank4 && !rank3) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: y must be [B, 1, H', W'] = [%lld, 1, %lld, %lld] (or rank-3 channels-first "
+                "[B, H', W']) for x [%lld, %lld, %lld, %lld] with step %lld",
+                op, static_cast<long long>(call.B), static_cast<long long>(call.H_out),
+                static_cast<long long>(call.W_out), static_cast<long long>(call.B),
+                static_cast<long long>(call.C), static_cast<long long>(call.H),
+                static_cast<long long>(call.W), static_cast<long long>(call.params->step));
+  }
+  return NORMKIT_SUCCESS;
+}
+
+// An array of `elems` values of the call's dtype must not overlap `out` (a tensor).
+normkit_status CheckDisjoint(const char* op, const char* name, const void* p, int64_t elems,
+                             const TensorView& out, const char* out_name,
+                             const ShiftSumCall& call) {
+  if (p != nullptr && RangesOverlap(p, elems * call.elem_size(), out.data, out.bytes)) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the output %s", op, name,
+                out_name);
+  }
+  return NORMKIT_SUCCESS;
+}
+
+normkit_status CheckTensorsDisjoint(const char* op, const TensorView& a, const char* a_name,
+                                    const TensorView& b, const char* b_name) {
+  if (RangesOverlap(a.data, a.bytes, b.data, b.bytes)) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps %s", op, a_name, b_name);
+  }
+  return NORMKIT_SUCCESS;
+}
+
+// x and y of an operator call; `out` names the one written.
+normkit_status ValidateXY(const char* op, const normkit_tensor* x, const normkit_tensor* y,
+                          const normkit_shift_sum_params* params, bool x_is_output, TensorView* xv,
+                          TensorView* yv, ShiftSumCall* call) {
+  NORMKIT_RETURN_IF_ERROR(ValidateParams(op, params));
+  NORMKIT_RETURN_IF_ERROR(ValidateX(op, "x", x, params, xv, call));
+  NORMKIT_RETURN_IF_ERROR(ValidateY(op, y, *call, yv));
+  NORMKIT_RETURN_IF_ERROR(CheckTensorsDisjoint(op, *xv, "x", *yv, "y"));
+  const TensorView& out = x_is_output ? *xv : *yv;
+  return CheckDisjoint(op, "params->mask", params->mask, call->mask_elems, out,
+                       x_is_output ? "x" : "y", *call);
+}
+
+}  // namespace
+}  // namespace normkit
+
+using normkit::ShiftSumCall;
+using normkit::TensorView;
+
+extern "C" NORMKIT_API normkit_status normkit_shift_sum(const normkit_context* context,
+                                                        const normkit_tensor* x,
+                                                        const normkit_shift_sum_params* params,
+                                                        const normkit_tensor* y) {
+  constexpr const char* kOp = "shift_sum";
+  return normkit::Guarded(kOp, [&] {
+    TensorView xv, yv;
+    ShiftSumCall call;
+    NORMKIT_RETURN_IF_ERROR(normkit::ValidateXY(kOp, x, y, params, false, &xv, &yv, &call));
+    normkit::DispatchDtype(call, [&](auto zero) {
+      using T = decltype(zero);
+      normkit::cpu::ShiftSumForward(normkit::ResolveContext(context), call.Problem<T>(),
+                                    static_cast<const T*>(xv.data), static_cast<T*>(yv.data));
+    });
+    return NORMKIT_SUCCESS;
+  });
+}
+
+extern "C" NORMKIT_API normkit_status
+normkit_shift_sum_adjoint(const normkit_context* context, const normkit_tensor* y,
+                          const normkit_shift_sum_params* params, const normkit_tensor* x) {
+  constexpr const char* kOp = "shift_sum_adjoint";
+  return normkit::Guarded(kOp, [&] {
+    TensorView xv, yv;
+    ShiftSumCall call;
+    NORMKIT_RETURN_IF_ERROR(normkit::ValidateXY(kOp, x, y, params, true, &xv, &yv, &call));
+    normkit::DispatchDtype(call, [&](auto zero) {
+      using T = decltype(zero);
+      normkit::cpu::ShiftSumAdjoint(normkit::ResolveContext(context), call.Problem<T>(),
+                                    static_cast<const T*>(yv.data), static_cast<T*>(xv.data));
+    });
+    return NORMKIT_SUCCESS;
+  });
+}
+
+extern "C" NORMKIT_API normkit_status
+normkit_shift_sum_normalizer(const normkit_context* context, const normkit_tensor* x,
+                             const normkit_shift_sum_params* params, void* phi_s) {
+  constexpr const char* kOp = "shift_sum_normalizer";
+  return normkit::Guarded(kOp, [&] {
+    TensorView xv;
+    ShiftSumCall call;
+    NORMKIT_RETURN_IF_ERROR(normkit::ValidateParams(kOp, params));
+    NORMKIT_RETURN_IF_ERROR(normkit::ValidateX(kOp, "x", x, params, &xv, &call));
+    NORMKIT_RETURN_IF_ERROR(normkit::CheckNotNull(kOp, "phi_s", phi_s));
+    if (params->mask && normkit::RangesOverlap(params->mask, call.mask_elems * call.elem_size(),
+                                               phi_s, call.normalizer_elems * call.elem_size())) {
+      return normkit::Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                           "%s: params->mask overlaps the output phi_s", kOp);
+    }
+    normkit::DispatchDtype(call, [&](auto zero) {
+      using T = decltype(zero);
+      normkit::cpu::ShiftSumNormalizer(normkit::ResolveContext(context), call.Problem<T>(),
+                                       static_cast<T*>(phi_s));
+    });
+    return NORMKIT_SUCCESS;
+  });
+}
+
+extern "C" NORMKIT_API normkit_status normkit_shift_sum_pinv(const normkit_context* context,
+                                                             const normkit_tensor* y,
+                                                             const normkit_shift_sum_params* params,
+                                                             int32_t mode, const void* normalizer,
+                                                             const normkit_tensor* x) {
+  constexpr const char* kOp = "shift_sum_pinv";
+  return normkit::Guarded(kOp, [&] {
+    TensorView xv, yv;
+    ShiftSumCall call;
+    NORMKIT_RETURN_IF_ERROR(normkit::ValidateXY(kOp, x, y, params, true, &xv, &yv, &call));
+    if (mode != NORMKIT_PINV_MOORE_PENROSE && mode != NORMKIT_PINV_DIVIDE_BY_MASK) {
+      return normkit::Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                           "%s: mode = %d is not a normkit_pinv_mode", kOp, mode);
+    }
+    NORMKIT_RETURN_IF_ERROR(normkit::CheckDisjoint(kOp, "normalizer", normalizer,
+                                                   call.normalizer_elems, xv, "x", call));
+    normkit::DispatchDtype(call, [&](auto zero) {
+      using T = decltype(zero);
+      normkit::cpu::ShiftSumPinv(normkit::ResolveContext(context), call.Problem<T>(),
+                                 static_cast<normkit::cpu::PinvMode>(mode),
+                                 static_cast<const T*>(normalizer), static_cast<const T*>(yv.data),
+                                 static_cast<T*>(xv.data));
+    });
+    return NORMKIT_SUCCESS;
+  });
+}
+
+extern "C" NORMKIT_API normkit_status normkit_shift_sum_gap_step(
+    const normkit_context* context, const normkit_tensor* x, const normkit_tensor* y,
+    const normkit_shift_sum_params* params, double lambda, double gamma, const void* normalizer) {
+  constexpr const char* kOp = "shift_sum_gap_step";
+  return normkit::Guarded(kOp, [&] {
+    TensorView xv, yv;
+    ShiftSumCall call;
+    NORMKIT_RETURN_IF_ERROR(normkit::ValidateXY(kOp, x, y, params, true, &xv, &yv, &call));
+    if (!std::isfinite(lambda) || !std::isfinite(gamma)) {
+      return normkit::Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                           "%s: lambda = %g and gamma = %g must be finite", kOp, lambda, gamma);
+    }
+    NORMKIT_RETURN_IF_ERROR(normkit::CheckDisjoint(kOp, "normalizer", normalizer,
+                                                   call.normalizer_elems, xv, "x", call));
+    normkit::DispatchDtype(call, [&](auto zero) {
+      using T = decltype(zero);
+      normkit::cpu::ShiftSumGapStep(normkit::ResolveContext(context), call.Problem<T>(),
+                                    static_cast<T>(lambda), static_cast<T>(gamma),
+                                    static_cast<const T*>(normalizer),
+                                    static_cast<const T*>(yv.data), static_cast<T*>(xv.data));
+    });
+    return NORMKIT_SUCCESS;
+  });
+}
+
+namespace normkit {
+namespace {
+
+// xs: x's dtype and layout, [B, C, H', W'].
+normkit_status ValidateStack(const char* op, const TensorView& xs, const ShiftSumCall& call,
+                             bool channels_last) {
+  if (xs.dtype != call.dtype || xs.rank != 4 || xs.channels_last() != channels_last ||
+      xs.shape[0] != call.B || xs.shape[1] != call.C || xs.shape[2] != call.H_out ||
+      xs.shape[3] != call.W_out) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: xs must be x's dtype and layout with shape [B, C, H', W'] = "
+                "[%lld, %lld, %lld, %lld]",
+                op, static_cast<long long>(call.B), static_cast<long long>(call.C),
+                static_cast<long long>(call.H_out), static_cast<long long>(call.W_out));
+  }
+  return NORMKIT_SUCCESS;
+}
+
+normkit_status ShiftEntry(const char* op, const normkit_context* context, const normkit_tensor* x,
+                          const normkit_tensor* xs, const normkit_shift_sum_params* params,
+                          bool forward) {
+  return Guarded(op, [&] {
+    NORMKIT_RETURN_IF_ERROR(ValidateParams(op, params));
+    TensorView xv, sv;
+    ShiftSumCall call;
+    NORMKIT_RETURN_IF_ERROR(ValidateX(op, "x", x, params, &xv, &call));
+    NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "xs", xs, &sv));
+    NORMKIT_RETURN_IF_ERROR(ValidateStack(op, sv, call, xv.channels_last()));
+    NORMKIT_RETURN_IF_ERROR(CheckTensorsDisjoint(op, xv, "x", sv, "xs"));
+    DispatchDtype(call, [&](auto zero) {
+      using T = decltype(zero);
+      const auto problem = call.Problem<T>();
+      if (forward) {
+        cpu::Shift(ResolveContext(context), problem, static_cast<const T*>(xv.data),
+                   static_cast<T*>(sv.data));
+      } else {
+        cpu::Unshift(ResolveContext(context), problem, static_cast<const T*>(sv.data),
+                     static_cast<T*>(xv.data));
+      }
+    });
+    return NORMKIT_SUCCESS;
+  });
+}
+
+}  // namespace
+}  // namespace normkit
+
+extern "C" NORMKIT_API normkit_status normkit_shift(const normkit_context* context,
+                                                    const normkit_tensor* x,
+                                                    const normkit_shift_sum_params* params,
+                                                    const normkit_tensor* xs) {
+  return normkit::ShiftEntry("shift", context, x, xs, params, true);
+}
+
+extern "C" NORMKIT_API normkit_status normkit_unshift(const normkit_context* context,
+                                                      const normkit_tensor* xs,
+                                                      const normkit_shift_sum_params* params,
+                                                      const normkit_tensor* x) {
+  return normkit::ShiftEntry("unshift", context, x, xs, params, false);
+}

@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shift-sum row kernels, compiled for every SIMD target and dispatched at run time.
+#include "cpu/kernels/shift_sum.h"
+
+// clang-format off
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/kernels/shift_sum.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep: must precede highway.h
+#include "hwy/highway.h"
+// clang-format on
+
+HWY_BEFORE_NAMESPACE();
+namespace normkit {
+namespace kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Calls f(d, i) over [0, n): whole vectors, then the tail with a 1-lane tag, so each
+// element gets the same instruction sequence wherever the row starts.
+template <class T, class F>
+HWY_INLINE void ForRow(size_t n, const F& f) {
+  const hn::ScalableTag<T> d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) f(d, i);
+  const hn::CappedTag<T, 1> d1;
+  for (; i < n; ++i) f(d1, i);
+}
+
+template <class T>
+void AccumulateT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RESTRICT m, size_t n) {
+  if (m) {
+    ForRow<T>(n, [&](auto d, size_t i) {
+      hn::StoreU(hn::MulAdd(hn::LoadU(d, m + i), hn::LoadU(d, x + i), hn::LoadU(d, y + i)), d,
+                 y + i);
+    });
+  } else {
+    ForRow<T>(n, [&](auto d, size_t i) {
+      hn::StoreU(hn::LoadU(d, y + i) + hn::LoadU(d, x + i), d, y + i);
+    });
+  }
+}
+
+template <class T>
+void ScaledProductT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RESTRICT m, T s,
+                    size_t n) {
+  if (m) {
+    ForRow<T>(n, [&](auto d, size_t i) {
+      hn::StoreU(hn::Set(d, s) * hn::LoadU(d, m + i) * hn::LoadU(d, x + i), d, y + i);
+    });
+  } else {
+    ForRow<T>(n,
+              [&](auto d, size_t i) { hn::StoreU(hn::Set(d, s) * hn::LoadU(d, x + i), d, y + i); });
+  }
+}
+
+template <class T>
+void ScaleT(T* HWY_RESTRICT y, T s, size_t n) {
+  ForRow<T>(n,
+            [&](auto d, size_t i) { hn::StoreU(hn::Set(d, s) * hn::LoadU(d, y + i), d, y + i); });
+}
+
+template <class T>
+void AddSquaresT(T* HWY_RESTRICT p, const T* HWY_RESTRICT m, size_t n) {
+  if (m) {
+    ForRow<T>(n, [&](auto d, size_t i) {
+      const auto v = hn::LoadU(d, m + i);
+      hn::StoreU(hn::MulAdd(v, v, hn::LoadU(d, p + i)), d, p + i);
+    });
+  } else {
+    ForRow<T>(
+        n, [&](auto d, size_t i) { hn::StoreU(hn::LoadU(d, p + i) + hn::Set(d, T(1)), d, p + i); });
+  }
+}
+
+template <class T>
+void DivideT(T* z, const T* y, const T* HWY_RESTRICT p, T a, T b, size_t n) {
+  ForRow<T>(n, [&](auto d, size_t i) {
+    const auto den = hn::MulAdd(hn::Set(d, a), hn::LoadU(d, p + i), hn::Set(d, b));
+    const auto nonzero = hn::Ne(den, hn::Zero(d));
+    // Divide by 1 where the denominator is 0, then zero those lanes: never 0/0.
+    const auto q = hn::LoadU(d, y + i) / hn::IfThenElse(nonzero, den, hn::Set(d, T(1)));
+    hn::StoreU(hn::IfThenElseZero(nonzero, q), d, z + i);
+  });
+}
+
+template <class T>
+void ResidualT(T* z, const T* HWY_RESTRICT r, size_t n) {
+  ForRow<T>(n, [&](auto d, size_t i) {
+    hn::StoreU(hn::LoadU(d, r + i) - hn::LoadU(d, z + i), d, z + i);
+  });
+}
+
+template <class T>
+void DivideByMaskT(T* HWY_RESTRICT x, const T* HWY_RESTRICT z, const T* HWY_RESTRICT m, size_t n) {
+  ForRow<T>(n, [&](auto d, size_t i) {
+    const auto mv = hn::LoadU(d, m + i);
+    const auto nonzero = hn::Ne(mv, hn::Zero(d));
+    const auto q = hn::LoadU(d, z + i) / hn::IfThenElse(nonzero, mv, hn::Set(d, T(1)));
+    hn::StoreU(hn::IfThenElseZero(nonzero, q), d, x + i);
+  });
+}
+
+template <class T>
+void AxpyT(T* HWY_RESTRICT x, const T* HWY_RESTRICT r, const T* HWY_RESTRICT m, T a, size_t n) {
+  if (m) {
+    ForRow<T>(n, [&](auto d, size_t i) {
+      const auto t = hn::Set(d, a) * hn::LoadU(d, m + i);
+      hn::StoreU(hn::MulAdd(t, hn::LoadU(d, r + i), hn::LoadU(d, x + i)), d, x + i);
+    });
+  } else {
+    ForRow<T>(n, [&](auto d, size_t i) {
+      hn::StoreU(hn::MulAdd(hn::Set(d, a), hn::LoadU(d, r + i), hn::LoadU(d, x + i)), d, x + i);
+    });
+  }
+}
+
+// Exported entry points, one per (kernel, type): HWY_EXPORT takes plain functions.
+void AccumulateF(float* y, const float* x, const float* m, int64_t n) {
+  AccumulateT(y, x, m, n);
+}
+void AccumulateD(double* y, const double* x, const double* m, int64_t n) {
+  AccumulateT(y, x, m, n);
+}
+void ScaledProductF(float* y, const float* x, const float* m, float s, int64_t n) {
+  ScaledProductT(y, x, m, s, n);
+}
+void ScaledProductD(double* y, const double* x, const double* m, double s, int64_t n) {
+  ScaledProductT(y, x, m, s, n);
+}
+void ScaleF(float* y, float s, int64_t n) {
+  ScaleT(y, s, n);
+}
+void ScaleD(double* y, double s, int64_t n) {
+  ScaleT(y, s, n);
+}
+void AddSquaresF(float* p, const float* m, int64_t n) {
+  AddSquaresT(p, m, n);
+}
+void AddSquaresD(double* p, const double* m, int64_t n) {
+  AddSquaresT(p, m, n);
+}
+void DivideF(float* z, const float* y, const float* p, float a, float b, int64_t n) {
+  DivideT(z, y, p, a, b, n);
+}
+void DivideD(double* z, const double* y, const double* p, double a, double b, int64_t n) {
+  DivideT(z, y, p, a, b, n);
+}
+void ResidualF(float* z, const float* r, int64_t n) {
+  ResidualT(z, r, n);
+}
+void ResidualD(double* z, const double* r, int64_t n) {
+  ResidualT(z, r, n);
+}
+void DivideByMaskF(float* x, const float* z, const float* m, int64_t n) {
+  DivideByMaskT(x, z, m, n);
+}
+void DivideByMaskD(double* x, const double* z, const double* m, int64_t n) {
+  DivideByMaskT(x, z, m, n);
+}
+void AxpyF(float* x, const float* r, const float* m, float a, int64_t n) {
+  AxpyT(x, r, m, a, n);
+}
+void AxpyD(double* x, const double* r, const double* m, double a, int64_t n) {
+  AxpyT(x, r, m, a, n);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kernels
+}  // namespace normkit
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace normkit {
+namespace kernels {
+
+HWY_EXPORT(AccumulateF);
+HWY_EXPORT(AccumulateD);
+HWY_EXPORT(ScaledProductF);
+HWY_EXPORT(ScaledProductD);
+HWY_EXPORT(ScaleF);
+HWY_EXPORT(ScaleD);
+HWY_EXPORT(AddSquaresF);
+HWY_EXPORT(AddSquaresD);
+HWY_EXPORT(DivideF);
+HWY_EXPORT(DivideD);
+HWY_EXPORT(ResidualF);
+HWY_EXPORT(ResidualD);
+HWY_EXPORT(DivideByMaskF);
+HWY_EXPORT(DivideByMaskD);
+HWY_EXPORT(AxpyF);
+HWY_EXPORT(AxpyD);
+
+template <>
+void ShiftSumAccumulate<float>(float* y, const float* x, const float* m, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AccumulateF)(y, x, m, n);
+}
+template <>
+void ShiftSumAccumulate<double>(double* y, const double* x, const double* m, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AccumulateD)(y, x, m, n);
+}
+template <>
+void ShiftSumScaledProduct<float>(float* y, const float* x, const float* m, float s, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ScaledProductF)(y, x, m, s, n);
+}
+template <>
+void ShiftSumScaledProduct<double>(double* y, const double* x, const double* m, double s,
+                                   int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ScaledProductD)(y, x, m, s, n);
+}
+template <>
+void ShiftSumScale<float>(float* y, float s, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ScaleF)(y, s, n);
+}
+template <>
+void ShiftSumScale<double>(double* y, double s, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ScaleD)(y, s, n);
+}
+template <>
+void ShiftSumAddSquares<float>(float* p, const float* m, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AddSquaresF)(p, m, n);
+}
+template <>
+void ShiftSumAddSquares<double>(double* p, const double* m, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AddSquaresD)(p, m, n);
+}
+template <>
+void ShiftSumDivide<float>(float* z, const float* y, const float* p, float a, float b, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(DivideF)(z, y, p, a, b, n);
+}
+template <>
+void ShiftSumDivide<double>(double* z, const double* y, const double* p, double a, double b,
+                            int64_t n) {
+  HWY_DYNAMIC_DISPATCH(DivideD)(z, y, p, a, b, n);
+}
+template <>
+void ShiftSumResidual<float>(float* z, const float* r, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ResidualF)(z, r, n);
+}
+template <>
+void ShiftSumResidual<double>(double* z, const double* r, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(ResidualD)(z, r, n);
+}
+template <>
+void ShiftSumDivideByMask<float>(float* x, const float* z, const float* m, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(DivideByMaskF)(x, z, m, n);
+}
+template <>
+void ShiftSumDivideByMask<double>(double* x, const double* z, const double* m, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(DivideByMaskD)(x, z, m, n);
+}
+template <>
+void ShiftSumAxpy<float>(float* x, const float* r, const float* m, float a, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AxpyF)(x, r, m, a, n);
+}
+template <>
+void ShiftSumAxpy<double>(double* x, const double* r, const double* m, double a, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AxpyD)(x, r, m, a, n);
+}
+
+}  // namespace kernels
+}  // namespace normkit
+#endif  // HWY_ONCE

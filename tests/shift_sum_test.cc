@@ -1,0 +1,465 @@
+// SPDX-License-Identifier: Apache-2.0
+// Shift-sum operators against plain double references: forward, adjoint, normalizer,
+// both pseudo-inverses, the GAP step, shift / unshift; every mask form, both layouts,
+// both axes, float and double, odd sizes, negative steps. Plus the adjoint identity,
+// seed 003's three formulations, and bitwise determinism across thread counts.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace normkit_test {
+namespace {
+
+// A problem in logical coordinates: x[b][c][h][w], y[b][r][v] (r, v: rows and
+// columns of the shifted domain).
+struct Geometry {
+  int64_t B, C, H, W, S;
+  bool along_h;
+  int32_t mask_kind;
+  double scale = 1.0;
+
+  int64_t Spread() const { return (C - 1) * (S < 0 ? -S : S); }
+  int64_t Base() const { return S < 0 ? Spread() : 0; }
+  int64_t Hout() const { return along_h ? H + Spread() : H; }
+  int64_t Wout() const { return along_h ? W : W + Spread(); }
+  int64_t Off(int64_t c) const { return c * S + Base(); }
+  // Where x (c, h, w) lands in y.
+  int64_t R(int64_t c, int64_t h) const { return along_h ? h + Off(c) : h; }
+  int64_t V(int64_t c, int64_t w) const { return along_h ? w : w + Off(c); }
+  int64_t MaskElems() const {
+    switch (mask_kind) {
+      case NORMKIT_MASK_HW: return H * W;
+      case NORMKIT_MASK_CHW: return C * H * W;
+      case NORMKIT_MASK_BCHW: return B * C * H * W;
+      case NORMKIT_MASK_PHI_CHW: return C * Hout() * Wout();
+      case NORMKIT_MASK_PHI_BCHW: return B * C * Hout() * Wout();
+    }
+    return 0;
+  }
+  bool PerSample() const {
+    return mask_kind == NORMKIT_MASK_BCHW || mask_kind == NORMKIT_MASK_PHI_BCHW;
+  }
+  // The mask value multiplying x (b, c, h, w).
+  double M(const std::vector<double>& m, int64_t b, int64_t c, int64_t h, int64_t w) const {
+    const int64_t r = R(c, h), v = V(c, w);
+    switch (mask_kind) {
+      case NORMKIT_MASK_HW: return m[h * W + w];
+      case NORMKIT_MASK_CHW: return m[(c * H + h) * W + w];
+      case NORMKIT_MASK_BCHW: return m[((b * C + c) * H + h) * W + w];
+      case NORMKIT_MASK_PHI_CHW: return m[(c * Hout() + r) * Wout() + v];
+      case NORMKIT_MASK_PHI_BCHW: return m[((b * C + c) * Hout() + r) * Wout() + v];
+    }
+    return 1.0;
+  }
+  int64_t XIndex(int64_t b, int64_t c, int64_t h, int64_t w, bool channels_last) const {
+    return channels_last ? ((b * H + h) * W + w) * C + c : ((b * C + c) * H + h) * W + w;
+  }
+  int64_t YIndex(int64_t b, int64_t r, int64_t v) const { return (b * Hout() + r) * Wout() + v; }
+};
+
+std::vector<double> RefForward(const Geometry& g, const std::vector<double>& x,
+                               const std::vector<double>& m, bool cl) {
+  std::vector<double> y(g.B * g.Hout() * g.Wout(), 0.0);
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t w = 0; w < g.W; ++w)
+          y[g.YIndex(b, g.R(c, h), g.V(c, w))] +=
+              g.scale * g.M(m, b, c, h, w) * x[g.XIndex(b, c, h, w, cl)];
+  return y;
+}
+
+std::vector<double> RefAdjoint(const Geometry& g, const std::vector<double>& y,
+                               const std::vector<double>& m, bool cl) {
+  std::vector<double> x(g.B * g.C * g.H * g.W);
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t w = 0; w < g.W; ++w)
+          x[g.XIndex(b, c, h, w, cl)] =
+              g.scale * g.M(m, b, c, h, w) * y[g.YIndex(b, g.R(c, h), g.V(c, w))];
+  return x;
+}
+
+// Phi_s over covered positions; `count` ignores the mask.
+std::vector<double> RefNormalizer(const Geometry& g, const std::vector<double>& m, bool count) {
+  const int64_t samples = g.PerSample() ? g.B : 1;
+  std::vector<double> p(samples * g.Hout() * g.Wout(), 0.0);
+  for (int64_t b = 0; b < samples; ++b)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t w = 0; w < g.W; ++w) {
+          const double v = count ? 1.0 : g.M(m, b, c, h, w);
+          p[g.YIndex(b, g.R(c, h), g.V(c, w))] += v * v;
+        }
+  return p;
+}
+
+// Values of type T in a test buffer; the reference reads them as double.
+template <class T>
+struct Data {
+  std::vector<T> v;
+  std::vector<double> d() const { return std::vector<double>(v.begin(), v.end()); }
+};
+
+template <class T>
+Data<T> Random(int64_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
+  const std::vector<float> f =
+      RandomVector(n, seed, static_cast<float>(lo), static_cast<float>(hi));
+  return Data<T>{std::vector<T>(f.begin(), f.end())};
+}
+
+template <class T>
+normkit_dtype DtypeOf() {
+  return sizeof(T) == 8 ? NORMKIT_DTYPE_FLOAT64 : NORMKIT_DTYPE_FLOAT32;
+}
+
+template <class T>
+normkit_tensor TensorOf(T* data, normkit_layout layout, const std::vector<int64_t>& shape) {
+  normkit_tensor t;
+  normkit_tensor_init(&t, data, DtypeOf<T>(), layout, static_cast<int32_t>(shape.size()),
+                      shape.data());
+  return t;
+}
+
+// Within a few roundings per summed term (C terms), relative to the sum of |terms|.
+template <class T>
+void ExpectClose(const std::vector<T>& got, const std::vector<double>& want,
+                 const std::vector<double>& magnitude, int64_t terms, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const double eps = sizeof(T) == 8 ? 2.3e-16 : 1.2e-7;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = 4.0 * static_cast<double>(terms + 2) * eps * magnitude[i] + 1e-300;
+    if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= tol) && ++bad <= 5) {
+      ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+std::string Name(const Geometry& g, bool cl) {
+  return "B=" + std::to_string(g.B) + " C=" + std::to_string(g.C) + " H=" + std::to_string(g.H) +
+         " W=" + std::to_string(g.W) + " S=" + std::to_string(g.S) +
+         (g.along_h ? " along H" : " along W") + " mask=" + std::to_string(g.mask_kind) +
+         (cl ? " channels_last" : " channels_first");
+}
+
+template <class T>
+void CheckAllOps(const Geometry& g, bool cl, int threads) {
+  SCOPED_TRACE(Name(g, cl) + (sizeof(T) == 8 ? " double" : " float") +
+               " threads=" + std::to_string(threads));
+  const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+  const int64_t nx = g.B * g.C * g.H * g.W, ny = g.B * g.Hout() * g.Wout();
+  Data<T> x = Random<T>(nx, 1), y = Random<T>(ny, 2);
+  Data<T> mask = Random<T>(std::max<int64_t>(g.MaskElems(), 1), 3, 0.0, 1.0);
+  for (size_t i = 0; i < mask.v.size(); i += 7) mask.v[i] = T(0);  // masked-out pixels
+  const std::vector<double> md = mask.d();
+  std::vector<double> absx(nx), absy(ny), absm(md.size());
+  for (int64_t i = 0; i < nx; ++i) absx[i] = std::fabs(static_cast<double>(x.v[i]));
+  for (int64_t i = 0; i < ny; ++i) absy[i] = std::fabs(static_cast<double>(y.v[i]));
+  for (size_t i = 0; i < md.size(); ++i) absm[i] = std::fabs(md[i]);
+  Geometry ga = g;
+  ga.scale = std::fabs(g.scale);
+
+  normkit_shift_sum_params params;
+  normkit_shift_sum_params_init(&params, g.S);
+  params.axis = g.along_h ? NORMKIT_SHIFT_ALONG_H : NORMKIT_SHIFT_ALONG_W;
+  params.scale = g.scale;
+  params.mask_kind = g.mask_kind;
+  params.mask = g.mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.v.data();
+  Context ctx(threads);
+  const std::vector<int64_t> xshape = {g.B, g.C, g.H, g.W};
+  const std::vector<int64_t> yshape = {g.B, 1, g.Hout(), g.Wout()};
+
+  // Forward.
+  std::vector<T> yo(ny, T(-9));
+  normkit_tensor xt = TensorOf(x.v.data(), layout, xshape);
+  normkit_tensor yt = TensorOf(yo.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, yshape);
+  ASSERT_EQ(normkit_shift_sum(ctx.ctx, &xt, &params, &yt), NORMKIT_SUCCESS) << normkit_last_error();
+  ExpectClose(yo, RefForward(g, x.d(), md, cl), RefForward(ga, absx, absm, cl), g.C, "forward");
+
+  // Adjoint.
+  std::vector<T> xo(nx, T(-9));
+  normkit_tensor yin = TensorOf(y.v.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, yshape);
+  normkit_tensor xot = TensorOf(xo.data(), layout, xshape);
+  ASSERT_EQ(normkit_shift_sum_adjoint(ctx.ctx, &yin, &params, &xot), NORMKIT_SUCCESS)
+      << normkit_last_error();
+  ExpectClose(xo, RefAdjoint(g, y.d(), md, cl), RefAdjoint(ga, absy, absm, cl), 1, "adjoint");
+
+  // Normalizer.
+  const std::vector<double> phi_s = RefNormalizer(g, md, false);
+  std::vector<T> po(phi_s.size(), T(-9));
+  ASSERT_EQ(normkit_shift_sum_normalizer(ctx.ctx, &xt, &params, po.data()), NORMKIT_SUCCESS);
+  ExpectClose(po, phi_s, phi_s, g.C, "normalizer");
+
+  // Moore-Penrose pseudo-inverse, with the normalizer computed and given.
+  std::vector<double> z(ny);
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t i = 0; i < g.Hout() * g.Wout(); ++i) {
+      const double p = phi_s[(g.PerSample() ? b * g.Hout() * g.Wout() : 0) + i];
+      z[b * g.Hout() * g.Wout() + i] =
+          p == 0 ? 0.0
+                 : static_cast<double>(y.v[b * g.Hout() * g.Wout() + i]) / (g.scale * g.scale * p);
+    }
+  const std::vector<double> want_mp = RefAdjoint(g, z, md, cl);
+  std::vector<double> absz(z.size());
+  for (size_t i = 0; i < z.size(); ++i) absz[i] = std::fabs(z[i]);
+  for (const T* normalizer : {static_cast<const T*>(nullptr), static_cast<const T*>(po.data())}) {
+    std::fill(xo.begin(), xo.end(), T(-9));
+    ASSERT_EQ(normkit_shift_sum_pinv(ctx.ctx, &yin, &params, NORMKIT_PINV_MOORE_PENROSE, normalizer,
+                                     &xot),
+              NORMKIT_SUCCESS);
+    ExpectClose(xo, want_mp, RefAdjoint(ga, absz, absm, cl), g.C, "pinv");
+  }
+
+  // Seed 003's pinv: window(y / (s * alpha)) / mask, 0 where the mask is 0.
+  {
+    const std::vector<double> alpha = RefNormalizer(
+        Geometry{g.B, g.C, g.H, g.W, g.S, g.along_h, NORMKIT_MASK_NONE, g.scale}, md, true);
+    std::vector<double> want(nx), mag(nx);
+    for (int64_t b = 0; b < g.B; ++b)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t h = 0; h < g.H; ++h)
+          for (int64_t w = 0; w < g.W; ++w) {
+            const int64_t r = g.R(c, h), v = g.V(c, w);
+            const double zz =
+                static_cast<double>(y.v[g.YIndex(b, r, v)]) / (g.scale * alpha[r * g.Wout() + v]);
+            const double mv = g.M(md, b, c, h, w);
+            const int64_t i = g.XIndex(b, c, h, w, cl);
+            want[i] = mv == 0.0 ? 0.0 : zz / mv;
+            mag[i] = std::fabs(want[i]);
+          }
+    std::fill(xo.begin(), xo.end(), T(-9));
+    ASSERT_EQ(
+        normkit_shift_sum_pinv(ctx.ctx, &yin, &params, NORMKIT_PINV_DIVIDE_BY_MASK, nullptr, &xot),
+        NORMKIT_SUCCESS);
+    ExpectClose(xo, want, mag, 4, "pinv divide-by-mask");
+  }
+
+  // GAP step: x + lambda * A^T((y - A x) / (Phi_s + gamma)).
+  {
+    const double lambda = 0.7, gamma = 0.25;
+    const std::vector<double> ax = RefForward(g, x.d(), md, cl);
+    std::vector<double> r(ny), absr(ny);
+    for (int64_t b = 0; b < g.B; ++b)
+      for (int64_t i = 0; i < g.Hout() * g.Wout(); ++i) {
+        const int64_t k = b * g.Hout() * g.Wout() + i;
+        const double p = phi_s[(g.PerSample() ? b * g.Hout() * g.Wout() : 0) + i];
+        r[k] = (static_cast<double>(y.v[k]) - ax[k]) / (p + gamma);
+        absr[k] = (std::fabs(static_cast<double>(y.v[k])) + RefForward(ga, absx, absm, cl)[k] * 0 +
+                   std::fabs(ax[k])) /
+                  (p + gamma);
+      }
+    const std::vector<double> upd = RefAdjoint(g, r, md, cl);
+    const std::vector<double> updmag = RefAdjoint(ga, absr, absm, cl);
+    std::vector<double> want(nx), mag(nx);
+    for (int64_t i = 0; i < nx; ++i) {
+      want[i] = static_cast<double>(x.v[i]) + lambda * upd[i];
+      mag[i] = std::fabs(static_cast<double>(x.v[i])) + lambda * updmag[i] * g.C;
+    }
+    std::vector<T> xg = x.v;
+    normkit_tensor xgt = TensorOf(xg.data(), layout, xshape);
+    ASSERT_EQ(normkit_shift_sum_gap_step(ctx.ctx, &xgt, &yin, &params, lambda, gamma, nullptr),
+              NORMKIT_SUCCESS)
+        << normkit_last_error();
+    ExpectClose(xg, want, mag, g.C, "gap step");
+  }
+
+  // Shift then unshift: the exact windows back.
+  {
+    std::vector<T> xs(g.B * g.C * g.Hout() * g.Wout(), T(-9)), back(nx, T(-9));
+    normkit_tensor xst = TensorOf(xs.data(), layout, {g.B, g.C, g.Hout(), g.Wout()});
+    ASSERT_EQ(normkit_shift(ctx.ctx, &xt, &params, &xst), NORMKIT_SUCCESS) << normkit_last_error();
+    for (int64_t b = 0; b < g.B; ++b)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t r = 0; r < g.Hout(); ++r)
+          for (int64_t v = 0; v < g.Wout(); ++v) {
+            const int64_t h = g.along_h ? r - g.Off(c) : r, w = g.along_h ? v : v - g.Off(c);
+            const bool in = h >= 0 && h < g.H && w >= 0 && w < g.W;
+            const int64_t i = cl ? ((b * g.Hout() + r) * g.Wout() + v) * g.C + c
+                                 : ((b * g.C + c) * g.Hout() + r) * g.Wout() + v;
+            ASSERT_EQ(xs[i], in ? x.v[g.XIndex(b, c, h, w, cl)] : T(0)) << "shift " << i;
+          }
+    normkit_tensor backt = TensorOf(back.data(), layout, xshape);
+    ASSERT_EQ(normkit_unshift(ctx.ctx, &xst, &params, &backt), NORMKIT_SUCCESS);
+    EXPECT_EQ(back, x.v) << "unshift(shift(x)) != x";
+  }
+}
+
+TEST(ShiftSum, AllOpsMatchReference) {
+  const int32_t kinds[] = {NORMKIT_MASK_NONE, NORMKIT_MASK_HW,      NORMKIT_MASK_CHW,
+                           NORMKIT_MASK_BCHW, NORMKIT_MASK_PHI_CHW, NORMKIT_MASK_PHI_BCHW};
+  const std::vector<Geometry> shapes = {
+      {2, 3, 5, 19, 2, false, 0, 1.0},  {1, 1, 4, 7, 3, false, 0, 0.5},
+      {2, 4, 1, 33, -3, false, 0, 1.0}, {1, 5, 6, 17, -1, true, 0, 2.0 / 5},
+      {2, 3, 7, 9, 2, true, 0, 1.0},    {1, 6, 3, 40, 0, false, 0, 1.0}};
+  for (const Geometry& shape : shapes) {
+    for (int32_t kind : kinds) {
+      Geometry g = shape;
+      g.mask_kind = kind;
+      for (bool cl : {false, true}) {
+        CheckAllOps<float>(g, cl, 2);
+        CheckAllOps<double>(g, cl, 1);
+      }
+    }
+  }
+}
+
+TEST(ShiftSum, SeedChannelCounts) {
+  for (int64_t C : {28, 31}) {
+    for (int64_t S : {1, 2}) {
+      Geometry g{1, C, 3, 37, S, false, NORMKIT_MASK_HW, 2.0 / static_cast<double>(C)};
+      CheckAllOps<float>(g, false, 3);
+      CheckAllOps<float>(g, true, 2);
+    }
+  }
+}
+
+// <A x, y> = <x, A^T y> in float64, for every mask form, both axes and layouts.
+TEST(ShiftSum, AdjointIdentity) {
+  for (int32_t kind = NORMKIT_MASK_NONE; kind <= NORMKIT_MASK_PHI_BCHW; ++kind) {
+    for (bool along_h : {false, true}) {
+      for (bool cl : {false, true}) {
+        const Geometry g{2, 7, 9, 23, along_h ? -2 : 3, along_h, kind, 0.3};
+        const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+        const int64_t nx = g.B * g.C * g.H * g.W, ny = g.B * g.Hout() * g.Wout();
+        Data<double> x = Random<double>(nx, 5), y = Random<double>(ny, 6),
+                     m = Random<double>(std::max<int64_t>(g.MaskElems(), 1), 7);
+        std::vector<double> ax(ny), aty(nx);
+        normkit_shift_sum_params params;
+        normkit_shift_sum_params_init(&params, g.S);
+        params.axis = along_h ? NORMKIT_SHIFT_ALONG_H : NORMKIT_SHIFT_ALONG_W;
+        params.scale = g.scale;
+        params.mask_kind = kind;
+        params.mask = kind == NORMKIT_MASK_NONE ? nullptr : m.v.data();
+        normkit_tensor xt = TensorOf(x.v.data(), layout, {g.B, g.C, g.H, g.W});
+        normkit_tensor axt =
+            TensorOf(ax.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, g.Hout(), g.Wout()});
+        normkit_tensor yt =
+            TensorOf(y.v.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, g.Hout(), g.Wout()});
+        normkit_tensor atyt = TensorOf(aty.data(), layout, {g.B, g.C, g.H, g.W});
+        ASSERT_EQ(normkit_shift_sum(nullptr, &xt, &params, &axt), NORMKIT_SUCCESS);
+        ASSERT_EQ(normkit_shift_sum_adjoint(nullptr, &yt, &params, &atyt), NORMKIT_SUCCESS);
+        double lhs = 0, rhs = 0, mag = 0;
+        for (int64_t i = 0; i < ny; ++i) lhs += ax[i] * y.v[i], mag += std::fabs(ax[i] * y.v[i]);
+        for (int64_t i = 0; i < nx; ++i) rhs += x.v[i] * aty[i];
+        EXPECT_NEAR(lhs, rhs, 1e-6 * mag) << "mask " << kind << " along_h " << along_h;
+      }
+    }
+  }
+}
+
+// Seed 003's own three formulations of A (a loop over channels adding shifted
+// slices, a convolution with a one-hot kernel, scatter_add with precomputed indices)
+// and its A_pinv, written the way the seed writes them, agree with ours.
+TEST(ShiftSum, SeedFormulationsAgree) {
+  const int64_t B = 2, C = 28, H = 16, W = 256, S = 2, Wp = W + (C - 1) * S;
+  Data<float> x = Random<float>(B * C * H * W, 11), mask = Random<float>(H * W, 12, 0.0, 1.0);
+  for (auto& v : mask.v)
+    if (v == 0.0f) v = 1e-12f;
+  // z = x * mask (broadcast over B and C), as the seed does before shifting.
+  std::vector<double> z(B * C * H * W);
+  for (int64_t i = 0; i < B * C * H * W; ++i)
+    z[i] = static_cast<double>(x.v[i]) * mask.v[i % (H * W)];
+  // Method 1: y[..., i*S:i*S+W] += z[:, i].
+  std::vector<double> y1(B * H * Wp, 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < C; ++i)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w)
+          y1[(b * H + h) * Wp + i * S + w] += z[((b * C + i) * H + h) * W + w];
+  // Method 2: conv2d with kernel[:, C-i-1, :, i*S] = 1, padding (0, (C-1)*S).
+  const int64_t K = (C - 1) * S + 1, pad = (C - 1) * S;
+  std::vector<double> y2(B * H * Wp, 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t o = 0; o < Wp; ++o)
+        for (int64_t ci = 0; ci < C; ++ci)
+          for (int64_t k = 0; k < K; ++k) {
+            const bool one = k % S == 0 && C - 1 - k / S == ci;  // kernel[ci][k]
+            const int64_t w = o + k - pad;
+            if (one && w >= 0 && w < W)
+              y2[(b * H + h) * Wp + o] += z[((b * C + ci) * H + h) * W + w];
+          }
+  // Method 3: scatter_add with indices x + i*S + y*out_W.
+  std::vector<double> y3(B * H * Wp, 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < C; ++i)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w)
+          y3[b * H * Wp + w + i * S + h * Wp] += z[((b * C + i) * H + h) * W + w];
+
+  std::vector<float> y(B * H * Wp);
+  normkit_shift_sum_params params;
+  normkit_shift_sum_params_init(&params, S);
+  params.mask_kind = NORMKIT_MASK_HW;
+  params.mask = mask.v.data();
+  normkit_tensor xt = TensorOf(x.v.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {B, C, H, W});
+  normkit_tensor yt = TensorOf(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {B, 1, H, Wp});
+  ASSERT_EQ(normkit_shift_sum(nullptr, &xt, &params, &yt), NORMKIT_SUCCESS);
+  for (const auto* want : {&y1, &y2, &y3}) {
+    for (int64_t i = 0; i < B * H * Wp; ++i)
+      ASSERT_NEAR(y[i], (*want)[i], 1e-5 * (1 + std::fabs((*want)[i])));
+  }
+  // A_pinv(y, mask) = cat(windows(y / alpha)) / mask.
+  std::vector<double> alpha(Wp, 0.0);
+  for (int64_t i = 0; i < C; ++i)
+    for (int64_t w = 0; w < W; ++w) alpha[i * S + w] += 1;
+  std::vector<float> xp(B * C * H * W);
+  normkit_tensor xpt = TensorOf(xp.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {B, C, H, W});
+  ASSERT_EQ(
+      normkit_shift_sum_pinv(nullptr, &yt, &params, NORMKIT_PINV_DIVIDE_BY_MASK, nullptr, &xpt),
+      NORMKIT_SUCCESS);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < C; ++i)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w) {
+          const double want =
+              y[(b * H + h) * Wp + i * S + w] / alpha[i * S + w] / mask.v[h * W + w];
+          const float got = xp[((b * C + i) * H + h) * W + w];
+          ASSERT_NEAR(got, want, 1e-5 * (1 + std::fabs(want)));
+        }
+}
+
+TEST(ShiftSum, BitwiseIdenticalAcrossThreadCounts) {
+  const Geometry g{3, 28, 33, 70, 2, false, NORMKIT_MASK_CHW, 2.0 / 28};
+  Data<float> x = Random<float>(g.B * g.C * g.H * g.W, 21),
+              y = Random<float>(g.B * g.Hout() * g.Wout(), 22),
+              m = Random<float>(g.MaskElems(), 23, 0.0, 1.0);
+  normkit_shift_sum_params params;
+  normkit_shift_sum_params_init(&params, g.S);
+  params.scale = g.scale;
+  params.mask_kind = g.mask_kind;
+  params.mask = m.v.data();
+  for (bool cl : {false, true}) {
+    const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+    std::vector<float> first_y, first_x;
+    for (int threads : {1, 2, 3, 8}) {
+      Context ctx(threads);
+      std::vector<float> yo(y.v.size()), xg = x.v;
+      normkit_tensor xt = TensorOf(x.v.data(), layout, {g.B, g.C, g.H, g.W});
+      normkit_tensor yt =
+          TensorOf(yo.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, 1, g.Hout(), g.Wout()});
+      normkit_tensor yin =
+          TensorOf(y.v.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, 1, g.Hout(), g.Wout()});
+      normkit_tensor xgt = TensorOf(xg.data(), layout, {g.B, g.C, g.H, g.W});
+      ASSERT_EQ(normkit_shift_sum(ctx.ctx, &xt, &params, &yt), NORMKIT_SUCCESS);
+      ASSERT_EQ(normkit_shift_sum_gap_step(ctx.ctx, &xgt, &yin, &params, 0.5, 0.1, nullptr),
+                NORMKIT_SUCCESS);
+      if (first_y.empty()) {
+        first_y = yo;
+        first_x = xg;
+      } else {
+        ASSERT_EQ(std::memcmp(first_y.data(), yo.data(), yo.size() * 4), 0) << threads;
+        ASSERT_EQ(std::memcmp(first_x.data(), xg.data(), xg.size() * 4), 0) << threads;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normkit_test
