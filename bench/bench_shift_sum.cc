@@ -2,8 +2,11 @@
 // Benchmarks of the shift-sum operators on seed 003's shapes (B=16, C=28, 256x256,
 // S=2; C=512 as in the seed's reply), a real-data size (B=1, C=28, 660x660) and
 // PnP-CASSI's C=31, S=1: forward A, adjoint A^T, pinv, fused GAP step; 1 and all
-// threads. Bytes: x and y once each (A, A^T, pinv); x read once and written once (GAP,
-// compared with an in-place x = a*x + b over x).
+// threads. Bytes: x and y once each (A, A^T, pinv); x read once and written once for
+// the GAP step. The reference is memcpy of the same bytes for all four, as issue 4
+// defines it (the GAP step is in place, but the in-place x = a*x + b reference of the
+// other in-place benchmarks runs about twice as fast as memcpy on this VM; the note
+// reports both).
 //
 //   ./build/bench/normkit_bench --benchmark_filter='seed003'
 #include <string>
@@ -62,7 +65,7 @@ void RunShift(benchmark::State& state, ShiftOp op, int64_t B, int64_t C, int64_t
   };
   const bool gap = op == ShiftOp::kGap;
   const int64_t bytes = (gap ? 2 * nx : nx + ny) * static_cast<int64_t>(sizeof(float));
-  RunAgainstCopy(state, run_op, threads, x.get(), gap ? nx : (nx + ny) / 2, gap, bytes);
+  RunAgainstCopy(state, run_op, threads, x.get(), gap ? nx : (nx + ny) / 2, false, bytes);
   normkit_context_destroy(ctx);
 }
 

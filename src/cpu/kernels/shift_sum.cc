@@ -2,6 +2,9 @@
 // Shift-sum row kernels, compiled for every SIMD target and dispatched at run time.
 #include "cpu/kernels/shift_sum.h"
 
+#include <algorithm>
+#include <cstdint>
+
 // clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/kernels/shift_sum.cc"
@@ -41,17 +44,32 @@ void AccumulateT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RESTRI
   }
 }
 
-template <class T>
+// Stores v at y + i: streaming for the full-vector tag when y + i is aligned.
+template <bool kStream, class D, class V, class T>
+HWY_INLINE void Put(D d, V v, T* y) {
+  if constexpr (kStream && hn::MaxLanes(D()) > 1) {
+    hn::Stream(v, d, y);
+  } else {
+    hn::StoreU(v, d, y);
+  }
+}
+
+template <bool kStream, class T>
 void ScaledProductT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RESTRICT m, T s,
                     size_t n) {
-  if (m) {
-    ForRow<T>(n, [&](auto d, size_t i) {
-      hn::StoreU(hn::Set(d, s) * hn::LoadU(d, m + i) * hn::LoadU(d, x + i), d, y + i);
-    });
-  } else {
-    ForRow<T>(n,
-              [&](auto d, size_t i) { hn::StoreU(hn::Set(d, s) * hn::LoadU(d, x + i), d, y + i); });
+  const hn::ScalableTag<T> d;
+  const hn::CappedTag<T, 1> d1;
+  const size_t N = hn::Lanes(d);
+  const auto one = [&](auto dt, size_t i) {
+    const auto v = hn::Set(dt, s) * hn::LoadU(dt, x + i);
+    Put<kStream>(dt, m ? v * hn::LoadU(dt, m + i) : v, y + i);
+  };
+  size_t i = 0;
+  if constexpr (kStream) {  // Stream needs aligned addresses: peel to the next one
+    for (; i < n && reinterpret_cast<uintptr_t>(y + i) % (N * sizeof(T)) != 0; ++i) one(d1, i);
   }
+  for (; i + N <= n; i += N) one(d, i);
+  for (; i < n; ++i) one(d1, i);
 }
 
 template <class T>
@@ -103,16 +121,10 @@ void DivideByMaskT(T* HWY_RESTRICT x, const T* HWY_RESTRICT z, const T* HWY_REST
 
 template <class T>
 void AxpyT(T* HWY_RESTRICT x, const T* HWY_RESTRICT r, const T* HWY_RESTRICT m, T a, size_t n) {
-  if (m) {
-    ForRow<T>(n, [&](auto d, size_t i) {
-      const auto t = hn::Set(d, a) * hn::LoadU(d, m + i);
-      hn::StoreU(hn::MulAdd(t, hn::LoadU(d, r + i), hn::LoadU(d, x + i)), d, x + i);
-    });
-  } else {
-    ForRow<T>(n, [&](auto d, size_t i) {
-      hn::StoreU(hn::MulAdd(hn::Set(d, a), hn::LoadU(d, r + i), hn::LoadU(d, x + i)), d, x + i);
-    });
-  }
+  ForRow<T>(n, [&](auto d, size_t i) {
+    const auto t = m ? hn::Set(d, a) * hn::LoadU(d, m + i) : hn::Set(d, a);
+    hn::StoreU(hn::MulAdd(t, hn::LoadU(d, r + i), hn::LoadU(d, x + i)), d, x + i);
+  });
 }
 
 // Exported entry points, one per (kernel, type): HWY_EXPORT takes plain functions.
@@ -122,11 +134,11 @@ void AccumulateF(float* y, const float* x, const float* m, int64_t n) {
 void AccumulateD(double* y, const double* x, const double* m, int64_t n) {
   AccumulateT(y, x, m, n);
 }
-void ScaledProductF(float* y, const float* x, const float* m, float s, int64_t n) {
-  ScaledProductT(y, x, m, s, n);
+void ScaledProductF(float* y, const float* x, const float* m, float s, int64_t n, bool stream) {
+  stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);
 }
-void ScaledProductD(double* y, const double* x, const double* m, double s, int64_t n) {
-  ScaledProductT(y, x, m, s, n);
+void ScaledProductD(double* y, const double* x, const double* m, double s, int64_t n, bool stream) {
+  stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);
 }
 void ScaleF(float* y, float s, int64_t n) {
   ScaleT(y, s, n);
@@ -200,13 +212,14 @@ void ShiftSumAccumulate<double>(double* y, const double* x, const double* m, int
   HWY_DYNAMIC_DISPATCH(AccumulateD)(y, x, m, n);
 }
 template <>
-void ShiftSumScaledProduct<float>(float* y, const float* x, const float* m, float s, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(ScaledProductF)(y, x, m, s, n);
+void ShiftSumScaledProduct<float>(float* y, const float* x, const float* m, float s, int64_t n,
+                                  bool stream) {
+  HWY_DYNAMIC_DISPATCH(ScaledProductF)(y, x, m, s, n, stream);
 }
 template <>
-void ShiftSumScaledProduct<double>(double* y, const double* x, const double* m, double s,
-                                   int64_t n) {
-  HWY_DYNAMIC_DISPATCH(ScaledProductD)(y, x, m, s, n);
+void ShiftSumScaledProduct<double>(double* y, const double* x, const double* m, double s, int64_t n,
+                                   bool stream) {
+  HWY_DYNAMIC_DISPATCH(ScaledProductD)(y, x, m, s, n, stream);
 }
 template <>
 void ShiftSumScale<float>(float* y, float s, int64_t n) {

@@ -14,9 +14,10 @@ namespace kernels {
 template <class T>
 void ShiftSumAccumulate(T* y, const T* x, const T* m, int64_t n);
 
-// y[i] = s * m[i] * x[i]
+// y[i] = s * m[i] * x[i]. `stream`: non-temporal stores (an output larger than the
+// last-level cache); the caller fences them (hwy::FlushStream) before its task ends.
 template <class T>
-void ShiftSumScaledProduct(T* y, const T* x, const T* m, T s, int64_t n);
+void ShiftSumScaledProduct(T* y, const T* x, const T* m, T s, int64_t n, bool stream);
 
 // y[i] *= s
 template <class T>
