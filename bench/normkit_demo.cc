@@ -233,6 +233,86 @@ void RunRowNorm(const std::vector<int64_t>& shape, bool rms, int threads) {
   normkit_context_destroy(ctx);
 }
 
+// Shift-sum (seed 003): A, A^T, Moore-Penrose pinv and the fused GAP step, with the
+// seed's [H, W] mask and s = 2/C; A checked against a direct double sum on sampled rows,
+// pinv by A(A+ y) = y. Bytes: x and y once each (GAP: x read and written once).
+void RunShiftSum(const char* source, int64_t B, int64_t C, int64_t H, int64_t W, int64_t S,
+                 int threads) {
+  const int64_t Wp = W + (C - 1) * S, nx = B * C * H * W, ny = B * H * Wp;
+  const Workload w{source, {B, C, H, W}};
+  Buffer x = MakeBuffer(nx, 51), y = MakeBuffer(ny, 52), y2 = MakeBuffer(ny, 53),
+         xp = MakeBuffer(nx, 54), mask = MakeBuffer(H * W, 55), ref = MakeBuffer(nx, 56),
+         phi_s = MakeBuffer(H * Wp, 57);
+  for (int64_t i = 0; i < H * W; ++i) mask[i] = 0.5f + 0.5f * std::fabs(mask[i]);  // no zeros
+  normkit_context* ctx = nullptr;
+  normkit_context_create(threads, &ctx);
+  normkit_shift_sum_params params;
+  normkit_shift_sum_params_init(&params, S);
+  params.scale = 2.0 / static_cast<double>(C);
+  params.mask_kind = NORMKIT_MASK_HW;
+  params.mask = mask.get();
+  normkit_tensor xt = Desc(x.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, {B, C, H, W});
+  normkit_tensor xpt = Desc(xp.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, {B, C, H, W});
+  normkit_tensor yt = Desc(y.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, {B, 1, H, Wp});
+  normkit_tensor y2t = Desc(y2.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, {B, 1, H, Wp});
+  const auto check = [](normkit_status st) {
+    if (st != NORMKIT_SUCCESS) std::printf("  error: %s\n", normkit_last_error());
+  };
+  check(normkit_shift_sum_normalizer(ctx, &xt, &params, phi_s.get()));
+  const auto forward = [&] { check(normkit_shift_sum(ctx, &xt, &params, &yt)); };
+  forward();
+  bool ok = true;
+  for (int64_t b = 0; b < B && ok; b += std::max<int64_t>(1, B / 3)) {
+    for (int64_t h = 0; h < H && ok; h += 37) {
+      for (int64_t v = 0; v < Wp && ok; ++v) {
+        double want = 0, mag = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          const int64_t wi = v - c * S;
+          if (wi < 0 || wi >= W) continue;
+          const double t = params.scale * mask[h * W + wi] * x[((b * C + c) * H + h) * W + wi];
+          want += t;
+          mag += std::fabs(t);
+        }
+        if (!(std::fabs(y[(b * H + h) * Wp + v] - want) <= 4.0 * C * 1.2e-7 * mag + 1e-30)) {
+          std::printf("  MISMATCH at (%lld, %lld, %lld)\n", static_cast<long long>(b),
+                      static_cast<long long>(h), static_cast<long long>(v));
+          ok = false;
+        }
+      }
+    }
+  }
+  const int64_t fwd_bytes = (nx + ny) * static_cast<int64_t>(sizeof(float));
+  const auto copy_ref = [&](int64_t elems) {
+    return [&, elems] { ParallelCopy(threads, ref.get(), x.get(), elems); };
+  };
+  PrintRow("shift_sum A", w, NORMKIT_LAYOUT_CHANNELS_FIRST, false, threads,
+           TimePair(forward, copy_ref((nx + ny) / 2), fwd_bytes), fwd_bytes, ok);
+  const auto adjoint = [&] { check(normkit_shift_sum_adjoint(ctx, &yt, &params, &xpt)); };
+  PrintRow("shift_sum adjoint", w, NORMKIT_LAYOUT_CHANNELS_FIRST, false, threads,
+           TimePair(adjoint, copy_ref((nx + ny) / 2), fwd_bytes), fwd_bytes, ok);
+  // pinv: A(A+ y) must give y back wherever some channel covers the position (all here).
+  const auto pinv = [&] {
+    check(normkit_shift_sum_pinv(ctx, &yt, &params, NORMKIT_PINV_MOORE_PENROSE, phi_s.get(),
+                                 &xpt));
+  };
+  pinv();
+  check(normkit_shift_sum(ctx, &xpt, &params, &y2t));
+  bool pinv_ok = true;
+  for (int64_t i = 0; i < ny; i += 97) {
+    if (!(std::fabs(y2[i] - y[i]) <= 1e-4 * (1 + std::fabs(y[i])))) pinv_ok = false;
+  }
+  PrintRow("shift_sum pinv", w, NORMKIT_LAYOUT_CHANNELS_FIRST, false, threads,
+           TimePair(pinv, copy_ref((nx + ny) / 2), fwd_bytes), fwd_bytes, pinv_ok);
+  const auto gap = [&] {
+    check(normkit_shift_sum_gap_step(ctx, &xt, &yt, &params, 1e-3, 0.5, phi_s.get()));
+  };
+  const int64_t gap_bytes = 2 * nx * static_cast<int64_t>(sizeof(float));
+  PrintRow("shift_sum GAP step", w, NORMKIT_LAYOUT_CHANNELS_FIRST, true, threads,
+           TimePair(gap, copy_ref(nx), gap_bytes), gap_bytes, true);
+  if (!pinv_ok) std::printf("  pinv: A(A+ y) != y\n");
+  normkit_context_destroy(ctx);
+}
+
 // Folding BN into a conv is checked by running conv then BN and the folded conv.
 void RunFoldCheck() {
   const int64_t O = 64, I = 32, K = 9;
@@ -313,6 +393,19 @@ int main(int argc, char** argv) {
   for (bool rms : {false, true}) {
     RunRowNorm(rows_shape, rms, 1);
     if (all > 1) RunRowNorm(rows_shape, rms, all);
+  }
+  struct ShiftWorkload {
+    const char* source;
+    int64_t B, C, H, W, S;
+  };
+  const std::vector<ShiftWorkload> shift_workloads =
+      quick ? std::vector<ShiftWorkload>{{"003", 2, 28, 64, 64, 2}}
+            : std::vector<ShiftWorkload>{{"003", 16, 28, 256, 256, 2},
+                                         {"real", 1, 28, 660, 660, 2},
+                                         {"pnp", 16, 31, 256, 256, 1}};
+  for (const auto& s : shift_workloads) {
+    RunShiftSum(s.source, s.B, s.C, s.H, s.W, s.S, 1);
+    if (all > 1) RunShiftSum(s.source, s.B, s.C, s.H, s.W, s.S, all);
   }
   RunFoldCheck();
   std::printf("\n%s: %d check(s) failed\n",
