@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: set up, then for each threading backend (TBB, OpenMP, serial)
 # build and run the GoogleTest suite, the C / C++ / Python examples and the quick demo;
-# then install the library and build an example against the installed CMake package.
+# then install the library and build an example against the installed CMake package;
+# then the sanitizer builds and the bounded fuzzing (scripts/run_sanitizers.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -30,6 +31,10 @@ PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs normkit
 exported=$(nm -D --defined-only "$prefix/lib/libnormkit.so" | awk '{print $3}' | grep -v '^normkit_' || true)
 if [ -n "$exported" ]; then echo "symbols other than normkit_* are exported: $exported"; exit 1; fi
 echo "installed package: ok"
+
+# Sanitizer builds, bounded fuzzing and the concurrency test under TSan (a few
+# minutes; NORMKIT_SKIP_SANITIZERS=1 skips them for a quick local run).
+if [ -z "${NORMKIT_SKIP_SANITIZERS:-}" ]; then ./scripts/run_sanitizers.sh; fi
 
 # Last, so CI reads ctest's summary line for the default backend.
 (cd build-test-openmp && ctest -j"$jobs" | tail -3)

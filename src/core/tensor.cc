@@ -23,7 +23,7 @@ const char* DimName(int32_t rank, int32_t i) {
 
 }  // namespace
 
-int64_t DtypeSize(normkit_dtype dtype) {
+int64_t DtypeSize(int32_t dtype) {
   switch (dtype) {
     case NORMKIT_DTYPE_FLOAT32: return 4;
     case NORMKIT_DTYPE_FLOAT16: return 2;
@@ -54,7 +54,7 @@ normkit_status ValidateTensor(const char* op, const char* name, const normkit_te
   }
   if (t->data == nullptr)
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->data is NULL", op, name);
-  const int64_t elem = DtypeSize(static_cast<normkit_dtype>(t->dtype));
+  const int64_t elem = DtypeSize(t->dtype);
   if (elem == 0) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->dtype = %d is not a normkit_dtype", op,
                 name, t->dtype);

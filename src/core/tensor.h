@@ -26,7 +26,9 @@ struct TensorView {
   bool channels_last() const { return layout == NORMKIT_LAYOUT_CHANNELS_LAST; }
 };
 
-int64_t DtypeSize(normkit_dtype dtype);  // 0 for an unknown dtype
+// 0 for an unknown dtype. Takes the raw int32 field: converting an out-of-range value
+// to the enum type first would be undefined behavior (found by fuzz_affine).
+int64_t DtypeSize(int32_t dtype);
 const char* DtypeName(int32_t dtype);
 
 // Checks the descriptor `t` (named `name` in messages of `op`) and fills `out`.

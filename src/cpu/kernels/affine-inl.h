@@ -115,8 +115,9 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
     if (run == 0) run = lanes;
     const size_t avail = (n - i) & ~(lanes - 1);
     if (run > avail) run = avail;
-    const float* HWY_RESTRICT sr = scale_rep + o;
-    const float* HWY_RESTRICT br = shift_rep + o;
+    // (An absent term's rep is null: no arithmetic on it, found by fuzz_affine.)
+    const float* HWY_RESTRICT sr = kScale ? scale_rep + o : nullptr;
+    const float* HWY_RESTRICT br = kShift ? shift_rep + o : nullptr;
     for (size_t k = 0; k < run; k += lanes) {
       const auto vscale = kScale ? hn::LoadU(d, sr + k) : hn::Zero(d);
       const auto vshift = kShift ? hn::LoadU(d, br + k) : hn::Zero(d);

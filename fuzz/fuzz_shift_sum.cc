@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fuzzes the shift-sum operators: hostile descriptors, steps (negative, huge), axes,
+// mask kinds with masks sized to what the kind claims (or not), scales, modes, NULLs.
+#include "fuzz_common.h"
+
+using namespace normkit_fuzz;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  Arena arena;
+  const int32_t dtype = in.ConsumeBool() ? PickEnum(in, 1, 4) : (in.ConsumeBool() ? 1 : 4);
+  const int32_t layout = in.ConsumeIntegralInRange<int32_t>(0, 1);
+  bool skip = false;
+  normkit_tensor x =
+      MakeTensor(in, arena, dtype, layout, !in.ConsumeBool() ? 4 : PickEnum(in, 2, 5), &skip);
+  normkit_shift_sum_params params;
+  normkit_shift_sum_params_init(
+      &params, in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(-4, 4) : PickDim(in));
+  params.axis = PickEnum(in, 0, 1);
+  params.scale = in.ConsumeBool() ? 0.5 : static_cast<double>(PickFloat(in));
+  params.mask_kind = PickEnum(in, 0, 5);
+  if (in.ConsumeIntegralInRange<int>(0, 31) == 31)
+    params.struct_size = in.ConsumeIntegral<uint32_t>();
+  // y shaped as the geometry wants (most of the time), over its own buffer.
+  const int64_t B = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
+  const int64_t S = params.step < 0 ? -params.step : params.step;
+  int64_t spread = 0, Hp = H, Wp = W;
+  // The geometry the library will compute, whenever x is a plausible [B, C, H, W]
+  // (all buffers below are sized from it; ones too large to allocate skip the input).
+  const bool sane = x.rank == 4 && B >= 1 && C >= 1 && H >= 1 && W >= 1 && B <= 4096 && C <= 4096 &&
+                    H <= 4096 && W <= 4096 && S <= 4096;
+  if (sane) {
+    spread = (C - 1) * S;
+    (params.axis == NORMKIT_SHIFT_ALONG_H ? Hp : Wp) += spread;
+  }
+  normkit_tensor y = MakeTensor(in, arena, dtype, 0, 4, &skip);
+  if (sane && in.ConsumeIntegralInRange<int>(0, 7) != 7) {
+    const int64_t ys[4] = {B, 1, Hp, Wp};
+    normkit_tensor_init(&y, arena.MakeExact(in, B * Hp * Wp * ElementBytes(dtype), &skip),
+                        NORMKIT_DTYPE_FLOAT32, NORMKIT_LAYOUT_CHANNELS_FIRST, 4, ys);
+    y.dtype = dtype;
+  }
+  // The mask as large as its kind claims, or a small one.
+  int64_t mask_elems = 4;
+  if (sane) {
+    switch (params.mask_kind) {
+      case NORMKIT_MASK_HW: mask_elems = H * W; break;
+      case NORMKIT_MASK_CHW: mask_elems = C * H * W; break;
+      case NORMKIT_MASK_BCHW: mask_elems = B * C * H * W; break;
+      case NORMKIT_MASK_PHI_CHW: mask_elems = C * Hp * Wp; break;
+      case NORMKIT_MASK_PHI_BCHW: mask_elems = B * C * Hp * Wp; break;
+    }
+  }
+  params.mask = in.ConsumeIntegralInRange<int>(0, 7) == 7
+                    ? nullptr
+                    : arena.MakeExact(in, mask_elems * ElementBytes(dtype), &skip);
+  if (params.mask_kind == NORMKIT_MASK_NONE && !in.ConsumeBool()) params.mask = nullptr;
+  const void* normalizer =
+      in.ConsumeBool() ? arena.MakeExact(in, (sane ? B * Hp * Wp : 4) * ElementBytes(dtype), &skip)
+                       : nullptr;
+  normkit_shift_sum_params* pp = in.ConsumeIntegralInRange<int>(0, 31) == 31 ? nullptr : &params;
+  if (skip) return 0;
+  normkit_status st;
+  switch (PickEnum(in, 1, 4)) {
+    case 0: {
+      const auto outs = std::vector<Snapshot>{Take(y.data, arena.SizeOf(y.data))};
+      st = normkit_shift_sum(nullptr, &x, pp, &y);
+      CheckStatus(st);
+      ExpectUntouched(st, outs);
+      return 0;
+    }
+    case 1: {
+      const auto outs = std::vector<Snapshot>{Take(x.data, arena.SizeOf(x.data))};
+      st = normkit_shift_sum_adjoint(nullptr, &y, pp, &x);
+      CheckStatus(st);
+      ExpectUntouched(st, outs);
+      return 0;
+    }
+    case 2: {
+      const auto outs = std::vector<Snapshot>{Take(x.data, arena.SizeOf(x.data))};
+      st = normkit_shift_sum_pinv(nullptr, &y, pp, PickEnum(in, 0, 1), normalizer, &x);
+      CheckStatus(st);
+      ExpectUntouched(st, outs);
+      return 0;
+    }
+    case 3: {
+      const auto outs = std::vector<Snapshot>{Take(x.data, arena.SizeOf(x.data))};
+      st =
+          normkit_shift_sum_gap_step(nullptr, &x, &y, pp, PickFloat(in), PickFloat(in), normalizer);
+      CheckStatus(st);
+      ExpectUntouched(st, outs);
+      return 0;
+    }
+    case 4: {
+      void* phi_s = arena.MakeExact(in, (sane ? B * Hp * Wp : 4) * ElementBytes(dtype), &skip);
+      if (skip) return 0;
+      const auto outs = std::vector<Snapshot>{Take(phi_s, arena.SizeOf(phi_s))};
+      st = normkit_shift_sum_normalizer(nullptr, &x, pp, phi_s);
+      CheckStatus(st);
+      ExpectUntouched(st, outs);
+      return 0;
+    }
+    default: {
+      normkit_tensor xs = MakeTensor(in, arena, dtype, layout, 4, &skip);
+      if (skip) return 0;
+      if (sane && in.ConsumeBool()) {
+        const int64_t ss[4] = {B, C, Hp, Wp};
+        normkit_tensor_init(&xs, arena.MakeExact(in, B * C * Hp * Wp * ElementBytes(dtype), &skip),
+                            NORMKIT_DTYPE_FLOAT32, NORMKIT_LAYOUT_CHANNELS_FIRST, 4, ss);
+        xs.dtype = dtype;
+        xs.layout = layout;
+      }
+      if (skip) return 0;
+      const auto outs = std::vector<Snapshot>{Take(xs.data, arena.SizeOf(xs.data))};
+      st = normkit_shift(nullptr, &x, pp, &xs);
+      CheckStatus(st);
+      ExpectUntouched(st, outs);
+      return 0;
+    }
+  }
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Hostile-input checks, bounded in time (part of the test command):
+#  1. the test suite under AddressSanitizer + UndefinedBehaviorSanitizer (OpenMP and
+#     serial backends);
+#  2. the concurrency, determinism and validation tests under ThreadSanitizer (TBB and
+#     serial backends; OpenMP's runtime is not TSan-instrumented);
+#  3. each libFuzzer target (clang, ASan + UBSan) for FUZZ_SECONDS (default 45) from its
+#     seed corpus fuzz/corpus/<target>.tar.gz, printing how many executions ran.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+jobs=$(nproc)
+fuzz_seconds=${FUZZ_SECONDS:-45}
+common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DNORMKIT_BUILD_BENCH=OFF -DNORMKIT_BUILD_EXAMPLES=OFF)
+
+for backend in OPENMP SERIAL; do
+  dir="build-asan-${backend,,}"
+  echo "=== ASan + UBSan, ${backend} (${dir})"
+  cmake -S . -B "$dir" "${common[@]}" -DNORMKIT_THREADING="$backend" \
+        -DNORMKIT_SANITIZE=address,undefined >/dev/null
+  cmake --build "$dir" -j"$jobs" >/dev/null
+  (cd "$dir" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --output-on-failure -j"$jobs" | tail -3)
+done
+
+for backend in TBB SERIAL; do
+  dir="build-tsan-${backend,,}"
+  echo "=== TSan, ${backend} (${dir})"
+  cmake -S . -B "$dir" "${common[@]}" -DNORMKIT_THREADING="$backend" \
+        -DNORMKIT_SANITIZE=thread >/dev/null
+  cmake --build "$dir" -j"$jobs" >/dev/null
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$dir/tests/normkit_tests" \
+    --gtest_filter='Concurrency.*:Determinism.*:*BitwiseIdentical*:Context*:Validation.*' \
+    --gtest_brief=1
+done
+
+echo "=== libFuzzer, ${fuzz_seconds} s per target"
+dir=build-fuzz
+cmake -S . -B "$dir" "${common[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
+      -DNORMKIT_THREADING=SERIAL -DNORMKIT_BUILD_TESTS=OFF -DNORMKIT_BUILD_FUZZERS=ON \
+      -DNORMKIT_SANITIZE=address,undefined >/dev/null
+cmake --build "$dir" -j"$jobs" >/dev/null
+for target in fuzz_affine fuzz_group_norm fuzz_shift_sum; do
+  work=$(mktemp -d)
+  tar xzf fuzz/corpus/"$target".tar.gz -C "$work"
+  "$dir/fuzz/$target" -max_total_time="$fuzz_seconds" -print_final_stats=1 "$work" \
+    > "$dir/$target.log" 2>&1 || { tail -40 "$dir/$target.log"; exit 1; }
+  echo "$target: $(grep -m1 stat::number_of_executed_units "$dir/$target.log" | awk '{print $2}') executions, no crash"
+  rm -rf "$work"
+done
+echo "sanitizers and fuzzing: ok"
