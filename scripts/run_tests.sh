@@ -19,6 +19,9 @@ for backend in TBB SERIAL OPENMP; do
   (cd "$dir" && ctest --output-on-failure -j"$jobs")
 done
 
+echo "=== more than 2^31 elements (8.6 GB; skips itself when the memory is not there)"
+./build-test-openmp/tests/normkit_large_test
+
 echo "=== install + find_package(normkit) + pkg-config"
 prefix="$PWD/build-test-openmp/install"
 rm -rf "$prefix"

@@ -67,10 +67,20 @@ void RunGroupNormCase(const GroupNormCase& k) {
 
 TEST(GroupNorm, MatchesReferenceAcrossShapesAndGroups) {
   const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> shapes_groups = {
-      {{2, 6, 5, 7}, {1, 2, 3, 6}}, {{1, 32, 9, 9}, {8, 32}},  {{3, 20, 17}, {4, 5, 20}},
-      {{2, 12, 3, 4, 5}, {3, 12}},  {{2, 48}, {1, 4, 48}},     {{1, 4, 64, 64}, {2}},
-      {{2, 24, 33, 31}, {6}},       {{1, 64, 7, 7}, {32}},     {{2, 3, 1, 1}, {1, 3}},
-      {{1, 40, 70}, {8}},           {{2, 96, 11, 13}, {32, 1}}};
+      {{2, 6, 5, 7}, {1, 2, 3, 6}},
+      {{1, 32, 9, 9}, {8, 32}},
+      {{3, 20, 17}, {4, 5, 20}},
+      {{2, 12, 3, 4, 5}, {3, 12}},
+      {{2, 48}, {1, 4, 48}},
+      {{1, 4, 64, 64}, {2}},
+      {{2, 24, 33, 31}, {6}},
+      {{1, 64, 7, 7}, {32}},
+      {{2, 3, 1, 1}, {1, 3}},
+      {{1, 40, 70}, {8}},
+      {{2, 96, 11, 13}, {32, 1}},
+      // Channels-last samples larger than one slab: several slab units per sample.
+      {{2, 64, 60, 70}, {16, 64}},
+      {{1, 48, 70, 80}, {12}}};
   for (const auto& [shape, groups] : shapes_groups) {
     for (int64_t g : groups) {
       for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
