@@ -25,14 +25,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t B = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
   const int64_t S = params.step < 0 ? -params.step : params.step;
   int64_t spread = 0, Hp = H, Wp = W;
-  // The geometry the library will compute, whenever x is a plausible [B, C, H, W]
-  // (all buffers below are sized from it; ones too large to allocate skip the input).
-  const bool sane = x.rank == 4 && B >= 1 && C >= 1 && H >= 1 && W >= 1 && B <= 4096 && C <= 4096 &&
-                    H <= 4096 && W <= 4096 && S <= 4096;
-  if (sane) {
-    spread = (C - 1) * S;
-    (params.axis == NORMKIT_SHIFT_ALONG_H ? Hp : Wp) += spread;
-  }
+  // The geometry the library will compute whenever it accepts x and the step (the same
+  // overflow rules as shift_sum_api.cc); every buffer below is sized exactly from it,
+  // and one too large to allocate skips the input. Otherwise the call must be rejected
+  // and the buffers stay small.
+  int64_t along = params.axis == NORMKIT_SHIFT_ALONG_H ? H : W, out = 0, total = 0;
+  const bool sane =
+      x.rank == 4 && B >= 1 && C >= 1 && H >= 1 && W >= 1 && params.step != INT64_MIN &&
+      !__builtin_mul_overflow(C - 1, S, &spread) && !__builtin_add_overflow(along, spread, &out) &&
+      !__builtin_mul_overflow(out, params.axis == NORMKIT_SHIFT_ALONG_H ? W : H, &total) &&
+      !__builtin_mul_overflow(total, B, &total) && !__builtin_mul_overflow(total, C, &total) &&
+      !__builtin_mul_overflow(total, int64_t{8}, &total);
+  if (sane) (params.axis == NORMKIT_SHIFT_ALONG_H ? Hp : Wp) += spread;
   normkit_tensor y = MakeTensor(in, arena, dtype, 0, 4, &skip);
   if (sane && in.ConsumeIntegralInRange<int>(0, 7) != 7) {
     const int64_t ys[4] = {B, 1, Hp, Wp};

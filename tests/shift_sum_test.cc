@@ -5,6 +5,7 @@
 // seed 003's three formulations, and bitwise determinism across thread counts.
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -422,6 +423,43 @@ TEST(ShiftSum, SeedFormulationsAgree) {
               y[(b * H + h) * Wp + i * S + w] / alpha[i * S + w] / mask.v[h * W + w];
           const float got = xp[((b * C + i) * H + h) * W + w];
           ASSERT_NEAR(got, want, 1e-5 * (1 + std::fabs(want)));
+        }
+}
+
+// NaN and Inf reach exactly the outputs that sum them (A) or read them (A^T).
+TEST(ShiftSum, NonFiniteValuesStayWhereTheyLand) {
+  const Geometry g{2, 5, 4, 9, 2, false, NORMKIT_MASK_NONE, 1.0};
+  std::vector<float> x(g.B * g.C * g.H * g.W, 0.5f), y(g.B * g.Hout() * g.Wout());
+  x[g.XIndex(0, 1, 2, 3, false)] = std::numeric_limits<float>::quiet_NaN();
+  x[g.XIndex(1, 0, 0, 0, false)] = std::numeric_limits<float>::infinity();
+  normkit_shift_sum_params params;
+  normkit_shift_sum_params_init(&params, g.S);
+  normkit_tensor xt = TensorOf(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, g.C, g.H, g.W});
+  normkit_tensor yt =
+      TensorOf(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, 1, g.Hout(), g.Wout()});
+  ASSERT_EQ(normkit_shift_sum(nullptr, &xt, &params, &yt), NORMKIT_SUCCESS);
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t r = 0; r < g.Hout(); ++r)
+      for (int64_t v = 0; v < g.Wout(); ++v) {
+        const float got = y[g.YIndex(b, r, v)];
+        if (b == 0 && r == 2 && v == 3 + g.Off(1)) {
+          EXPECT_TRUE(std::isnan(got));
+        } else if (b == 1 && r == 0 && v == 0) {
+          EXPECT_TRUE(std::isinf(got));
+        } else {
+          EXPECT_TRUE(std::isfinite(got)) << b << " " << r << " " << v;
+        }
+      }
+  // Adjoint: a NaN in y row (0, 2) at column 5 reaches x (0, c, 2, 5 - c*S) only.
+  std::fill(y.begin(), y.end(), 1.0f);
+  y[g.YIndex(0, 2, 5)] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_EQ(normkit_shift_sum_adjoint(nullptr, &yt, &params, &xt), NORMKIT_SUCCESS);
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t w = 0; w < g.W; ++w) {
+          const bool hit = b == 0 && h == 2 && w + g.Off(c) == 5;
+          EXPECT_EQ(std::isnan(x[g.XIndex(b, c, h, w, false)]), hit) << b << c << h << w;
         }
 }
 

@@ -15,6 +15,7 @@ namespace cpu {
 namespace {
 
 using kernels::ShiftSumAccumulate;
+using kernels::ShiftSumAccumulateRows;
 using kernels::ShiftSumAddSquares;
 using kernels::ShiftSumAxpy;
 using kernels::ShiftSumDivide;
@@ -231,12 +232,18 @@ void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
         if (!p.along_h && ahead < p.H) {
           PrefetchToL2(x + xr.Offset(b, c, ahead), std::min(kTileRows, p.H - ahead) * p.W);
         }
-        for (int64_t r = r0; r < r1; ++r) {
-          const int64_t h = SourceRow(p, c, r);
-          if (h < 0) continue;
-          ShiftSumAccumulate(ytile + (r - r0) * p.W_out + Place(p, c, h).col,
-                             x + xr.Offset(b, c, h), AlignedMask(p, b, c, h), p.W);
+        // The tile rows this channel reaches: consecutive x rows, one call.
+        int64_t ra = r0, rb = r1;
+        if (p.along_h) {
+          ra = std::max(r0, p.Offset(c));
+          rb = std::min(r1, p.Offset(c) + p.H);
+          if (ra >= rb) continue;
         }
+        const int64_t h = SourceRow(p, c, ra);
+        const T* m = AlignedMask(p, b, c, h);
+        const bool phi = p.mask_kind == ShiftMask::kPhiCHW || p.mask_kind == ShiftMask::kPhiBCHW;
+        ShiftSumAccumulateRows(ytile + (ra - r0) * p.W_out + Place(p, c, h).col, p.W_out,
+                               x + xr.Offset(b, c, h), p.W, m, phi ? p.W_out : p.W, rb - ra, p.W);
       }
       if (p.scale != T(1)) ShiftSumScale(ytile, p.scale, (r1 - r0) * p.W_out);
     });

@@ -45,6 +45,15 @@ void AccumulateT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RESTRI
 }
 
 // Stores v at y + i: streaming for the full-vector tag when y + i is aligned.
+template <class T>
+void AccumulateRowsT(T* y, int64_t y_stride, const T* x, int64_t x_stride, const T* m,
+                     int64_t m_stride, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    AccumulateT(y + r * y_stride, x + r * x_stride, m ? m + r * m_stride : nullptr,
+                static_cast<size_t>(n));
+  }
+}
+
 template <bool kStream, class D, class V, class T>
 HWY_INLINE void Put(D d, V v, T* y) {
   if constexpr (kStream && hn::MaxLanes(D()) > 1) {
@@ -134,6 +143,14 @@ void AccumulateF(float* y, const float* x, const float* m, int64_t n) {
 void AccumulateD(double* y, const double* x, const double* m, int64_t n) {
   AccumulateT(y, x, m, n);
 }
+void AccumulateRowsF(float* y, int64_t ys, const float* x, int64_t xs, const float* m, int64_t ms,
+                     int64_t rows, int64_t n) {
+  AccumulateRowsT(y, ys, x, xs, m, ms, rows, n);
+}
+void AccumulateRowsD(double* y, int64_t ys, const double* x, int64_t xs, const double* m,
+                     int64_t ms, int64_t rows, int64_t n) {
+  AccumulateRowsT(y, ys, x, xs, m, ms, rows, n);
+}
 void ScaledProductF(float* y, const float* x, const float* m, float s, int64_t n, bool stream) {
   stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);
 }
@@ -188,6 +205,8 @@ namespace kernels {
 
 HWY_EXPORT(AccumulateF);
 HWY_EXPORT(AccumulateD);
+HWY_EXPORT(AccumulateRowsF);
+HWY_EXPORT(AccumulateRowsD);
 HWY_EXPORT(ScaledProductF);
 HWY_EXPORT(ScaledProductD);
 HWY_EXPORT(ScaleF);
@@ -210,6 +229,16 @@ void ShiftSumAccumulate<float>(float* y, const float* x, const float* m, int64_t
 template <>
 void ShiftSumAccumulate<double>(double* y, const double* x, const double* m, int64_t n) {
   HWY_DYNAMIC_DISPATCH(AccumulateD)(y, x, m, n);
+}
+template <>
+void ShiftSumAccumulateRows<float>(float* y, int64_t ys, const float* x, int64_t xs, const float* m,
+                                   int64_t ms, int64_t rows, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AccumulateRowsF)(y, ys, x, xs, m, ms, rows, n);
+}
+template <>
+void ShiftSumAccumulateRows<double>(double* y, int64_t ys, const double* x, int64_t xs,
+                                    const double* m, int64_t ms, int64_t rows, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(AccumulateRowsD)(y, ys, x, xs, m, ms, rows, n);
 }
 template <>
 void ShiftSumScaledProduct<float>(float* y, const float* x, const float* m, float s, int64_t n,

@@ -14,6 +14,12 @@ namespace kernels {
 template <class T>
 void ShiftSumAccumulate(T* y, const T* x, const T* m, int64_t n);
 
+// ShiftSumAccumulate over `rows` rows: row r uses y + r * y_stride, x + r * x_stride and
+// m + r * m_stride (one dispatch for a channel's rows of a tile).
+template <class T>
+void ShiftSumAccumulateRows(T* y, int64_t y_stride, const T* x, int64_t x_stride, const T* m,
+                            int64_t m_stride, int64_t rows, int64_t n);
+
 // y[i] = s * m[i] * x[i]. `stream`: non-temporal stores (an output larger than the
 // last-level cache); the caller fences them (hwy::FlushStream) before its task ends.
 template <class T>
