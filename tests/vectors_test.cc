@@ -4,6 +4,7 @@
 #include "vectors.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,33 @@ TEST(GoldenVectors, LayerAndRmsNorm) {
             : normkit_layer_norm(nullptr, &xt, gp, beta.empty() ? nullptr : beta.data(), eps, &yt,
                                  nullptr, nullptr);
     ASSERT_EQ(st, NORMKIT_SUCCESS) << normkit_last_error();
+    ExpectClose(y, k.arrays.at("y"), k.name);
+  }
+}
+
+TEST(GoldenVectors, ShiftSum) {
+  const auto cases = ReadVectorFile(VectorPath("shift_sum.txt"));
+  ASSERT_GE(cases.size(), 6u) << "cannot read " << VectorPath("shift_sum.txt");
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    const auto shape = k.Shape();  // B, C, H, W
+    std::vector<float> x = k.Floats("x");
+    const std::vector<float> mask = k.Has("mask") ? k.Floats("mask") : std::vector<float>();
+    normkit_shift_sum_params params;
+    normkit_shift_sum_params_init(&params, static_cast<int64_t>(k.Scalar("step")));
+    params.axis = static_cast<int32_t>(k.Scalar("axis"));
+    params.scale = k.Scalar("scale");
+    params.mask_kind = static_cast<int32_t>(k.Scalar("mask_kind"));
+    params.mask = mask.empty() ? nullptr : mask.data();
+    const int64_t spread = (shape[1] - 1) * std::abs(static_cast<int64_t>(k.Scalar("step")));
+    const bool along_h = params.axis == NORMKIT_SHIFT_ALONG_H;
+    const std::vector<int64_t> yshape = {shape[0], 1, shape[2] + (along_h ? spread : 0),
+                                         shape[3] + (along_h ? 0 : spread)};
+    std::vector<float> y(static_cast<size_t>(Numel(yshape)));
+    normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape),
+                   yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, yshape);
+    ASSERT_EQ(normkit_shift_sum(nullptr, &xt, &params, &yt), NORMKIT_SUCCESS)
+        << normkit_last_error();
     ExpectClose(y, k.arrays.at("y"), k.name);
   }
 }

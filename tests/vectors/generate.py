@@ -11,7 +11,7 @@ independent reading of the semantics.
 
 File format (text, one record per case):
     case <name>
-    op <op>                       group_norm | layer_norm | rms_norm | shift_sum ...
+    op <op>                       group_norm | layer_norm | rms_norm | shift_sum
     <key> <int or float>          scalars (groups, eps, activation, layout, ...)
     <array> <count> v0 v1 ...     arrays (x, gamma, beta, y, ...), float32 as %.9g,
                                   expected outputs as %.17g
@@ -89,6 +89,54 @@ def torch_check_group_norm(x, groups, gamma, beta, eps, activation, channels_las
     return True
 
 
+def shift_sum_ref(x, s, mask_kind, mask, scale, along_h):
+    """x: [B, C, H, W] float32 (channels-first); returns y [B, H', W'] float64."""
+    b, c, h, w = x.shape
+    spread = (c - 1) * abs(s)
+    base = spread if s < 0 else 0
+    hp, wp = (h + spread, w) if along_h else (h, w + spread)
+    y = np.zeros((b, hp, wp))
+    xd = x.astype(np.float64)
+    for ch in range(c):
+        off = ch * s + base
+        if mask_kind == 0:
+            m = 1.0
+        elif mask_kind == 1:
+            m = mask.astype(np.float64)
+        elif mask_kind == 2:
+            m = mask[ch].astype(np.float64)
+        else:  # 4: Phi [C, H', W'], read at the shifted positions
+            m = (mask[ch, off:off + h, :] if along_h else mask[ch, :, off:off + w]).astype(np.float64)
+        if along_h:
+            y[:, off:off + h, :] += scale * m * xd[:, ch]
+        else:
+            y[:, :, off:off + w] += scale * m * xd[:, ch]
+    return y
+
+
+def shift_sum_cases(rng, w):
+    cases = [  # (B, C, H, W, S, mask_kind, along_h, scale)
+        (2, 3, 4, 9, 2, 0, False, 1.0), (1, 28, 5, 16, 2, 1, False, 2.0 / 28),
+        (2, 5, 3, 7, -1, 2, False, 0.5), (1, 4, 6, 5, 3, 4, False, 1.0),
+        (2, 6, 5, 4, 1, 1, True, 1.0), (1, 31, 2, 20, 1, 0, False, 2.0 / 31)]
+    for i, (b, c, h, wd, s, kind, along_h, scale) in enumerate(cases):
+        x = rng.random((b, c, h, wd), dtype=np.float32)
+        spread = (c - 1) * abs(s)
+        hp, wp = (h + spread, wd) if along_h else (h, wd + spread)
+        mask = None
+        if kind == 1:
+            mask = (rng.random((h, wd)) > 0.3).astype(np.float32)
+        elif kind == 2:
+            mask = rng.random((c, h, wd), dtype=np.float32)
+        elif kind == 4:
+            mask = rng.random((c, hp, wp), dtype=np.float32)
+        y = shift_sum_ref(x, s, kind, mask, scale, along_h)
+        w.case(f"shift_sum_{i}", "shift_sum",
+               {"shape": f"{b} {c} {h} {wd}", "step": s, "mask_kind": kind,
+                "axis": 1 if along_h else 0, "scale": repr(scale)},
+               {"x": x, "mask": mask}, {"y": y})
+
+
 class Writer:
     def __init__(self, path):
         self.f = open(path, "w")
@@ -156,7 +204,8 @@ def main():
         w.case(f"{'rms' if rms else 'layer'}_norm_{i}", "rms_norm" if rms else "layer_norm",
                {"shape": f"{rows} {d}", "eps": eps}, {"x": x, "gamma": gamma, "beta": beta},
                {"y": y})
-    print(f"wrote group_norm.txt and row_norm.txt "
+    shift_sum_cases(rng, Writer(os.path.join(HERE, "shift_sum.txt")))
+    print(f"wrote group_norm.txt, row_norm.txt and shift_sum.txt "
           f"({torch_checked} group-norm cases also checked against PyTorch)", file=sys.stderr)
 
 
