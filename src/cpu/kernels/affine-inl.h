@@ -71,6 +71,11 @@ HWY_INLINE void AffineBroadcastSpan(const float* x, float* y, size_t n, float sc
       hn::StoreU(ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i), vscale, vshift), d, y + i);
     }
   }
+  if constexpr (kStream) {
+    // Streamed lines must not be read back (that waits for them to reach memory):
+    // the tail goes one element at a time.
+    for (; i < n; ++i) AffineOne<kScale, kShift>(x + i, y + i, scale, shift);
+  }
   if (i < n) {
     // Last vector overlaps what is done: keep those lanes as already written
     // (correct in place too), compute only the new ones. Never reads past n.
@@ -131,6 +136,12 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
     i += run;
     o += run;
     if (o >= period) o -= period;
+  }
+  if constexpr (kStream) {  // no read-back of streamed lines (see AffineBroadcastSpan)
+    for (; i < n; ++i) {
+      one(i, o);
+      if (++o == period) o = 0;
+    }
   }
   if (i < n) {
     const size_t t = n - lanes;

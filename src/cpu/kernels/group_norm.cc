@@ -331,6 +331,11 @@ HWY_INLINE void MapSpan(const float* x, float* y, size_t n, const F& f) {
   } else {
     for (; i + N <= n; i += N) hn::StoreU(f(d, i, hn::LoadU(d, x + i)), d, y + i);
   }
+  if constexpr (kStream) {
+    // Streamed lines must not be read back (that waits for them to reach memory):
+    // the tail goes one element at a time.
+    for (; i < n; ++i) hn::StoreU(f(d1, i, hn::LoadU(d1, x + i)), d1, y + i);
+  }
   if (i < n) {
     const size_t t = n - N;
     const auto fresh = hn::Not(hn::FirstN(d, i - t));
@@ -352,7 +357,11 @@ template <Activation kAct, bool kStream>
 void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& p) {
   const DF d;
   const size_t N = hn::Lanes(d);
-  if (C % N == 0 && (!kStream || IsAligned(d, y))) {
+  if (C % N == 0 && kStream && !IsAligned(d, y)) {
+    // Rows would each need a peel and a tail to stream: plain stores instead.
+    return NormRowsT<kAct, false>(x, y, rows, C, p);
+  }
+  if (C % N == 0) {
     // Whole vectors in every row (and with streaming every store aligned): walk tiles
     // of rows one vector of channels at a time, so each vector's parameters are
     // loaded once per tile instead of once per row.
