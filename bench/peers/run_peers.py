@@ -1,5 +1,5 @@
-#!/ usr / bin / env python3
-#SPDX - License - Identifier : Apache - 2.0
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """normkit against its peers, side by side on the same machine and inputs.
 
     ./bench/peers/run_peers.sh            # makes .venv-peers, installs peers, runs this
@@ -28,15 +28,19 @@ from group_norm_shift_sum import ShiftSumParams  # noqa: E402
 
 try:
     import torch
-    import torch
-  .nn.functional as F except Exception as e : #noqa : BLE001 torch =
-      None print(f "peer skipped: PyTorch ({e})") try
-      : import onnx import onnxruntime as ort from onnx import TensorProto,
-                                                             helper except Exception as e:  # noqa: BLE001
+    import torch.nn.functional as F
+except Exception as e:  # noqa: BLE001
+    torch = None
+    print(f"peer skipped: PyTorch ({e})")
+try:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+except Exception as e:  # noqa: BLE001
     ort = None
     print(f"peer skipped: ONNX Runtime ({e})")
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- normkit via ctypes
+
+# ---------------------------------------------------------------- normkit via ctypes
 def load_normkit():
     lib = ctypes.CDLL(os.environ.get("NORMKIT_LIB", os.path.join(ROOT, "build", "libnormkit.so")))
     vp, tp, f32p = ctypes.c_void_p, ctypes.POINTER(Tensor), ctypes.POINTER(ctypes.c_float)
@@ -45,7 +49,6 @@ def load_normkit():
     lib.normkit_batch_norm_inference.argtypes = [vp, tp, f32p, f32p, f32p, f32p, ctypes.c_float, tp]
     lib.normkit_group_norm.argtypes = [vp, tp, ctypes.c_int64, f32p, f32p, ctypes.c_float, ctypes.c_int32, tp,
                                        f32p, f32p]
-    lib.normkit_instance_norm.argtypes = [vp, tp, f32p, f32p, ctypes.c_float, ctypes.c_int32, tp, f32p, f32p]
     lib.normkit_layer_norm.argtypes = [vp, tp, f32p, f32p, ctypes.c_float, tp, f32p, f32p]
     lib.normkit_rms_norm.argtypes = [vp, tp, f32p, ctypes.c_float, tp, f32p]
     pp = ctypes.POINTER(ShiftSumParams)
@@ -77,17 +80,14 @@ def ok(status):
         raise RuntimeError(LIB.normkit_last_error().decode())
 
 
-def logical(x, layout):
-    return x.shape if layout == CHANNELS_FIRST else (x.shape[0], x.shape[-1]) + x.shape[1:-1]
+def descriptors(x, y, layout):
+    """Descriptors of x and y; x is NCHW memory or, channels-last, NHWC memory."""
+    logical = x.shape if layout == CHANNELS_FIRST else (x.shape[0], x.shape[-1]) + x.shape[1:-1]
+    return describe(x, logical, layout), describe(y, logical, layout)
 
 
-def nk_call(fn, x, y, layout, *args):
-    """Returns a closure calling normkit op `fn(ctx, &x, *args, &y)`."""
-    xt, yt = describe(x, logical(x, layout), layout), describe(y, logical(y, layout), layout)
-    return xt, yt
-
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- timing
-def time_interleaved(fns, bytes_moved, rounds=7):
+# ---------------------------------------------------------------- timing
+def time_interleaved(fns, rounds=7):
     """fns: name -> callable. Runs each once (warm-up), then `rounds` rounds of every fn,
     each timed over enough repetitions for ~20 ms; returns name -> median seconds."""
     for f in fns.values():
@@ -105,9 +105,8 @@ def time_interleaved(fns, bytes_moved, rounds=7):
             for _ in range(reps[name]):
                 f()
             samples[name].append((time.perf_counter() - t0) / reps[name])
-    return {
-name: statistics.median(v) for name, v in samples.items()
-}
+    return {name: statistics.median(v) for name, v in samples.items()}
+
 
 def memcpy_closure(nbytes):
     src = np.ones(nbytes // 4, np.float32)
@@ -119,7 +118,9 @@ def rel_diff(a, b):
     a = np.asarray(a, np.float64)
     b = np.asarray(b, np.float64)
     return float(np.max(np.abs(a - b) / (1.0 + np.abs(b))))
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- ONNX Runtime helper
+
+
+# ---------------------------------------------------------------- ONNX Runtime helpers
 def ort_session(nodes, inputs, outputs, initializers, threads, opset):
     graph = helper.make_graph(nodes, "g", inputs, outputs, initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -138,7 +139,24 @@ def vi(name, shape):
 def init(name, array):
     return helper.make_tensor(name, TensorProto.FLOAT, array.shape, array.flatten().tolist())
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- cases
+
+def ort_peer(peers, name, nodes, shape, inits, threads, opset, x):
+    try:
+        sess = ort_session(nodes, [vi("x", shape)], [vi("y", shape)], inits, threads, opset)
+        res = {}
+        peers[name] = (lambda: res.__setitem__("y", sess.run(None, {"x": x})[0]), lambda: res["y"])
+    except Exception as e:  # noqa: BLE001
+        print(f"  {name} skipped: {str(e).splitlines()[0][:120]}")
+
+
+def torch_view(x, layout):
+    """x as an NCHW torch tensor (channels_last memory for NHWC), and the way back."""
+    if layout == CHANNELS_FIRST:
+        return torch.from_numpy(x), lambda o: o.numpy()
+    return torch.from_numpy(x).permute(0, 3, 1, 2), lambda o: o.permute(0, 2, 3, 1).contiguous().numpy()
+
+
+# ---------------------------------------------------------------- cases
 ROWS = []
 
 
@@ -155,19 +173,10 @@ def record(op, shape, layout, threads, nk_fn, nk_out, peers, bytes_moved):
             print(f"  {name} skipped on {op} {shape}: {e}")
             peers.pop(name)
     fns = {"normkit": nk_fn, "memcpy": memcpy_closure(bytes_moved // 2)}
-    fns.update({
-  name: fn for name, (fn, _) in peers.items()})
-    t = time_interleaved(fns, bytes_moved)
-    row = {
-    "op" : op,
-           "shape" : shape,
-                     "layout" : layout,
-                                "threads" : threads,
-                                            "normkit" : t["normkit"],
-                                                        "ratio" : t["memcpy"] / t["normkit"],
-                                                        "peers" : {}}
-    for name in peers:
-        row["peers"][name] = (t[name], checked[name])
+    fns.update({name: fn for name, (fn, _) in peers.items()})
+    t = time_interleaved(fns)
+    row = {"op": op, "shape": shape, "layout": layout, "threads": threads, "normkit": t["normkit"],
+           "ratio": t["memcpy"] / t["normkit"], "peers": {n: (t[n], checked[n]) for n in peers}}
     ROWS.append(row)
     peer_text = ", ".join(f"{n} {v[0] * 1e3:.3f} ms (x{v[0] / t['normkit']:.2f}, diff {v[1]:.1e})"
                           for n, v in row["peers"].items())
@@ -179,15 +188,12 @@ def affine_cases(threads, rng):
     for shape in [(16, 256, 64, 64), (1, 64, 56, 56), (1, 256, 14, 14)]:
         n, c, h, w = shape
         for layout in (CHANNELS_FIRST, CHANNELS_LAST):
-            mem = shape if layout == CHANNELS_FIRST else (n, h, w, c)
-            x = rng.standard_normal(mem).astype(np.float32)
+            x = rng.standard_normal(shape if layout == CHANNELS_FIRST else (n, h, w, c)).astype(np.float32)
             y = np.empty_like(x)
             sc, sh = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
             mean, var = rng.standard_normal(c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32)
-            xt, yt = nk_call(None, x, y, layout)
+            xt, yt = descriptors(x, y, layout)
             lay = "NCHW" if layout == CHANNELS_FIRST else "NHWC"
-            shp = "x".join(map(str, shape))
-            nbytes = 2 * x.nbytes
             for op in ("affine", "batch_norm"):
                 if op == "affine":
                     nk = lambda: ok(LIB.normkit_affine(ctx(threads), xt, fp(sc), fp(sh), 0, yt))  # noqa: E731
@@ -196,63 +202,46 @@ def affine_cases(threads, rng):
                         ctx(threads), xt, fp(sc), fp(sh), fp(mean), fp(var), 1e-5, yt))
                 peers = {}
                 if torch is not None:
-                    tx = torch.from_numpy(x if layout == CHANNELS_FIRST else x).clone()
-                    if layout == CHANNELS_LAST:
-                        tx = torch.from_numpy(x).permute(0, 3, 1, 2)  # NCHW view, channels_last memory
+                    tx, back = torch_view(x, layout)
                     tw, tb = torch.from_numpy(sc).view(1, c, 1, 1), torch.from_numpy(sh).view(1, c, 1, 1)
-                    tm, tv = torch.from_numpy(mean), torch.from_numpy(var)
-                    ts, tsh = torch.from_numpy(sc), torch.from_numpy(sh)
+                    tm, tv, ts, tsh = (torch.from_numpy(a) for a in (mean, var, sc, sh))
                     out = {}
-                    back = (lambda o: o.numpy() if layout == CHANNELS_FIRST  # noqa: E731
-                            else o.permute(0, 2, 3, 1).contiguous().numpy())
                     if op == "affine":
-                        peers["torch x*w+b"] = (lambda: out.__setitem__("a", tx * tw + tb),
-                                                lambda: back(out["a"]))
+                        peers["torch x*w+b"] = (lambda: out.__setitem__("a", tx * tw + tb), lambda: back(out["a"]))
                         peers["torch addcmul"] = (lambda: out.__setitem__("b", torch.addcmul(tb, tx, tw)),
                                                   lambda: back(out["b"]))
                     else:
                         peers["torch F.batch_norm"] = (
                             lambda: out.__setitem__("c", F.batch_norm(tx, tm, tv, ts, tsh, False, 0.0, 1e-5)),
                             lambda: back(out["c"]))
-                if ort is not None and layout == CHANNELS_FIRST:
+                if ort is not None and layout == CHANNELS_FIRST:  # ORT CPU kernels are NCHW
                     if op == "affine":
                         nodes = [helper.make_node("Mul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])]
-                        inits = [init("w", sc.reshape(1, c, 1, 1)), init("b", sh.reshape(1, c, 1, 1))]
-                        name = "ORT Mul+Add"
+                        ort_peer(peers, "ORT Mul+Add", nodes, shape,
+                                 [init("w", sc.reshape(1, c, 1, 1)), init("b", sh.reshape(1, c, 1, 1))], threads, 17, x)
                     else:
-                        nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"],
-                                                  epsilon=1e-5)]
-                        inits = [init("s", sc), init("b", sh), init("m", mean), init("v", var)]
-                        name = "ORT BatchNormalization"
-                    try:
-                        sess = ort_session(nodes, [vi("x", shape)], [vi("y", shape)], inits, threads, 17)
-                        res = {}
-                        peers[name] = (lambda: res.__setitem__("y", sess.run(None, {"x": x})[0]),
-                                       lambda: res["y"])
-                    except Exception as e:  # noqa: BLE001
-                        print(f"  {name} skipped: {e}")
-                record(op, shp, lay, threads, nk, lambda: y, peers, nbytes)
+                        nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-5)]
+                        ort_peer(peers, "ORT BatchNormalization", nodes, shape,
+                                 [init("s", sc), init("b", sh), init("m", mean), init("v", var)], threads, 17, x)
+                record(op, "x".join(map(str, shape)), lay, threads, nk, lambda: y, peers, 2 * x.nbytes)
 
 
 def norm_cases(threads, rng):
     for shape, g in [((128, 256, 28, 28), 32), ((1, 64, 56, 56), 32), ((8, 64, 128, 128), 64)]:
         n, c, h, w = shape
-        op = "instance_norm" if g == c else "group_norm"
+        op = "instance_norm" if g == c else f"group_norm G={g}"
         for layout in (CHANNELS_FIRST, CHANNELS_LAST):
-            mem = shape if layout == CHANNELS_FIRST else (n, h, w, c)
-            x = rng.standard_normal(mem).astype(np.float32)
+            x = rng.standard_normal(shape if layout == CHANNELS_FIRST else (n, h, w, c)).astype(np.float32)
             y = np.empty_like(x)
             gm, bt = rng.uniform(0.5, 1.5, c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
-            xt, yt = nk_call(None, x, y, layout)
+            xt, yt = descriptors(x, y, layout)
             lay = "NCHW" if layout == CHANNELS_FIRST else "NHWC"
             nk = lambda: ok(LIB.normkit_group_norm(ctx(threads), xt, g, fp(gm), fp(bt), 1e-5, 0, yt,  # noqa: E731
                                                    None, None))
             peers = {}
             if torch is not None:
-                tx = torch.from_numpy(x) if layout == CHANNELS_FIRST else torch.from_numpy(x).permute(0, 3, 1, 2)
+                tx, back = torch_view(x, layout)
                 tg, tb = torch.from_numpy(gm), torch.from_numpy(bt)
-                back = (lambda o: o.numpy() if layout == CHANNELS_FIRST  # noqa: E731
-                        else o.permute(0, 2, 3, 1).contiguous().numpy())
                 out = {}
                 peers["torch F.group_norm"] = (lambda: out.__setitem__("g", F.group_norm(tx, g, tg, tb, 1e-5)),
                                                lambda: back(out["g"]))
@@ -261,21 +250,16 @@ def norm_cases(threads, rng):
                         lambda: out.__setitem__("i", F.instance_norm(tx, weight=tg, bias=tb, eps=1e-5)),
                         lambda: back(out["i"]))
             if ort is not None and layout == CHANNELS_FIRST:
-                try:
-                    if g == c:
-                        nodes = [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5)]
-                        inits, name, opset = [init("s", gm), init("b", bt)], "ORT InstanceNormalization", 17
-                    else:  # GroupNormalization-21: per-channel scale / bias
-                        nodes = [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5,
-                                                  num_groups=g)]
-                        inits, name, opset = [init("s", gm), init("b", bt)], "ORT GroupNormalization", 21
-                    sess = ort_session(nodes, [vi("x", shape)], [vi("y", shape)], inits, threads, opset)
-                    res = {}
-                    peers[name] = (lambda: res.__setitem__("y", sess.run(None, {"x": x})[0]), lambda: res["y"])
-                except Exception as e:  # noqa: BLE001
-                    print(f"  ORT {op} skipped: {str(e).splitlines()[0][:120]}")
-            record(op + (f" G={g}" if g != c else ""), "x".join(map(str, shape)), lay, threads, nk,
-                   lambda: y, peers, 2 * x.nbytes)
+                if g == c:
+                    nodes = [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5)]
+                    ort_peer(peers, "ORT InstanceNormalization", nodes, shape, [init("s", gm), init("b", bt)],
+                             threads, 17, x)
+                else:  # GroupNormalization-21: per-channel scale / bias
+                    nodes = [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5,
+                                              num_groups=g)]
+                    ort_peer(peers, "ORT GroupNormalization", nodes, shape, [init("s", gm), init("b", bt)],
+                             threads, 21, x)
+            record(op, "x".join(map(str, shape)), lay, threads, nk, lambda: y, peers, 2 * x.nbytes)
     rows, d = 4096, 768
     x = rng.standard_normal((rows, d)).astype(np.float32)
     y = np.empty_like(x)
@@ -297,18 +281,13 @@ def norm_cases(threads, rng):
                 peers["torch F.rms_norm"] = (lambda: out.__setitem__("r", F.rms_norm(tx, (d,), tg, 1e-5)),
                                              lambda: out["r"].numpy())
         if ort is not None:
-            try:
-                if op == "layer_norm":
-                    nodes = [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5)]
-                    inits, name, opset = [init("s", gm), init("b", bt)], "ORT LayerNormalization", 17
-                else:
-                    nodes = [helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=-1, epsilon=1e-5)]
-                    inits, name, opset = [init("s", gm)], "ORT RMSNormalization", 23
-                sess = ort_session(nodes, [vi("x", x.shape)], [vi("y", x.shape)], inits, threads, opset)
-                res = {}
-                peers[name] = (lambda: res.__setitem__("y", sess.run(None, {"x": x})[0]), lambda: res["y"])
-            except Exception as e:  # noqa: BLE001
-                print(f"  ORT {op} skipped: {str(e).splitlines()[0][:120]}")
+            if op == "layer_norm":
+                nodes = [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5)]
+                ort_peer(peers, "ORT LayerNormalization", nodes, x.shape, [init("s", gm), init("b", bt)],
+                         threads, 17, x)
+            else:
+                nodes = [helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=-1, epsilon=1e-5)]
+                ort_peer(peers, "ORT RMSNormalization", nodes, x.shape, [init("s", gm)], threads, 23, x)
         record(op, f"{rows}x{d}", "rows", threads, nk, lambda: y, peers, 2 * x.nbytes)
 
 
@@ -321,8 +300,8 @@ def shift_sum_cases(threads, rng):
     y = np.empty((b, 1, h, wp), np.float32)
     xp = np.empty_like(x)
     p = ShiftSumParams()
-    p.struct_size, p.axis, p.step, p.scale, p.mask_kind, p.mask = ctypes.sizeof(ShiftSumParams), 0, s, 1.0, 1, \
-        mask.ctypes.data
+    p.struct_size, p.axis, p.step, p.scale = ctypes.sizeof(ShiftSumParams), 0, s, 1.0
+    p.mask_kind, p.mask = 1, mask.ctypes.data
     xt, yt = describe(x, x.shape, CHANNELS_FIRST), describe(y, y.shape, CHANNELS_FIRST)
     xpt = describe(xp, xp.shape, CHANNELS_FIRST)
     nk = lambda: ok(LIB.normkit_shift_sum(ctx(threads), xt, ctypes.byref(p), yt))  # noqa: E731
@@ -336,7 +315,7 @@ def shift_sum_cases(threads, rng):
         kernel = torch.zeros(1, c, 1, (c - 1) * s + 1)
         for i in range(c):
             kernel[:, c - i - 1, :, i * s] = 1
-        idx = (torch.arange(w) + torch.arange(c).view(c, 1, 1) * s + torch.arange(h).view(1, h, 1) * wp)
+        idx = torch.arange(w) + torch.arange(c).view(c, 1, 1) * s + torch.arange(h).view(1, h, 1) * wp
         idx = idx.view(1, c * h * w).expand(b, c * h * w)
         out = {}
 
@@ -355,9 +334,8 @@ def shift_sum_cases(threads, rng):
             yy.scatter_add_(1, idx, (tx * tm).reshape(b, c * h * w))
             out["scatter"] = yy.view(b, 1, h, wp)
 
-        def pinv():
-            ty = torch.from_numpy(y)
-            z = ty / alpha
+        def pinv():  # the seed's A_pinv
+            z = torch.from_numpy(y) / alpha
             out["pinv"] = torch.cat([z[..., i * s:i * s + w] for i in range(c)], dim=1) / tm
 
         peers["torch loop (seed 1)"] = (loop, lambda: out["loop"].numpy())
@@ -368,7 +346,8 @@ def shift_sum_cases(threads, rng):
     record("shift_sum A", shp, "NCHW", threads, nk, lambda: y, peers, x.nbytes + y.nbytes)
     record("shift_sum pinv", shp, "NCHW", threads, nk_pinv, lambda: xp, pinv_peers, x.nbytes + y.nbytes)
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- report
+
+# ---------------------------------------------------------------- report
 def write_report(machine):
     peers_seen = []
     for r in ROWS:
@@ -379,19 +358,16 @@ def write_report(machine):
     lines = [f"# normkit vs peers on {machine}", "",
              f"{date}; normkit SIMD target {LIB.normkit_simd_target().decode()}; "
              f"torch {torch.__version__ if torch else 'n/a'}; onnxruntime {ort.__version__ if ort else 'n/a'}. "
-             "Median of 7 interleaved rounds. `speedup` = fastest peer time / normkit time (> 1: normkit "
-             "faster); `ratio` = normkit's time against a single-threaded numpy copy of the same bytes. "
-             "Each peer's output was checked against normkit first (max relative difference, in the cell).",
+             "Median of 7 interleaved rounds, times in ms. `speedup` = fastest peer time / normkit time "
+             "(> 1: normkit faster); `ratio` = normkit against a single-threaded numpy copy of the same "
+             "bytes. Each peer's output was checked against normkit first: max relative difference in "
+             "parentheses. Reproduce: `./bench/peers/run_peers.sh`.",
              "", "| op | shape | layout | threads | normkit ms | ratio | " + " | ".join(peers_seen) +
-             " | speedup |", "|" + "---|" * (6 + len(peers_seen) + 1)]
+             " | speedup |", "|" + "---|" * (7 + len(peers_seen))]
     for r in ROWS:
         cells = []
         for n in peers_seen:
-            if n in r["peers"]:
-                t, d = r["peers"][n]
-                cells.append(f"{t * 1e3:.3f} ({d:.0e})")
-            else:
-                cells.append("")
+            cells.append(f"{r['peers'][n][0] * 1e3:.3f} ({r['peers'][n][1]:.0e})" if n in r["peers"] else "")
         best = min((v[0] for v in r["peers"].values()), default=None)
         speed = f"{best / r['normkit']:.2f}" if best else ""
         lines.append(f"| {r['op']} | {r['shape']} | {r['layout']} | {r['threads']} | {r['normkit'] * 1e3:.3f} | "
@@ -410,7 +386,7 @@ def write_report(machine):
                 labels.append(f"{r['op']} {r['shape']} {r['layout']} t{r['threads']}")
                 speeds.append(min(v[0] for v in r["peers"].values()) / r["normkit"])
         fig, ax = plt.subplots(figsize=(9, 0.28 * len(labels) + 1))
-        ax.barh(range(len(labels)), speeds, color=["tab:green" if s >= 1 else "tab:red" for s in speeds])
+        ax.barh(range(len(labels)), speeds, color=["tab:green" if v >= 1 else "tab:red" for v in speeds])
         ax.axvline(1.0, color="black", lw=0.8)
         ax.set_yticks(range(len(labels)))
         ax.set_yticklabels(labels, fontsize=7)
