@@ -75,7 +75,9 @@ def torch_check_group_norm(x, groups, gamma, beta, eps, activation, channels_las
         return False
     t = torch.from_numpy(x.astype(np.float64))
     if channels_last:
-        t = t.movedim(-1, 1)
+        # Contiguous NCHW: torch's channels-last GroupNorm kernel uses E[x^2] - E[x]^2
+        # and is off by ~5e-7 even in float64 when the mean is 1e4 times the std.
+        t = t.movedim(-1, 1).contiguous()
     g = torch.from_numpy(gamma.astype(np.float64)) if gamma is not None else None
     b = torch.from_numpy(beta.astype(np.float64)) if beta is not None else None
     out = F.group_norm(t, groups, g, b, eps)
@@ -85,7 +87,9 @@ def torch_check_group_norm(x, groups, gamma, beta, eps, activation, channels_las
         out = F.silu(out)
     if channels_last:
         out = out.movedim(1, -1)
-    assert np.allclose(out.numpy(), y, rtol=1e-12, atol=1e-12), "torch disagrees"
+    # (float64 summation orders differ by ~1e-10 when the mean is 1e4 times the std)
+    diff = float(np.max(np.abs(out.numpy() - y)))
+    assert diff < 1e-7, f"torch disagrees by {diff} (shape {x.shape}, groups {groups}, act {activation})"
     return True
 
 
