@@ -35,7 +35,7 @@ exported=$(nm -D --defined-only "$prefix/lib/libnormkit.so" | awk '{print $3}' |
 if [ -n "$exported" ]; then echo "symbols other than normkit_* are exported: $exported"; exit 1; fi
 echo "installed package: ok"
 
-# Sanitizer builds, bounded fuzzing and the concurrency test under TSan (a few
+# Sanitizer builds, bounded fuzzing and the concurrency test under TSan (about five
 # minutes; NORMKIT_SKIP_SANITIZERS=1 skips them for a quick local run).
 if [ -z "${NORMKIT_SKIP_SANITIZERS:-}" ]; then ./scripts/run_sanitizers.sh; fi
 
