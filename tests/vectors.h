@@ -29,7 +29,16 @@ struct VectorCase {
     const auto& a = arrays.at(key);
     return std::vector<float>(a.begin(), a.end());
   }
+  // An optional array (gamma, beta, mask): empty when the case has none.
+  std::vector<float> FloatsOrEmpty(const std::string& key) const {
+    return Has(key) ? Floats(key) : std::vector<float>();
+  }
 };
+
+// The data of an optional array, or NULL when it is empty.
+inline const float* DataOrNull(const std::vector<float>& v) {
+  return v.empty() ? nullptr : v.data();
+}
 
 // Parses `path`; an empty result means the file could not be read.
 inline std::vector<VectorCase> ReadVectorFile(const std::string& path) {

@@ -38,15 +38,14 @@ TEST(GoldenVectors, GroupNorm) {
     const auto shape = k.Shape();
     const auto layout = static_cast<normkit_layout>(static_cast<int>(k.Scalar("layout")));
     std::vector<float> x = k.Floats("x"), y(x.size());
-    const std::vector<float> gamma = k.Has("gamma") ? k.Floats("gamma") : std::vector<float>();
-    const std::vector<float> beta = k.Has("beta") ? k.Floats("beta") : std::vector<float>();
+    const std::vector<float> gamma = k.FloatsOrEmpty("gamma");
+    const std::vector<float> beta = k.FloatsOrEmpty("beta");
     normkit_tensor xt = Desc(x.data(), layout, shape), yt = Desc(y.data(), layout, shape);
     for (int threads : {1, 2}) {
       Context ctx(threads);
       ASSERT_EQ(normkit_group_norm(
-                    ctx.ctx, &xt, static_cast<int64_t>(k.Scalar("groups")),
-                    gamma.empty() ? nullptr : gamma.data(), beta.empty() ? nullptr : beta.data(),
-                    static_cast<float>(k.Scalar("eps")),
+                    ctx.ctx, &xt, static_cast<int64_t>(k.Scalar("groups")), DataOrNull(gamma),
+                    DataOrNull(beta), static_cast<float>(k.Scalar("eps")),
                     static_cast<int32_t>(k.Scalar("activation")), &yt, nullptr, nullptr),
                 NORMKIT_SUCCESS)
           << normkit_last_error();
@@ -62,17 +61,16 @@ TEST(GoldenVectors, LayerAndRmsNorm) {
     SCOPED_TRACE(k.name);
     const auto shape = k.Shape();
     std::vector<float> x = k.Floats("x"), y(x.size());
-    const std::vector<float> gamma = k.Has("gamma") ? k.Floats("gamma") : std::vector<float>();
-    const std::vector<float> beta = k.Has("beta") ? k.Floats("beta") : std::vector<float>();
+    const std::vector<float> gamma = k.FloatsOrEmpty("gamma");
+    const std::vector<float> beta = k.FloatsOrEmpty("beta");
     normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape),
                    yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
     const float eps = static_cast<float>(k.Scalar("eps"));
-    const float* gp = gamma.empty() ? nullptr : gamma.data();
+    const float* gp = DataOrNull(gamma);
     const normkit_status st =
         k.op == "rms_norm"
             ? normkit_rms_norm(nullptr, &xt, gp, eps, &yt, nullptr)
-            : normkit_layer_norm(nullptr, &xt, gp, beta.empty() ? nullptr : beta.data(), eps, &yt,
-                                 nullptr, nullptr);
+            : normkit_layer_norm(nullptr, &xt, gp, DataOrNull(beta), eps, &yt, nullptr, nullptr);
     ASSERT_EQ(st, NORMKIT_SUCCESS) << normkit_last_error();
     ExpectClose(y, k.arrays.at("y"), k.name);
   }
@@ -85,13 +83,13 @@ TEST(GoldenVectors, ShiftSum) {
     SCOPED_TRACE(k.name);
     const auto shape = k.Shape();  // B, C, H, W
     std::vector<float> x = k.Floats("x");
-    const std::vector<float> mask = k.Has("mask") ? k.Floats("mask") : std::vector<float>();
+    const std::vector<float> mask = k.FloatsOrEmpty("mask");
     normkit_shift_sum_params params;
     normkit_shift_sum_params_init(&params, static_cast<int64_t>(k.Scalar("step")));
     params.axis = static_cast<int32_t>(k.Scalar("axis"));
     params.scale = k.Scalar("scale");
     params.mask_kind = static_cast<int32_t>(k.Scalar("mask_kind"));
-    params.mask = mask.empty() ? nullptr : mask.data();
+    params.mask = DataOrNull(mask);
     const int64_t spread = (shape[1] - 1) * std::abs(static_cast<int64_t>(k.Scalar("step")));
     const bool along_h = params.axis == NORMKIT_SHIFT_ALONG_H;
     const std::vector<int64_t> yshape = {shape[0], 1, shape[2] + (along_h ? spread : 0),

@@ -62,10 +62,6 @@ HWY_INLINE double SumLanes(hn::Vec<DD> v) {
 // float lane sums at most 16 terms, the long sums are carried in double.
 constexpr size_t kFlushVectors = 16;
 
-HWY_INLINE float SumLanesF(hn::Vec<DF> v) {
-  return hn::GetLane(hn::SumOfLanes(DF(), v));
-}
-
 // A pivot for the shifted sums: the mean of the first few values. Only its distance
 // from the true mean (in units of the spread) matters, and SpanMoments checks it.
 HWY_INLINE float SamplePivot(const float* x, size_t n) {
