@@ -94,8 +94,24 @@ const std::vector<Rule>& TensorRules() {
          c.yt.shape[2] = 20;
        },
        NORMKIT_ERROR_INVALID_ARGUMENT, "y->rank = 3 differs"},
-      {"cuda tensor", [](Call& c) { c.xt.device = NORMKIT_DEVICE_CUDA; },
-       NORMKIT_ERROR_DEVICE_UNAVAILABLE, "no CUDA support"},
+      {"cuda and cpu tensors mixed", [](Call& c) { c.xt.device = NORMKIT_DEVICE_CUDA; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "must live on one device"},
+      // Without a GPU (or without the CUDA module): DEVICE_UNAVAILABLE. With one, the
+      // host buffers of this call are what is wrong.
+      {"cuda tensors holding host memory",
+       [](Call& c) {
+         c.xt.device = NORMKIT_DEVICE_CUDA;
+         c.yt.device = NORMKIT_DEVICE_CUDA;
+       },
+       normkit_cuda_device_count() > 0 ? NORMKIT_ERROR_INVALID_ARGUMENT
+                                       : NORMKIT_ERROR_DEVICE_UNAVAILABLE,
+       "the tensors are CUDA tensors"},
+      {"negative device_index",
+       [](Call& c) {
+         c.xt.device = NORMKIT_DEVICE_CUDA;
+         c.xt.device_index = -1;
+       },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "x->device_index = -1"},
       {"bad device", [](Call& c) { c.yt.device = 5; }, NORMKIT_ERROR_INVALID_ARGUMENT,
        "y->device = 5"},
       {"partial overlap",

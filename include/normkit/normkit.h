@@ -101,6 +101,21 @@ NORMKIT_API void normkit_context_destroy(normkit_context* context);
 /* The thread count calls with this context use (NULL: the process default). */
 NORMKIT_API int32_t normkit_context_num_threads(const normkit_context* context);
 
+/* Sets the CUDA stream (a cudaStream_t passed as void*) on which calls with this
+ * context run when their tensors are CUDA tensors; NULL (the initial value, and the
+ * only stream of the NULL context) is the legacy default stream. Calls on CUDA tensors
+ * are asynchronous with respect to the host, like cuDNN's: synchronize the stream
+ * before reading results on the host. Set the stream before sharing the context
+ * between threads. Errors: INVALID_ARGUMENT if `context` is NULL. */
+NORMKIT_API normkit_status normkit_context_set_cuda_stream(normkit_context* context, void* stream);
+
+/* The CUDA stream of `context` (NULL for the NULL context or when none was set). */
+NORMKIT_API void* normkit_context_cuda_stream(const normkit_context* context);
+
+/* The number of CUDA devices normkit can use: 0 when this build has no CUDA module,
+ * or this machine has no NVIDIA driver or GPU. Never fails. */
+NORMKIT_API int32_t normkit_cuda_device_count(void);
+
 /* ------------------------------------------------------------------------- */
 /* Tensors                                                                   */
 /* ------------------------------------------------------------------------- */
@@ -119,9 +134,16 @@ typedef enum normkit_layout {
   NORMKIT_LAYOUT_CHANNELS_LAST = 1
 } normkit_layout;
 
+/* Where a tensor's data lives. In one call every tensor has the same device and
+ * device_index, and every other array (parameters, masks, statistics outputs) lives
+ * there too: for CUDA tensors they are device (or managed) pointers, checked with
+ * cudaPointerGetAttributes; host pointers are rejected. Pointers of CPU calls are not
+ * checked: passing device memory to a CPU call is undefined. */
 typedef enum normkit_device {
   NORMKIT_DEVICE_CPU = 0,
-  NORMKIT_DEVICE_CUDA = 1 /* reserved: this release has no CUDA path */
+  /* Runs on GPU `device_index` when the build has the CUDA module and the machine a
+   * driver and that GPU (see normkit_cuda_device_count); else DEVICE_UNAVAILABLE. */
+  NORMKIT_DEVICE_CUDA = 1
 } normkit_device;
 
 #define NORMKIT_MAX_RANK 5

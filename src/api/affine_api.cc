@@ -4,6 +4,7 @@
 #include "core/context.h"
 #include "core/tensor.h"
 #include "cpu/affine.h"
+#include "cuda/ops.h"
 #include "normkit/normkit.h"
 
 namespace normkit {
@@ -13,8 +14,9 @@ normkit_status ValidateUnaryTensors(const char* op, const normkit_tensor* x,
   NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "x", x, xv));
   NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "y", y, yv));
   NORMKIT_RETURN_IF_ERROR(CheckSameTensorShape(op, *xv, *yv));
+  NORMKIT_RETURN_IF_ERROR(CheckSameDevice(op, *xv, "x", *yv, "y"));
   NORMKIT_RETURN_IF_ERROR(CheckInPlaceOrDisjoint(op, *xv, *yv));
-  return CheckFloat32Cpu(op, "x", *xv);
+  return CheckFloat32(op, "x", *xv);
 }
 
 }  // namespace normkit
@@ -40,6 +42,11 @@ extern "C" NORMKIT_API normkit_status normkit_affine(const normkit_context* cont
     const int64_t count = params.per_sample ? xv.batch * xv.channels : xv.channels;
     NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(kOp, "scale", scale, count, yv));
     NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(kOp, "shift", shift, count, yv));
+    if (xv.on_cuda()) {
+      NORMKIT_RETURN_IF_ERROR(cuda::CheckCall(
+          kOp, xv.device_index, {{"x", xv.data}, {"y", yv.data}, {"scale", scale}, {"shift", shift}}));
+      return cuda::Affine(kOp, context, xv, yv, scale, shift, params.per_sample);
+    }
     cpu::Affine(ResolveContext(context), xv, yv, params);
     return NORMKIT_SUCCESS;
   });

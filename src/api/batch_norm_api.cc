@@ -2,11 +2,14 @@
 // C entry points of batch-norm inference and of folding it into scale / shift,
 // convolutions and linear layers.
 #include <cmath>
+#include <tuple>
+#include <vector>
 
 #include "api/guard.h"
 #include "core/context.h"
 #include "core/tensor.h"
 #include "cpu/batch_norm.h"
+#include "cuda/ops.h"
 #include "fold/fold.h"
 #include "normkit/normkit.h"
 
@@ -27,6 +30,45 @@ normkit_status ValidateBatchNormParams(const char* op, int64_t channels,
     }
   }
   return NORMKIT_SUCCESS;
+}
+
+// Batch norm on CUDA tensors: the parameters are device arrays. They are copied to the
+// host (C floats each), validated there like CPU parameters, and folded with the same
+// double-precision code as on CPU, so both paths apply identical scale / shift.
+normkit_status BatchNormInferenceCuda(const char* op, const normkit_context* context,
+                                      const TensorView& x, const TensorView& y,
+                                      const fold::BatchNormParams& bn) {
+  NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_mean", bn.mean));
+  NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_var", bn.var));
+  NORMKIT_RETURN_IF_ERROR(cuda::CheckCall(op, x.device_index,
+                                          {{"x", x.data},
+                                           {"y", y.data},
+                                           {"gamma", bn.gamma},
+                                           {"beta", bn.beta},
+                                           {"running_mean", bn.mean},
+                                           {"running_var", bn.var}}));
+  const int64_t C = x.channels;
+  std::vector<float> host(4 * static_cast<size_t>(C));
+  float* gamma = bn.gamma ? host.data() : nullptr;
+  float* beta = bn.beta ? host.data() + C : nullptr;
+  float* mean = host.data() + 2 * C;
+  float* var = host.data() + 3 * C;
+  const int64_t bytes = C * static_cast<int64_t>(sizeof(float));
+  for (const auto& [name, src, dst] :
+       {std::tuple<const char*, const float*, float*>{"gamma", bn.gamma, gamma},
+        {"beta", bn.beta, beta},
+        {"running_mean", bn.mean, mean},
+        {"running_var", bn.var, var}}) {
+    if (src != nullptr) {
+      NORMKIT_RETURN_IF_ERROR(
+          cuda::CopyToHost(op, name, context, x.device_index, src, bytes, dst));
+    }
+  }
+  const fold::BatchNormParams host_bn{gamma, beta, mean, var, bn.eps};
+  NORMKIT_RETURN_IF_ERROR(ValidateBatchNormParams(op, C, host_bn));
+  std::vector<float> scale_shift(2 * static_cast<size_t>(C));
+  fold::BatchNormScaleShift(C, host_bn, scale_shift.data(), scale_shift.data() + C);
+  return cuda::AffineHostParams(op, context, x, y, scale_shift.data(), scale_shift.data() + C);
 }
 
 normkit_status CheckChannels(const char* op, const char* name, int64_t value) {
@@ -139,6 +181,7 @@ NORMKIT_API normkit_status normkit_batch_norm_inference(
     TensorView xv, yv;
     NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(kOp, x, y, &xv, &yv));
     const fold::BatchNormParams bn{gamma, beta, running_mean, running_var, eps};
+    if (xv.on_cuda()) return BatchNormInferenceCuda(kOp, context, xv, yv, bn);
     NORMKIT_RETURN_IF_ERROR(ValidateBatchNormParams(kOp, xv.channels, bn));
     cpu::BatchNormInference(ResolveContext(context), xv, yv, bn);
     return NORMKIT_SUCCESS;

@@ -8,6 +8,7 @@
 #include "core/size_math.h"
 #include "core/tensor.h"
 #include "cpu/group_norm.h"
+#include "cuda/ops.h"
 #include "normkit/normkit.h"
 
 namespace normkit {
@@ -51,6 +52,18 @@ normkit_status ValidateNormArrays(const char* op, const TensorView& xv, const Te
   return CheckSameOrDisjoint(op, "mean_out", mean_out, stats, "rstd_out", rstd_out, stats, false);
 }
 
+normkit_status NormCuda(const char* op, const normkit_context* context, const TensorView& xv,
+                        const TensorView& yv, const cuda::NormArgs& args) {
+  NORMKIT_RETURN_IF_ERROR(cuda::CheckCall(op, xv.device_index,
+                                          {{"x", xv.data},
+                                           {"y", yv.data},
+                                           {"gamma", args.gamma},
+                                           {"beta", args.beta},
+                                           {"mean_out", args.mean},
+                                           {"rstd_out", args.rstd}}));
+  return cuda::Norm(op, context, xv, yv, args);
+}
+
 normkit_status GroupNormEntry(const char* op, const normkit_context* context,
                               const normkit_tensor* x, int64_t groups, bool groups_is_channels,
                               const float* gamma, const float* beta, float eps, int32_t activation,
@@ -70,6 +83,17 @@ normkit_status GroupNormEntry(const char* op, const normkit_context* context,
     NORMKIT_RETURN_IF_ERROR(CheckActivation(op, activation));
     NORMKIT_RETURN_IF_ERROR(ValidateNormArrays(op, xv, yv, eps, gamma, beta, xv.channels, mean_out,
                                                rstd_out, xv.batch * groups));
+    if (xv.on_cuda()) {
+      cuda::NormArgs args;
+      args.groups = groups;
+      args.gamma = gamma;
+      args.beta = beta;
+      args.eps = eps;
+      args.activation = activation;
+      args.mean = mean_out;
+      args.rstd = rstd_out;
+      return NormCuda(op, context, xv, yv, args);
+    }
     cpu::GroupNormArgs args;
     args.groups = groups;
     args.gamma = gamma;
@@ -96,6 +120,17 @@ normkit_status RowNormEntry(const char* op, const normkit_context* context, cons
     }
     NORMKIT_RETURN_IF_ERROR(ValidateNormArrays(op, xv, yv, eps, gamma, beta, xv.channels, mean_out,
                                                rstd_out, xv.batch));
+    if (xv.on_cuda()) {
+      cuda::NormArgs args;
+      args.rows = true;
+      args.rms = rms;
+      args.gamma = gamma;
+      args.beta = beta;
+      args.eps = eps;
+      args.mean = mean_out;
+      args.rstd = rstd_out;
+      return NormCuda(op, context, xv, yv, args);
+    }
     cpu::RowNormArgs args;
     args.gamma = gamma;
     args.beta = beta;

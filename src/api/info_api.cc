@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "cpu/kernels/affine.h"
+#include "cuda/ops.h"
 #include "normkit/normkit.h"
 
 #define NORMKIT_STR2(x) #x
@@ -66,6 +67,24 @@ NORMKIT_API void normkit_context_destroy(normkit_context* context) {
 
 NORMKIT_API int32_t normkit_context_num_threads(const normkit_context* context) {
   return normkit::ResolveContext(context).num_threads;
+}
+
+NORMKIT_API normkit_status normkit_context_set_cuda_stream(normkit_context* context,
+                                                           void* stream) {
+  constexpr const char* kOp = "context_set_cuda_stream";
+  return normkit::Guarded(kOp, [&] {
+    NORMKIT_RETURN_IF_ERROR(normkit::CheckNotNull(kOp, "context", context));
+    context->cuda_stream = stream;
+    return NORMKIT_SUCCESS;
+  });
+}
+
+NORMKIT_API void* normkit_context_cuda_stream(const normkit_context* context) {
+  return normkit::ResolveContext(context).cuda_stream;
+}
+
+NORMKIT_API int32_t normkit_cuda_device_count(void) {
+  return normkit::cuda::DeviceCount();
 }
 
 }  // extern "C"

@@ -9,6 +9,7 @@
 #include "core/size_math.h"
 #include "core/tensor.h"
 #include "cpu/shift_sum.h"
+#include "cuda/ops.h"
 #include "normkit/normkit.h"
 
 namespace normkit {
@@ -30,28 +31,30 @@ struct ShiftSumCall {
   int64_t y_elems() const { return B * H_out * W_out; }
 
   template <class T>
-  cpu::ShiftSumProblem<T> Problem() const {
-    cpu::ShiftSumProblem<T> p;
+  ShiftSumProblem<T> Problem() const {
+    ShiftSumProblem<T> p;
     p.B = B, p.C = C, p.H = H, p.W = W;
     p.step = params->step;
     p.along_h = params->axis == NORMKIT_SHIFT_ALONG_H;
     p.channels_last = channels_last;
-    p.mask_kind = static_cast<cpu::ShiftMask>(params->mask_kind);
+    p.mask_kind = static_cast<ShiftMask>(params->mask_kind);
     p.mask = static_cast<const T*>(params->mask);
     p.scale = static_cast<T>(params->scale);
-    cpu::FinishShiftSumProblem(&p);
+    FinishShiftSumProblem(&p);
     return p;
   }
 };
 
-// Runs fn.template operator()<T>() for the call's dtype.
+// Returns fn(T()) for the call's dtype T.
 template <class Fn>
-void DispatchDtype(const ShiftSumCall& call, const Fn& fn) {
-  if (call.dtype == NORMKIT_DTYPE_FLOAT64) {
-    fn(double());
-  } else {
-    fn(float());
-  }
+normkit_status DispatchDtype(const ShiftSumCall& call, const Fn& fn) {
+  return call.dtype == NORMKIT_DTYPE_FLOAT64 ? fn(double()) : fn(float());
+}
+
+// For CUDA tensors: the device exists and every array of the call is device memory.
+normkit_status CheckCudaCall(const char* op, const TensorView& x,
+                             std::initializer_list<cuda::NamedPointer> arrays) {
+  return cuda::CheckCall(op, x.device_index, arrays);
 }
 
 normkit_status ValidateParams(const char* op, const normkit_shift_sum_params* params) {
@@ -184,6 +187,7 @@ normkit_status ValidateXY(const char* op, const normkit_tensor* x, const normkit
   NORMKIT_RETURN_IF_ERROR(ValidateParams(op, params));
   NORMKIT_RETURN_IF_ERROR(ValidateX(op, "x", x, params, xv, call));
   NORMKIT_RETURN_IF_ERROR(ValidateY(op, y, *call, yv));
+  NORMKIT_RETURN_IF_ERROR(CheckSameDevice(op, *xv, "x", *yv, "y"));
   NORMKIT_RETURN_IF_ERROR(CheckTensorsDisjoint(op, *xv, "x", *yv, "y"));
   const TensorView& out = x_is_output ? *xv : *yv;
   return CheckDisjoint(op, "params->mask", params->mask, call->mask_elems, out,
@@ -205,12 +209,19 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum(const normkit_context* c
     TensorView xv, yv;
     ShiftSumCall call;
     NORMKIT_RETURN_IF_ERROR(normkit::ValidateXY(kOp, x, y, params, false, &xv, &yv, &call));
-    normkit::DispatchDtype(call, [&](auto zero) {
+    return normkit::DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
-      normkit::cpu::ShiftSumForward(normkit::ResolveContext(context), call.Problem<T>(),
-                                    static_cast<const T*>(xv.data), static_cast<T*>(yv.data));
+      const auto* in = static_cast<const T*>(xv.data);
+      auto* out = static_cast<T*>(yv.data);
+      if (xv.on_cuda()) {
+        NORMKIT_RETURN_IF_ERROR(normkit::CheckCudaCall(
+            kOp, xv, {{"x", in}, {"y", out}, {"params->mask", params->mask}}));
+        return normkit::cuda::ShiftSumForward(kOp, context, xv.device_index, call.Problem<T>(),
+                                              in, out);
+      }
+      normkit::cpu::ShiftSumForward(normkit::ResolveContext(context), call.Problem<T>(), in, out);
+      return NORMKIT_SUCCESS;
     });
-    return NORMKIT_SUCCESS;
   });
 }
 
@@ -222,12 +233,19 @@ normkit_shift_sum_adjoint(const normkit_context* context, const normkit_tensor* 
     TensorView xv, yv;
     ShiftSumCall call;
     NORMKIT_RETURN_IF_ERROR(normkit::ValidateXY(kOp, x, y, params, true, &xv, &yv, &call));
-    normkit::DispatchDtype(call, [&](auto zero) {
+    return normkit::DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
-      normkit::cpu::ShiftSumAdjoint(normkit::ResolveContext(context), call.Problem<T>(),
-                                    static_cast<const T*>(yv.data), static_cast<T*>(xv.data));
+      const auto* in = static_cast<const T*>(yv.data);
+      auto* out = static_cast<T*>(xv.data);
+      if (xv.on_cuda()) {
+        NORMKIT_RETURN_IF_ERROR(normkit::CheckCudaCall(
+            kOp, xv, {{"y", in}, {"x", out}, {"params->mask", params->mask}}));
+        return normkit::cuda::ShiftSumAdjoint(kOp, context, xv.device_index, call.Problem<T>(),
+                                              in, out);
+      }
+      normkit::cpu::ShiftSumAdjoint(normkit::ResolveContext(context), call.Problem<T>(), in, out);
+      return NORMKIT_SUCCESS;
     });
-    return NORMKIT_SUCCESS;
   });
 }
 
@@ -246,12 +264,18 @@ normkit_shift_sum_normalizer(const normkit_context* context, const normkit_tenso
       return normkit::Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
                            "%s: params->mask overlaps the output phi_s", kOp);
     }
-    normkit::DispatchDtype(call, [&](auto zero) {
+    return normkit::DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
+      if (xv.on_cuda()) {
+        NORMKIT_RETURN_IF_ERROR(normkit::CheckCudaCall(
+            kOp, xv, {{"phi_s", phi_s}, {"params->mask", params->mask}}));
+        return normkit::cuda::ShiftSumNormalizer(kOp, context, xv.device_index,
+                                                 call.Problem<T>(), static_cast<T*>(phi_s));
+      }
       normkit::cpu::ShiftSumNormalizer(normkit::ResolveContext(context), call.Problem<T>(),
                                        static_cast<T*>(phi_s));
+      return NORMKIT_SUCCESS;
     });
-    return NORMKIT_SUCCESS;
   });
 }
 
@@ -271,14 +295,25 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum_pinv(const normkit_conte
     }
     NORMKIT_RETURN_IF_ERROR(normkit::CheckDisjoint(kOp, "normalizer", normalizer,
                                                    call.normalizer_elems, xv, "x", call));
-    normkit::DispatchDtype(call, [&](auto zero) {
+    return normkit::DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
-      normkit::cpu::ShiftSumPinv(normkit::ResolveContext(context), call.Problem<T>(),
-                                 static_cast<normkit::cpu::PinvMode>(mode),
-                                 static_cast<const T*>(normalizer), static_cast<const T*>(yv.data),
-                                 static_cast<T*>(xv.data));
+      const auto pinv_mode = static_cast<normkit::PinvMode>(mode);
+      const auto* norm = static_cast<const T*>(normalizer);
+      const auto* in = static_cast<const T*>(yv.data);
+      auto* out = static_cast<T*>(xv.data);
+      if (xv.on_cuda()) {
+        NORMKIT_RETURN_IF_ERROR(normkit::CheckCudaCall(kOp, xv,
+                                                       {{"y", in},
+                                                        {"x", out},
+                                                        {"params->mask", params->mask},
+                                                        {"normalizer", normalizer}}));
+        return normkit::cuda::ShiftSumPinv(kOp, context, xv.device_index, call.Problem<T>(),
+                                           pinv_mode, norm, in, out);
+      }
+      normkit::cpu::ShiftSumPinv(normkit::ResolveContext(context), call.Problem<T>(), pinv_mode,
+                                 norm, in, out);
+      return NORMKIT_SUCCESS;
     });
-    return NORMKIT_SUCCESS;
   });
 }
 
@@ -296,14 +331,25 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum_gap_step(
     }
     NORMKIT_RETURN_IF_ERROR(normkit::CheckDisjoint(kOp, "normalizer", normalizer,
                                                    call.normalizer_elems, xv, "x", call));
-    normkit::DispatchDtype(call, [&](auto zero) {
+    return normkit::DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
+      const auto* norm = static_cast<const T*>(normalizer);
+      const auto* in = static_cast<const T*>(yv.data);
+      auto* inout = static_cast<T*>(xv.data);
+      if (xv.on_cuda()) {
+        NORMKIT_RETURN_IF_ERROR(normkit::CheckCudaCall(kOp, xv,
+                                                       {{"x", inout},
+                                                        {"y", in},
+                                                        {"params->mask", params->mask},
+                                                        {"normalizer", normalizer}}));
+        return normkit::cuda::ShiftSumGapStep(kOp, context, xv.device_index, call.Problem<T>(),
+                                              static_cast<T>(lambda), static_cast<T>(gamma), norm,
+                                              in, inout);
+      }
       normkit::cpu::ShiftSumGapStep(normkit::ResolveContext(context), call.Problem<T>(),
-                                    static_cast<T>(lambda), static_cast<T>(gamma),
-                                    static_cast<const T*>(normalizer),
-                                    static_cast<const T*>(yv.data), static_cast<T*>(xv.data));
+                                    static_cast<T>(lambda), static_cast<T>(gamma), norm, in, inout);
+      return NORMKIT_SUCCESS;
     });
-    return NORMKIT_SUCCESS;
   });
 }
 
@@ -335,19 +381,24 @@ normkit_status ShiftEntry(const char* op, const normkit_context* context, const 
     NORMKIT_RETURN_IF_ERROR(ValidateX(op, "x", x, params, &xv, &call));
     NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "xs", xs, &sv));
     NORMKIT_RETURN_IF_ERROR(ValidateStack(op, sv, call, xv.channels_last()));
+    NORMKIT_RETURN_IF_ERROR(CheckSameDevice(op, xv, "x", sv, "xs"));
     NORMKIT_RETURN_IF_ERROR(CheckTensorsDisjoint(op, xv, "x", sv, "xs"));
-    DispatchDtype(call, [&](auto zero) {
+    return DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
       const auto problem = call.Problem<T>();
-      if (forward) {
-        cpu::Shift(ResolveContext(context), problem, static_cast<const T*>(xv.data),
-                   static_cast<T*>(sv.data));
-      } else {
-        cpu::Unshift(ResolveContext(context), problem, static_cast<const T*>(sv.data),
-                     static_cast<T*>(xv.data));
+      const auto* in = static_cast<const T*>(forward ? xv.data : sv.data);
+      auto* out = static_cast<T*>(forward ? sv.data : xv.data);
+      if (xv.on_cuda()) {
+        NORMKIT_RETURN_IF_ERROR(CheckCudaCall(op, xv, {{"x", xv.data}, {"xs", sv.data}}));
+        return cuda::ShiftStack(op, context, xv.device_index, problem, forward, in, out);
       }
+      if (forward) {
+        cpu::Shift(ResolveContext(context), problem, in, out);
+      } else {
+        cpu::Unshift(ResolveContext(context), problem, in, out);
+      }
+      return NORMKIT_SUCCESS;
     });
-    return NORMKIT_SUCCESS;
   });
 }
 

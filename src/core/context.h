@@ -14,6 +14,8 @@
 
 struct normkit_context {
   int32_t num_threads = 1;
+  // cudaStream_t for calls on CUDA tensors; nullptr is the default stream.
+  void* cuda_stream = nullptr;
 #if defined(NORMKIT_THREADING_TBB)
   // An arena capped at num_threads; execute() on it is safe from many threads.
   std::unique_ptr<tbb::task_arena> arena;

@@ -63,13 +63,13 @@ normkit_status ValidateTensor(const char* op, const char* name, const normkit_te
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->layout = %d is not a normkit_layout", op,
                 name, t->layout);
   }
-  if (t->device == NORMKIT_DEVICE_CUDA) {
-    return Fail(NORMKIT_ERROR_DEVICE_UNAVAILABLE,
-                "%s: %s is a CUDA tensor, but this build of normkit has no CUDA support", op, name);
-  }
-  if (t->device != NORMKIT_DEVICE_CPU) {
+  if (t->device != NORMKIT_DEVICE_CPU && t->device != NORMKIT_DEVICE_CUDA) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->device = %d is not a normkit_device", op,
                 name, t->device);
+  }
+  if (t->device == NORMKIT_DEVICE_CUDA && t->device_index < 0) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->device_index = %d, must be >= 0", op,
+                name, t->device_index);
   }
   if (t->rank < 2 || t->rank > NORMKIT_MAX_RANK) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
@@ -96,6 +96,7 @@ normkit_status ValidateTensor(const char* op, const char* name, const normkit_te
   out->dtype = static_cast<normkit_dtype>(t->dtype);
   out->layout = static_cast<normkit_layout>(t->layout);
   out->device = static_cast<normkit_device>(t->device);
+  out->device_index = t->device_index;
   out->rank = t->rank;
   for (int32_t i = 0; i < NORMKIT_MAX_RANK; ++i) out->shape[i] = i < t->rank ? t->shape[i] : 1;
   out->batch = t->shape[0];
@@ -129,6 +130,23 @@ normkit_status CheckSameTensorShape(const char* op, const TensorView& x, const T
   return NORMKIT_SUCCESS;
 }
 
+normkit_status CheckSameDevice(const char* op, const TensorView& a, const char* a_name,
+                               const TensorView& b, const char* b_name) {
+  const auto where = [](const TensorView& t) { return t.device == NORMKIT_DEVICE_CUDA ? "CUDA" : "CPU"; };
+  if (a.device != b.device) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: %s is a %s tensor but %s is a %s tensor (all tensors of a call must live on "
+                "one device)",
+                op, a_name, where(a), b_name, where(b));
+  }
+  if (a.device == NORMKIT_DEVICE_CUDA && a.device_index != b.device_index) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: %s->device_index = %d differs from %s->device_index = %d", op, b_name,
+                b.device_index, a_name, a.device_index);
+  }
+  return NORMKIT_SUCCESS;
+}
+
 normkit_status CheckInPlaceOrDisjoint(const char* op, const TensorView& x, const TensorView& y) {
   if (x.data == y.data) return NORMKIT_SUCCESS;
   if (RangesOverlap(x.data, x.bytes, y.data, y.bytes)) {
@@ -138,7 +156,7 @@ normkit_status CheckInPlaceOrDisjoint(const char* op, const TensorView& x, const
   return NORMKIT_SUCCESS;
 }
 
-normkit_status CheckFloat32Cpu(const char* op, const char* name, const TensorView& t) {
+normkit_status CheckFloat32(const char* op, const char* name, const TensorView& t) {
   if (t.dtype != NORMKIT_DTYPE_FLOAT32) {
     return Fail(NORMKIT_ERROR_UNSUPPORTED, "%s: %s->dtype = %s is not supported (float32 only)", op,
                 name, DtypeName(t.dtype));

@@ -15,6 +15,7 @@ struct TensorView {
   normkit_dtype dtype = NORMKIT_DTYPE_FLOAT32;
   normkit_layout layout = NORMKIT_LAYOUT_CHANNELS_FIRST;
   normkit_device device = NORMKIT_DEVICE_CPU;
+  int32_t device_index = 0;
   int32_t rank = 0;
   int64_t shape[NORMKIT_MAX_RANK] = {};
   int64_t batch = 0;     // N
@@ -24,6 +25,7 @@ struct TensorView {
   int64_t bytes = 0;
 
   bool channels_last() const { return layout == NORMKIT_LAYOUT_CHANNELS_LAST; }
+  bool on_cuda() const { return device == NORMKIT_DEVICE_CUDA; }
 };
 
 // 0 for an unknown dtype. Takes the raw int32 field: converting an out-of-range value
@@ -38,11 +40,15 @@ normkit_status ValidateTensor(const char* op, const char* name, const normkit_te
 // y must have x's dtype, layout, rank and shape.
 normkit_status CheckSameTensorShape(const char* op, const TensorView& x, const TensorView& y);
 
+// a and b live on one device (CPU, or the same CUDA device).
+normkit_status CheckSameDevice(const char* op, const TensorView& a, const char* a_name,
+                               const TensorView& b, const char* b_name);
+
 // y may be x itself (in place) but must not otherwise overlap x.
 normkit_status CheckInPlaceOrDisjoint(const char* op, const TensorView& x, const TensorView& y);
 
-// Only float32 tensors on the CPU (the only combination this release computes).
-normkit_status CheckFloat32Cpu(const char* op, const char* name, const TensorView& t);
+// Only float32 (the dtype of every op but the shift-sum family).
+normkit_status CheckFloat32(const char* op, const char* name, const TensorView& t);
 
 // A float array of `count` values must not overlap the output `y`.
 normkit_status CheckParamDisjoint(const char* op, const char* name, const float* p, int64_t count,

@@ -206,14 +206,6 @@ void ForTiles(int64_t begin, int64_t end, int64_t rows_per_sample, const Tile& t
 }  // namespace
 
 template <class T>
-void FinishShiftSumProblem(ShiftSumProblem<T>* p) {
-  const int64_t spread = (p->C - 1) * (p->step < 0 ? -p->step : p->step);
-  p->base = p->step < 0 ? spread : 0;
-  p->H_out = p->along_h ? p->H + spread : p->H;
-  p->W_out = p->along_h ? p->W : p->W + spread;
-}
-
-template <class T>
 void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* y) {
   ForRowRanges(ctx, p.B * p.H_out, XRowBytes(p), [&](int64_t begin, int64_t end) {
     XRows<T> xr(p);
@@ -466,7 +458,6 @@ void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x
 }
 
 #define NORMKIT_INSTANTIATE_SHIFT_SUM(T)                                                        \
-  template void FinishShiftSumProblem<T>(ShiftSumProblem<T>*);                                  \
   template void ShiftSumForward<T>(const normkit_context&, const ShiftSumProblem<T>&, const T*, \
                                    T*);                                                         \
   template void ShiftSumAdjoint<T>(const normkit_context&, const ShiftSumProblem<T>&, const T*, \

@@ -9,42 +9,15 @@
 #include <cstdint>
 
 #include "core/context.h"
+#include "core/shift_geometry.h"
 
 namespace normkit {
 namespace cpu {
 
-enum class ShiftMask : int {
-  kNone = 0,
-  kHW = 1,       // [H, W] before shifting, shared by channels and samples
-  kCHW = 2,      // [C, H, W] per channel
-  kBCHW = 3,     // [B, C, H, W] per sample and channel
-  kPhiCHW = 4,   // [C, H', W'] in the shifted domain
-  kPhiBCHW = 5,  // [B, C, H', W']
-};
-
-// Shapes and parameters of a validated call. x is [B, C, H, W] (channels-first, or
-// channels-last [B, H, W, C]); y is [B, H', W'] (one channel); masks channels-first.
-template <class T>
-struct ShiftSumProblem {
-  int64_t B = 0, C = 0, H = 0, W = 0;
-  int64_t step = 0;
-  bool along_h = false;
-  bool channels_last = false;
-  int64_t H_out = 0, W_out = 0;
-  int64_t base = 0;  // (C-1) * max(0, -step): makes every channel's offset >= 0
-  ShiftMask mask_kind = ShiftMask::kNone;
-  const T* mask = nullptr;
-  T scale = T(1);
-
-  int64_t Offset(int64_t c) const { return c * step + base; }
-  bool PerSampleMask() const {
-    return mask_kind == ShiftMask::kBCHW || mask_kind == ShiftMask::kPhiBCHW;
-  }
-};
-
-// Fills the derived sizes (H_out, W_out, base) from B, C, H, W, step and along_h.
-template <class T>
-void FinishShiftSumProblem(ShiftSumProblem<T>* p);
+using ::normkit::FinishShiftSumProblem;
+using ::normkit::PinvMode;
+using ::normkit::ShiftMask;
+using ::normkit::ShiftSumProblem;
 
 template <class T>
 void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* y);
@@ -56,8 +29,6 @@ void ShiftSumAdjoint(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
 // [B, H', W'] for per-sample masks); without a mask, the count of covering channels.
 template <class T>
 void ShiftSumNormalizer(const normkit_context& ctx, const ShiftSumProblem<T>& p, T* phi_s);
-
-enum class PinvMode : int { kMoorePenrose = 0, kDivideByMask = 1 };
 
 // Moore-Penrose: x = A^T(y / (s^2 Phi_s)), 0 where no channel covers a position.
 // Divide-by-mask (seed 003): x_c = window_c(y / (s * count)) / M_c, 0 where M_c = 0.

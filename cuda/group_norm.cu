@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA group norm (and instance / channel layer norm) and the row-wise layer / RMS norm.
+//
+// Plans (both deterministic: every sum has a fixed thread assignment and reduction tree,
+// no atomics):
+//  - fused: one block per unit (an (n, group) or a row). Sum in double, then the squared
+//    deviations about that mean in double (two passes: exact, never E[x^2] - E[x]^2),
+//    then the output. Units up to 48 KiB are kept in shared memory, so x is read from
+//    memory once; larger ones are re-read from L2.
+//  - split, when there are too few units to fill the GPU (N = 1 shapes): each block
+//    takes the moments of a fixed chunk of a unit, one thread per unit merges its chunks
+//    in order (Chan), and a third kernel writes the output.
+#include <algorithm>
+
+#include "cuda/norm_math.h"
+#include "cuda/ops.h"
+#include "cuda/runtime.h"
+
+namespace normkit {
+namespace cuda {
+namespace {
+
+constexpr int64_t kCachedUnitBytes = 48 * 1024;  // static shared memory limit of a block
+constexpr int64_t kSplitChunkElems = 16384;
+constexpr int kWarps = kBlockThreads / 32;
+
+// Sum over the block, identical on every thread; the tree is fixed by the thread index.
+__device__ double BlockSum(double v, double* shared /* kWarps + 1 */) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    double w = lane < kWarps ? shared[lane] : 0.0;
+    for (int offset = 16; offset > 0; offset /= 2) w += __shfl_down_sync(0xffffffffu, w, offset);
+    if (lane == 0) shared[kWarps] = w;
+  }
+  __syncthreads();
+  const double total = shared[kWarps];
+  __syncthreads();  // `shared` may be reused right away
+  return total;
+}
+
+// Moments of elements [begin, end) of `unit`; every thread of the block gets them.
+// With `cache`, the values are also stored there (index k - begin).
+template <bool kCached>
+__device__ Moments ChunkMoments(const float* __restrict__ x, const NormShape& s, int64_t unit,
+                                int64_t begin, int64_t end, bool rms, float* cache,
+                                double* shared) {
+  double sum = 0.0;
+  {
+    DivModCursor at = s.Cursor(begin + threadIdx.x, blockDim.x);
+    for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x, at.Next()) {
+      const float v = x[s.Offset(unit, k, at)];
+      if (kCached) cache[k - begin] = v;
+      sum += rms ? static_cast<double>(v) * v : static_cast<double>(v);
+    }
+  }
+  Moments m;
+  m.n = static_cast<double>(end - begin);
+  m.mean = BlockSum(sum, shared) / m.n;
+  if (rms) return m;  // mean of squares; no deviations needed
+  double dev = 0.0;
+  DivModCursor at = s.Cursor(begin + threadIdx.x, blockDim.x);
+  for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x, at.Next()) {
+    const double d = static_cast<double>(kCached ? cache[k - begin] : x[s.Offset(unit, k, at)]) -
+                     m.mean;
+    dev += d * d;
+  }
+  m.m2 = BlockSum(dev, shared);
+  return m;
+}
+
+template <bool kCached>
+__device__ void ApplyChunk(const float* __restrict__ x, float* __restrict__ y, const NormShape& s,
+                           int64_t unit, int64_t begin, int64_t end, const UnitAffine& ua,
+                           const float* __restrict__ gamma, const float* __restrict__ beta,
+                           int32_t activation, const float* cache) {
+  DivModCursor at = s.Cursor(begin + threadIdx.x, blockDim.x);
+  for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x, at.Next()) {
+    const int64_t offset = s.Offset(unit, k, at);
+    const int64_t c = s.Channel(unit, at);
+    const float v = kCached ? cache[k - begin] : x[offset];
+    y[offset] = ua.Apply(v, gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f, activation);
+  }
+}
+
+struct NormKernelArgs {
+  const float* x;
+  float* y;
+  const float* gamma;
+  const float* beta;
+  float eps;
+  int32_t activation;
+  bool rms;
+  float* mean_out;
+  float* rstd_out;
+};
+
+__device__ void WriteStats(const NormKernelArgs& a, int64_t unit, const Moments& m,
+                           const UnitAffine& ua) {
+  if (a.mean_out != nullptr) a.mean_out[unit] = static_cast<float>(m.mean);
+  if (a.rstd_out != nullptr) a.rstd_out[unit] = ua.rstd;
+}
+
+__device__ double Variance(const Moments& m, bool rms) { return rms ? m.mean : m.m2 / m.n; }
+
+template <bool kCached>
+__global__ void FusedNormKernel(NormKernelArgs a, NormShape s) {
+  extern __shared__ float cache[];
+  __shared__ double shared[kWarps + 1];
+  for (int64_t unit = blockIdx.x; unit < s.units; unit += gridDim.x) {
+    const Moments m = ChunkMoments<kCached>(a.x, s, unit, 0, s.count, a.rms, cache, shared);
+    const UnitAffine ua = UnitAffine::From(m.mean, Variance(m, a.rms), a.eps, a.rms);
+    if (threadIdx.x == 0) WriteStats(a, unit, m, ua);
+    ApplyChunk<kCached>(a.x, a.y, s, unit, 0, s.count, ua, a.gamma, a.beta, a.activation, cache);
+    __syncthreads();  // the cache is refilled by the next unit
+  }
+}
+
+__device__ int64_t ChunkEnd(int64_t begin, int64_t chunk, int64_t count) {
+  return begin + chunk < count ? begin + chunk : count;
+}
+
+// Block (unit, q) -> moments of chunk q of the unit.
+__global__ void PartialMomentsKernel(NormKernelArgs a, NormShape s, int64_t chunks,
+                                     int64_t chunk, Moments* partial) {
+  __shared__ double shared[kWarps + 1];
+  for (int64_t b = blockIdx.x; b < s.units * chunks; b += gridDim.x) {
+    const int64_t unit = b / chunks, begin = (b - unit * chunks) * chunk;
+    const Moments m = ChunkMoments<false>(a.x, s, unit, begin, ChunkEnd(begin, chunk, s.count),
+                                          a.rms, nullptr, shared);
+    if (threadIdx.x == 0) partial[b] = m;
+  }
+}
+
+// One thread per unit merges its chunks in chunk order.
+__global__ void MergeMomentsKernel(NormKernelArgs a, NormShape s, int64_t chunks,
+                                   const Moments* partial, UnitAffine* affine) {
+  for (int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       unit < s.units; unit += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    Moments m = partial[unit * chunks];
+    for (int64_t q = 1; q < chunks; ++q) m = MergeMoments(m, partial[unit * chunks + q]);
+    const UnitAffine ua = UnitAffine::From(m.mean, Variance(m, a.rms), a.eps, a.rms);
+    WriteStats(a, unit, m, ua);
+    affine[unit] = ua;
+  }
+}
+
+__global__ void ApplyKernel(NormKernelArgs a, NormShape s, int64_t chunks, int64_t chunk,
+                            const UnitAffine* affine) {
+  for (int64_t b = blockIdx.x; b < s.units * chunks; b += gridDim.x) {
+    const int64_t unit = b / chunks, begin = (b - unit * chunks) * chunk;
+    ApplyChunk<false>(a.x, a.y, s, unit, begin, ChunkEnd(begin, chunk, s.count), affine[unit],
+                      a.gamma, a.beta, a.activation, nullptr);
+  }
+}
+
+constexpr int64_t kMaxGrid = 1 << 30;
+
+unsigned Blocks(int64_t work) { return static_cast<unsigned>(std::min(work, kMaxGrid)); }
+
+}  // namespace
+
+normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView& x,
+                    const TensorView& y, const NormArgs& args) {
+  DeviceScope scope(x.device_index);
+  if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
+  const cudaStream_t stream = StreamOf(ctx);
+
+  NormShape s;
+  if (args.rows) {  // [rows, D]: one unit per row
+    s.units = x.batch;
+    s.groups = 1;
+    s.C = s.Cg = x.channels;
+    s.spatial = 1;
+    s.channels_last = false;
+  } else {
+    s.groups = args.groups;
+    s.units = x.batch * args.groups;
+    s.C = x.channels;
+    s.Cg = x.channels / args.groups;
+    s.spatial = x.spatial;
+    s.channels_last = x.channels_last();
+  }
+  s.count = s.Cg * s.spatial;
+  const NormKernelArgs a{static_cast<const float*>(x.data),
+                         static_cast<float*>(y.data),
+                         args.gamma,
+                         args.beta,
+                         args.eps,
+                         args.activation,
+                         args.rms,
+                         args.mean,
+                         args.rstd};
+
+  const int64_t fill = 2 * static_cast<int64_t>(MultiprocessorCount());
+  if (s.units >= fill || s.count <= 2 * kSplitChunkElems) {
+    const int64_t unit_bytes = s.count * static_cast<int64_t>(sizeof(float));
+    if (unit_bytes <= kCachedUnitBytes) {
+      FusedNormKernel<true><<<Blocks(s.units), kBlockThreads, unit_bytes, stream>>>(a, s);
+    } else {
+      FusedNormKernel<false><<<Blocks(s.units), kBlockThreads, 0, stream>>>(a, s);
+    }
+    return LaunchStatus(op);
+  }
+
+  // Split: enough chunks per unit to give every multiprocessor a few blocks.
+  const int64_t max_chunks = (s.count + kSplitChunkElems - 1) / kSplitChunkElems;
+  const int64_t chunks = std::min(max_chunks, (2 * fill + s.units - 1) / s.units);
+  const int64_t chunk = (s.count + chunks - 1) / chunks;
+  Scratch scratch(stream);
+  void* buffer = nullptr;
+  NORMKIT_RETURN_IF_ERROR(scratch.Allocate(
+      op, s.units * chunks * sizeof(Moments) + s.units * sizeof(UnitAffine) + 16, &buffer));
+  auto* partial = static_cast<Moments*>(buffer);
+  auto* affine = reinterpret_cast<UnitAffine*>(partial + s.units * chunks);
+  PartialMomentsKernel<<<Blocks(s.units * chunks), kBlockThreads, 0, stream>>>(a, s, chunks,
+                                                                                chunk, partial);
+  MergeMomentsKernel<<<GridFor(s.units), kBlockThreads, 0, stream>>>(a, s, chunks, partial,
+                                                                     affine);
+  ApplyKernel<<<Blocks(s.units * chunks), kBlockThreads, 0, stream>>>(a, s, chunks, chunk,
+                                                                       affine);
+  return LaunchStatus(op);
+}
+
+}  // namespace cuda
+}  // namespace normkit

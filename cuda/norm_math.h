@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: Apache-2.0
+// The arithmetic of the CUDA normalizations that is not about threads: where element k
+// of a unit (one (n, group), or one row) lives, how chunk moments merge, and the
+// affine + activation applied to each element. Host-and-device code, so the CPU tests
+// check it against the double references in every build with CUDA.
+#ifndef NORMKIT_CUDA_NORM_MATH_H_
+#define NORMKIT_CUDA_NORM_MATH_H_
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/shift_geometry.h"  // NORMKIT_HOST_DEVICE
+#include "cuda/channel_cursor.h"
+#include "normkit/normkit.h"
+
+namespace normkit {
+namespace cuda {
+
+// A group norm over N x C x spatial with G groups; a unit is one (n, g) and holds
+// count = (C / G) * spatial elements. Row norms are G = 1, spatial = 1, channels-first.
+struct NormShape {
+  int64_t units = 0;  // N * G
+  int64_t groups = 1;
+  int64_t C = 1, spatial = 1, Cg = 1;
+  int64_t count = 0;  // elements per unit
+  bool channels_last = false;
+
+  // Cursor over the unit's elements: channels-first quot = channel in group, channels-
+  // last quot = position and rem = channel in group.
+  NORMKIT_HOST_DEVICE DivModCursor Cursor(int64_t k, int64_t stride) const {
+    return DivModCursor(k, stride, channels_last ? Cg : spatial);
+  }
+  // Memory offset of the element the cursor (at unit-local index k) points at.
+  NORMKIT_HOST_DEVICE int64_t Offset(int64_t unit, int64_t k, const DivModCursor& at) const {
+    if (!channels_last) return unit * count + k;  // a group is contiguous
+    const int64_t n = unit / groups, g = unit - n * groups;
+    return (n * spatial + at.quot) * C + g * Cg + at.rem;
+  }
+  NORMKIT_HOST_DEVICE int64_t Channel(int64_t unit, const DivModCursor& at) const {
+    const int64_t g = unit % groups;
+    return g * Cg + (channels_last ? at.rem : at.quot);
+  }
+};
+
+// Moments of a run of `n` values: their mean and the sum of squared deviations.
+struct Moments {
+  double n = 0, mean = 0, m2 = 0;
+};
+
+// Chan et al.'s pairwise merge (a before b): exact, order fixed by the caller.
+NORMKIT_HOST_DEVICE inline Moments MergeMoments(const Moments& a, const Moments& b) {
+  if (a.n == 0) return b;
+  if (b.n == 0) return a;
+  Moments r;
+  r.n = a.n + b.n;
+  const double delta = b.mean - a.mean;
+  r.mean = a.mean + delta * (b.n / r.n);
+  r.m2 = a.m2 + b.m2 + delta * delta * (a.n * b.n / r.n);
+  return r;
+}
+
+NORMKIT_HOST_DEVICE inline float Activate(float v, int32_t activation) {
+  if (activation == NORMKIT_ACTIVATION_RELU) return v < 0.0f ? 0.0f : v;  // NaN stays NaN
+  if (activation == NORMKIT_ACTIVATION_SILU) return v / (1.0f + expf(-v));
+  return v;
+}
+
+// The statistics of a unit turned into what each element needs:
+// y = act((x - mean_f) * a + (beta - (mean - mean_f) * a)), a = gamma * rstd, as on CPU
+// (x - mean_f is exact for x near the mean, which keeps ill-conditioned groups exact).
+struct UnitAffine {
+  float mean_f = 0;   // the float nearest the mean (0 for RMS norm)
+  float residual = 0; // mean - mean_f
+  float rstd = 1;
+
+  NORMKIT_HOST_DEVICE static UnitAffine From(double mean, double var, float eps, bool rms) {
+    UnitAffine u;
+    u.mean_f = rms ? 0.0f : static_cast<float>(mean);
+    u.residual = rms ? 0.0f : static_cast<float>(mean - static_cast<double>(u.mean_f));
+    u.rstd = static_cast<float>(1.0 / sqrt(var + static_cast<double>(eps)));
+    return u;
+  }
+
+  NORMKIT_HOST_DEVICE float Apply(float x, float gamma, float beta, int32_t activation) const {
+    const float a = gamma * rstd;
+    const float b = fmaf(-residual, a, beta);
+    return Activate(fmaf(x - mean_f, a, b), activation);
+  }
+};
+
+}  // namespace cuda
+}  // namespace normkit
+
+#endif  // NORMKIT_CUDA_NORM_MATH_H_

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA path as the API layer sees it. Arguments reach these functions validated
+// (shapes, overlaps, values) except for what only CUDA can check: whether the device
+// exists and whether each pointer is device memory (CheckCall). Builds without the
+// CUDA module link cuda/unavailable.cc instead, where every function reports
+// DEVICE_UNAVAILABLE.
+#ifndef NORMKIT_CUDA_OPS_H_
+#define NORMKIT_CUDA_OPS_H_
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "core/shift_geometry.h"
+#include "core/tensor.h"
+#include "normkit/normkit.h"
+
+namespace normkit {
+namespace cuda {
+
+// Usable CUDA devices: 0 without the module, a driver or a GPU.
+int32_t DeviceCount();
+
+// One array of a call, named as in the C API (NULL arrays are skipped).
+struct NamedPointer {
+  const char* name;
+  const void* ptr;
+};
+
+// A CUDA call can run: this build has CUDA, device `device_index` exists, and every
+// array is device or managed memory of that device.
+normkit_status CheckCall(const char* op, int32_t device_index,
+                         std::initializer_list<NamedPointer> arrays);
+
+// Copies `bytes` of device memory at `src` to the host (waits for the context's stream).
+normkit_status CopyToHost(const char* op, const char* name, const normkit_context* ctx,
+                          int32_t device_index, const void* src, int64_t bytes, void* dst);
+
+// y = x * scale + shift; scale / shift are device arrays (or NULL) of C or N x C floats.
+normkit_status Affine(const char* op, const normkit_context* ctx, const TensorView& x,
+                      const TensorView& y, const float* scale, const float* shift,
+                      bool per_sample);
+
+// As Affine, with per-channel scale / shift given on the host (C floats each).
+normkit_status AffineHostParams(const char* op, const normkit_context* ctx, const TensorView& x,
+                                const TensorView& y, const float* host_scale,
+                                const float* host_shift);
+
+// Group norm (rows == false) or the row-wise layer / RMS norm of a [rows, D] tensor
+// (rows == true: groups is 1 per row). Arrays are device arrays or NULL.
+struct NormArgs {
+  int64_t groups = 1;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  float eps = 1e-5f;
+  int32_t activation = NORMKIT_ACTIVATION_NONE;
+  bool rows = false;
+  bool rms = false;
+  float* mean = nullptr;
+  float* rstd = nullptr;
+};
+normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView& x,
+                    const TensorView& y, const NormArgs& args);
+
+// The shift-sum family; pointers are device arrays of the call's dtype.
+template <class T>
+normkit_status ShiftSumForward(const char* op, const normkit_context* ctx, int32_t device,
+                               const ShiftSumProblem<T>& p, const T* x, T* y);
+template <class T>
+normkit_status ShiftSumAdjoint(const char* op, const normkit_context* ctx, int32_t device,
+                               const ShiftSumProblem<T>& p, const T* y, T* x);
+template <class T>
+normkit_status ShiftSumNormalizer(const char* op, const normkit_context* ctx, int32_t device,
+                                  const ShiftSumProblem<T>& p, T* phi_s);
+template <class T>
+normkit_status ShiftSumPinv(const char* op, const normkit_context* ctx, int32_t device,
+                            const ShiftSumProblem<T>& p, PinvMode mode, const T* normalizer,
+                            const T* y, T* x);
+template <class T>
+normkit_status ShiftSumGapStep(const char* op, const normkit_context* ctx, int32_t device,
+                               const ShiftSumProblem<T>& p, T lambda, T gamma,
+                               const T* normalizer, const T* y, T* x);
+// forward: `in` is x and `out` the shifted stack xs; otherwise xs -> x.
+template <class T>
+normkit_status ShiftStack(const char* op, const normkit_context* ctx, int32_t device,
+                          const ShiftSumProblem<T>& p, bool forward, const T* in, T* out);
+
+}  // namespace cuda
+}  // namespace normkit
+
+#endif  // NORMKIT_CUDA_OPS_H_

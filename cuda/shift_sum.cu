@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA shift-sum family. One thread per output element (the per-element arithmetic is
+// cuda/shift_sum_math.h): every output is computed by one thread in a fixed channel
+// order, so results are deterministic and nothing is accumulated with atomics. Blocks
+// cover a few columns of one row, so the row's coordinates are decoded once per row
+// and consecutive threads touch consecutive addresses (channels-first).
+#include <algorithm>
+
+#include "cuda/ops.h"
+#include "cuda/runtime.h"
+#include "cuda/shift_sum_math.h"
+
+namespace normkit {
+namespace cuda {
+namespace {
+
+constexpr int kColsPerThread = 4;
+constexpr int64_t kMaxGridY = 65535;
+
+// Runs fn(fn.Row(row), col) over rows x cols.
+template <class Fn>
+__global__ void GridKernel(int64_t rows, int64_t cols, Fn fn) {
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * blockDim.x * kColsPerThread + threadIdx.x;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    const auto at = fn.Row(row);
+    for (int j = 0; j < kColsPerThread; ++j) {
+      const int64_t col = col0 + static_cast<int64_t>(j) * blockDim.x;
+      if (col < cols) fn(at, col);
+    }
+  }
+}
+
+template <class Fn>
+normkit_status Launch(const char* op, cudaStream_t stream, int64_t rows, int64_t cols,
+                      const Fn& fn) {
+  const int64_t per_block = static_cast<int64_t>(kBlockThreads) * kColsPerThread;
+  const dim3 grid(static_cast<unsigned>((cols + per_block - 1) / per_block),
+                  static_cast<unsigned>(std::min(rows, kMaxGridY)));
+  GridKernel<<<grid, kBlockThreads, 0, stream>>>(rows, cols, fn);
+  return LaunchStatus(op);
+}
+
+struct ShiftedCoord {
+  int64_t b, r;
+};
+
+// Rows (b, r) of the shifted domain, columns v; op(m, b, r, v).
+template <class T, class ElemOp>
+struct ShiftedDomain {
+  ShiftSumMath<T> m;
+  ElemOp op;
+  __device__ ShiftedCoord Row(int64_t row) const {
+    return {row / m.p.H_out, row % m.p.H_out};
+  }
+  __device__ void operator()(const ShiftedCoord& at, int64_t v) const { op(m, at.b, at.r, v); }
+};
+
+struct PlaneCoord {
+  int64_t b, c, i;  // i: h of x, or r of the stack; c unused channels-last
+};
+
+// Rows of x (rows_per_plane = H) or of the stack xs (H'), either layout; op(m, b, c, i, j).
+// Channels-first rows are (b, c, i) with j along the row; channels-last rows are (b, i)
+// with (j, c) interleaved along the row.
+template <class T, class ElemOp>
+struct PlaneDomain {
+  ShiftSumMath<T> m;
+  ElemOp op;
+  int64_t rows_per_plane;
+  __device__ PlaneCoord Row(int64_t row) const {
+    const int64_t i = row % rows_per_plane, t = row / rows_per_plane;
+    if (m.p.channels_last) return {t, 0, i};
+    return {t / m.p.C, t % m.p.C, i};
+  }
+  __device__ void operator()(const PlaneCoord& at, int64_t col) const {
+    if (m.p.channels_last) {
+      const int64_t j = col / m.p.C;
+      op(m, at.b, col - j * m.p.C, at.i, j);
+    } else {
+      op(m, at.b, at.c, at.i, col);
+    }
+  }
+  static int64_t Rows(const ShiftSumProblem<T>& p, int64_t per_plane) {
+    return p.channels_last ? p.B * per_plane : p.B * p.C * per_plane;
+  }
+  static int64_t Cols(const ShiftSumProblem<T>& p, int64_t width) {
+    return p.channels_last ? width * p.C : width;
+  }
+};
+
+template <class T, class ElemOp>
+normkit_status LaunchShifted(const char* op, cudaStream_t stream, const ShiftSumProblem<T>& p,
+                             int64_t samples, const ElemOp& elem) {
+  return Launch(op, stream, samples * p.H_out, p.W_out,
+                ShiftedDomain<T, ElemOp>{ShiftSumMath<T>{p}, elem});
+}
+
+template <class T, class ElemOp>
+normkit_status LaunchX(const char* op, cudaStream_t stream, const ShiftSumProblem<T>& p,
+                       const ElemOp& elem) {
+  using Domain = PlaneDomain<T, ElemOp>;
+  return Launch(op, stream, Domain::Rows(p, p.H), Domain::Cols(p, p.W),
+                Domain{ShiftSumMath<T>{p}, elem, p.H});
+}
+
+template <class T, class ElemOp>
+normkit_status LaunchStack(const char* op, cudaStream_t stream, const ShiftSumProblem<T>& p,
+                           const ElemOp& elem) {
+  using Domain = PlaneDomain<T, ElemOp>;
+  return Launch(op, stream, Domain::Rows(p, p.H_out), Domain::Cols(p, p.W_out),
+                Domain{ShiftSumMath<T>{p}, elem, p.H_out});
+}
+
+// ---- element ops ----
+
+template <class T>
+struct ForwardOp {
+  const T* x;
+  T* y;
+  __device__ void operator()(const ShiftSumMath<T>& m, int64_t b, int64_t r, int64_t v) const {
+    y[m.YOffset(b, r, v)] = m.Forward(x, b, r, v);
+  }
+};
+
+template <class T>
+struct NormalizerOp {
+  T* phi_s;
+  __device__ void operator()(const ShiftSumMath<T>& m, int64_t b, int64_t r, int64_t v) const {
+    phi_s[m.NormalizerOffset(b, r, v)] = m.Normalizer(b, r, v, false);
+  }
+};
+
+template <class T>
+struct ResidualOp {
+  const T* x;
+  const T* y;
+  const T* phi_s;
+  T gamma;
+  T* residual;
+  __device__ void operator()(const ShiftSumMath<T>& m, int64_t b, int64_t r, int64_t v) const {
+    residual[m.YOffset(b, r, v)] = m.GapResidual(x, y, phi_s, gamma, b, r, v);
+  }
+};
+
+template <class T>
+struct AdjointOp {
+  const T* y;
+  T* x;
+  __device__ void operator()(const ShiftSumMath<T>& m, int64_t b, int64_t c, int64_t h,
+                             int64_t w) const {
+    x[m.XOffset(b, c, h, w)] = m.Adjoint(y, b, c, h, w);
+  }
+};
+
+template <class T>
+struct GapUpdateOp {
+  const T* residual;
+  T lambda;
+  T* x;
+  __device__ void operator()(const ShiftSumMath<T>& m, int64_t b, int64_t c, int64_t h,
+                             int64_t w) const {
+    x[m.XOffset(b, c, h, w)] += lambda * m.Adjoint(residual, b, c, h, w);
+  }
+};
+
+template <class T>
+struct PinvOp {
+  const T* y;
+  const T* phi_s;
+  bool divide_by_mask;
+  T* x;
+  __device__ void operator()(const ShiftSumMath<T>& m, int64_t b, int64_t c, int64_t h,
+                             int64_t w) const {
+    x[m.XOffset(b, c, h, w)] = divide_by_mask ? m.PinvDivideByMask(y, b, c, h, w)
+                                              : m.PinvMoorePenrose(y, phi_s, b, c, h, w);
+  }
+};
+
+// x (b, c, h, w) <- xs at the position it was shifted to.
+template <class T>
+struct UnshiftOp {
+  const T* xs;
+  T* x;
+  __device__ void operator()(const ShiftSumMath<T>& m, int64_t b, int64_t c, int64_t h,
+                             int64_t w) const {
+    x[m.XOffset(b, c, h, w)] = xs[m.StackOffset(b, c, m.Row(c, h), m.Col(c, w))];
+  }
+};
+
+// xs (b, c, r, v) <- x at its source pixel, or 0.
+template <class T>
+struct ShiftOp {
+  const T* x;
+  T* xs;
+  __device__ void operator()(const ShiftSumMath<T>& m, int64_t b, int64_t c, int64_t r,
+                             int64_t v) const {
+    int64_t h, w;
+    xs[m.StackOffset(b, c, r, v)] = m.Source(c, r, v, &h, &w) ? x[m.XOffset(b, c, h, w)] : T(0);
+  }
+};
+
+#define NORMKIT_ENTER_DEVICE(op, device)                                                 \
+  DeviceScope scope(device);                                                             \
+  if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status()); \
+  const cudaStream_t stream = StreamOf(ctx)
+
+}  // namespace
+
+template <class T>
+normkit_status ShiftSumForward(const char* op, const normkit_context* ctx, int32_t device,
+                               const ShiftSumProblem<T>& p, const T* x, T* y) {
+  NORMKIT_ENTER_DEVICE(op, device);
+  return LaunchShifted(op, stream, p, p.B, ForwardOp<T>{x, y});
+}
+
+template <class T>
+normkit_status ShiftSumAdjoint(const char* op, const normkit_context* ctx, int32_t device,
+                               const ShiftSumProblem<T>& p, const T* y, T* x) {
+  NORMKIT_ENTER_DEVICE(op, device);
+  return LaunchX(op, stream, p, AdjointOp<T>{y, x});
+}
+
+template <class T>
+normkit_status ShiftSumNormalizer(const char* op, const normkit_context* ctx, int32_t device,
+                                  const ShiftSumProblem<T>& p, T* phi_s) {
+  NORMKIT_ENTER_DEVICE(op, device);
+  return LaunchShifted(op, stream, p, p.PerSampleMask() ? p.B : 1, NormalizerOp<T>{phi_s});
+}
+
+template <class T>
+normkit_status ShiftSumPinv(const char* op, const normkit_context* ctx, int32_t device,
+                            const ShiftSumProblem<T>& p, PinvMode mode, const T* normalizer,
+                            const T* y, T* x) {
+  NORMKIT_ENTER_DEVICE(op, device);
+  const bool divide_by_mask = mode == PinvMode::kDivideByMask;
+  Scratch scratch(stream);
+  if (!divide_by_mask && normalizer == nullptr && p.mask_kind != ShiftMask::kNone) {
+    // Phi_s once per position rather than once per channel covering it.
+    const int64_t samples = p.PerSampleMask() ? p.B : 1;
+    void* buffer = nullptr;
+    NORMKIT_RETURN_IF_ERROR(
+        scratch.Allocate(op, samples * p.H_out * p.W_out * sizeof(T), &buffer));
+    NORMKIT_RETURN_IF_ERROR(
+        LaunchShifted(op, stream, p, samples, NormalizerOp<T>{static_cast<T*>(buffer)}));
+    normalizer = static_cast<const T*>(buffer);
+  }
+  return LaunchX(op, stream, p, PinvOp<T>{y, normalizer, divide_by_mask, x});
+}
+
+template <class T>
+normkit_status ShiftSumGapStep(const char* op, const normkit_context* ctx, int32_t device,
+                               const ShiftSumProblem<T>& p, T lambda, T gamma,
+                               const T* normalizer, const T* y, T* x) {
+  NORMKIT_ENTER_DEVICE(op, device);
+  Scratch scratch(stream);
+  void* buffer = nullptr;
+  NORMKIT_RETURN_IF_ERROR(scratch.Allocate(op, p.B * p.H_out * p.W_out * sizeof(T), &buffer));
+  T* residual = static_cast<T*>(buffer);
+  NORMKIT_RETURN_IF_ERROR(
+      LaunchShifted(op, stream, p, p.B, ResidualOp<T>{x, y, normalizer, gamma, residual}));
+  return LaunchX(op, stream, p, GapUpdateOp<T>{residual, lambda, x});
+}
+
+template <class T>
+normkit_status ShiftStack(const char* op, const normkit_context* ctx, int32_t device,
+                          const ShiftSumProblem<T>& p, bool forward, const T* in, T* out) {
+  NORMKIT_ENTER_DEVICE(op, device);
+  if (forward) return LaunchStack(op, stream, p, ShiftOp<T>{in, out});
+  return LaunchX(op, stream, p, UnshiftOp<T>{in, out});
+}
+
+#define NORMKIT_INSTANTIATE(T)                                                                  \
+  template normkit_status ShiftSumForward<T>(const char*, const normkit_context*, int32_t,      \
+                                             const ShiftSumProblem<T>&, const T*, T*);          \
+  template normkit_status ShiftSumAdjoint<T>(const char*, const normkit_context*, int32_t,      \
+                                             const ShiftSumProblem<T>&, const T*, T*);          \
+  template normkit_status ShiftSumNormalizer<T>(const char*, const normkit_context*, int32_t,   \
+                                                const ShiftSumProblem<T>&, T*);                 \
+  template normkit_status ShiftSumPinv<T>(const char*, const normkit_context*, int32_t,         \
+                                          const ShiftSumProblem<T>&, PinvMode, const T*,        \
+                                          const T*, T*);                                        \
+  template normkit_status ShiftSumGapStep<T>(const char*, const normkit_context*, int32_t,      \
+                                             const ShiftSumProblem<T>&, T, T, const T*,         \
+                                             const T*, T*);                                     \
+  template normkit_status ShiftStack<T>(const char*, const normkit_context*, int32_t,           \
+                                        const ShiftSumProblem<T>&, bool, const T*, T*);
+NORMKIT_INSTANTIATE(float)
+NORMKIT_INSTANTIATE(double)
+#undef NORMKIT_INSTANTIATE
+
+}  // namespace cuda
+}  // namespace normkit
