@@ -2,9 +2,8 @@
 // CUDA affine: y = x * scale + shift, per channel or per sample and channel, either
 // layout. Each block owns a fixed chunk of one sample (chunks from the shape only), so
 // results never depend on the launch; one fused multiply-add per element, as on CPU.
-#include <vector>
 
-#include "cuda/channel_cursor.h"
+#include "cuda/affine_math.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
 
@@ -12,26 +11,10 @@ namespace normkit {
 namespace cuda {
 namespace {
 
-constexpr int64_t kChunkElems = 8192;  // 32 elements per thread
-
 __global__ void AffineKernel(const float* __restrict__ x, float* __restrict__ y,
                              const float* __restrict__ scale, const float* __restrict__ shift,
-                             int64_t C, int64_t spatial, int64_t chunks, bool per_sample,
-                             bool channels_last) {
-  const int64_t sample_elems = C * spatial;
-  const int64_t n = blockIdx.x / chunks;
-  const int64_t begin = (blockIdx.x - n * chunks) * kChunkElems;
-  const int64_t end = begin + kChunkElems < sample_elems ? begin + kChunkElems : sample_elems;
-  const int64_t param_base = per_sample ? n * C : 0;
-  const float* xs = x + n * sample_elems;
-  float* ys = y + n * sample_elems;
-  ChannelCursor cursor(begin + threadIdx.x, blockDim.x, C, spatial, channels_last);
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x, cursor.Next()) {
-    const int64_t p = param_base + cursor.channel();
-    const float s = scale != nullptr ? scale[p] : 1.0f;
-    const float b = shift != nullptr ? shift[p] : 0.0f;
-    ys[i] = fmaf(xs[i], s, b);
-  }
+                             AffineShape shape) {
+  AffineThread(x, y, scale, shift, shape, blockIdx.x, threadIdx.x, blockDim.x);
 }
 
 }  // namespace
@@ -41,10 +24,10 @@ normkit_status Affine(const char* op, const normkit_context* ctx, const TensorVi
                       bool per_sample) {
   DeviceScope scope(x.device_index);
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
-  const int64_t chunks = (x.channels * x.spatial + kChunkElems - 1) / kChunkElems;
-  AffineKernel<<<static_cast<unsigned>(x.batch * chunks), kBlockThreads, 0, StreamOf(ctx)>>>(
-      static_cast<const float*>(x.data), static_cast<float*>(y.data), scale, shift, x.channels,
-      x.spatial, chunks, per_sample, x.channels_last());
+  const AffineShape shape = AffineShape::Of(x.channels, x.spatial, per_sample, x.channels_last());
+  AffineKernel<<<static_cast<unsigned>(x.batch * shape.chunks), kBlockThreads, 0,
+                 StreamOf(ctx)>>>(static_cast<const float*>(x.data), static_cast<float*>(y.data),
+                                  scale, shift, shape);
   return LaunchStatus(op);
 }
 

@@ -20,8 +20,7 @@ namespace normkit {
 namespace cuda {
 namespace {
 
-constexpr int64_t kCachedUnitBytes = 48 * 1024;  // static shared memory limit of a block
-constexpr int64_t kSplitChunkElems = 16384;
+constexpr int64_t kCachedUnitBytes = 48 * 1024;  // shared memory a block gets without opt-in
 constexpr int kWarps = kBlockThreads / 32;
 
 // Sum over the block, identical on every thread; the tree is fixed by the thread index.
@@ -42,47 +41,19 @@ __device__ double BlockSum(double v, double* shared /* kWarps + 1 */) {
 }
 
 // Moments of elements [begin, end) of `unit`; every thread of the block gets them.
-// With `cache`, the values are also stored there (index k - begin).
-template <bool kCached>
+// With `cache`, the values are also kept there (index k - begin) for later passes.
 __device__ Moments ChunkMoments(const float* __restrict__ x, const NormShape& s, int64_t unit,
                                 int64_t begin, int64_t end, bool rms, float* cache,
                                 double* shared) {
-  double sum = 0.0;
-  {
-    DivModCursor at = s.Cursor(begin + threadIdx.x, blockDim.x);
-    for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x, at.Next()) {
-      const float v = x[s.Offset(unit, k, at)];
-      if (kCached) cache[k - begin] = v;
-      sum += rms ? static_cast<double>(v) * v : static_cast<double>(v);
-    }
-  }
   Moments m;
   m.n = static_cast<double>(end - begin);
-  m.mean = BlockSum(sum, shared) / m.n;
+  m.mean = BlockSum(ThreadSum(x, s, unit, begin, end, threadIdx.x, blockDim.x, rms, cache),
+                    shared) /
+           m.n;
   if (rms) return m;  // mean of squares; no deviations needed
-  double dev = 0.0;
-  DivModCursor at = s.Cursor(begin + threadIdx.x, blockDim.x);
-  for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x, at.Next()) {
-    const double d = static_cast<double>(kCached ? cache[k - begin] : x[s.Offset(unit, k, at)]) -
-                     m.mean;
-    dev += d * d;
-  }
-  m.m2 = BlockSum(dev, shared);
+  m.m2 = BlockSum(
+      ThreadDeviations(x, s, unit, begin, end, threadIdx.x, blockDim.x, m.mean, cache), shared);
   return m;
-}
-
-template <bool kCached>
-__device__ void ApplyChunk(const float* __restrict__ x, float* __restrict__ y, const NormShape& s,
-                           int64_t unit, int64_t begin, int64_t end, const UnitAffine& ua,
-                           const float* __restrict__ gamma, const float* __restrict__ beta,
-                           int32_t activation, const float* cache) {
-  DivModCursor at = s.Cursor(begin + threadIdx.x, blockDim.x);
-  for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x, at.Next()) {
-    const int64_t offset = s.Offset(unit, k, at);
-    const int64_t c = s.Channel(unit, at);
-    const float v = kCached ? cache[k - begin] : x[offset];
-    y[offset] = ua.Apply(v, gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f, activation);
-  }
 }
 
 struct NormKernelArgs {
@@ -105,15 +76,16 @@ __device__ void WriteStats(const NormKernelArgs& a, int64_t unit, const Moments&
 
 __device__ double Variance(const Moments& m, bool rms) { return rms ? m.mean : m.m2 / m.n; }
 
-template <bool kCached>
-__global__ void FusedNormKernel(NormKernelArgs a, NormShape s) {
-  extern __shared__ float cache[];
+__global__ void FusedNormKernel(NormKernelArgs a, NormShape s, bool cached) {
+  extern __shared__ float dynamic_cache[];
   __shared__ double shared[kWarps + 1];
+  float* cache = cached ? dynamic_cache : nullptr;
   for (int64_t unit = blockIdx.x; unit < s.units; unit += gridDim.x) {
-    const Moments m = ChunkMoments<kCached>(a.x, s, unit, 0, s.count, a.rms, cache, shared);
+    const Moments m = ChunkMoments(a.x, s, unit, 0, s.count, a.rms, cache, shared);
     const UnitAffine ua = UnitAffine::From(m.mean, Variance(m, a.rms), a.eps, a.rms);
     if (threadIdx.x == 0) WriteStats(a, unit, m, ua);
-    ApplyChunk<kCached>(a.x, a.y, s, unit, 0, s.count, ua, a.gamma, a.beta, a.activation, cache);
+    ThreadApply(a.x, a.y, s, unit, 0, s.count, threadIdx.x, blockDim.x, ua, a.gamma, a.beta,
+                a.activation, cache);
     __syncthreads();  // the cache is refilled by the next unit
   }
 }
@@ -128,8 +100,8 @@ __global__ void PartialMomentsKernel(NormKernelArgs a, NormShape s, int64_t chun
   __shared__ double shared[kWarps + 1];
   for (int64_t b = blockIdx.x; b < s.units * chunks; b += gridDim.x) {
     const int64_t unit = b / chunks, begin = (b - unit * chunks) * chunk;
-    const Moments m = ChunkMoments<false>(a.x, s, unit, begin, ChunkEnd(begin, chunk, s.count),
-                                          a.rms, nullptr, shared);
+    const Moments m = ChunkMoments(a.x, s, unit, begin, ChunkEnd(begin, chunk, s.count), a.rms,
+                                   nullptr, shared);
     if (threadIdx.x == 0) partial[b] = m;
   }
 }
@@ -151,8 +123,8 @@ __global__ void ApplyKernel(NormKernelArgs a, NormShape s, int64_t chunks, int64
                             const UnitAffine* affine) {
   for (int64_t b = blockIdx.x; b < s.units * chunks; b += gridDim.x) {
     const int64_t unit = b / chunks, begin = (b - unit * chunks) * chunk;
-    ApplyChunk<false>(a.x, a.y, s, unit, begin, ChunkEnd(begin, chunk, s.count), affine[unit],
-                      a.gamma, a.beta, a.activation, nullptr);
+    ThreadApply(a.x, a.y, s, unit, begin, ChunkEnd(begin, chunk, s.count), threadIdx.x,
+                blockDim.x, affine[unit], a.gamma, a.beta, a.activation, nullptr);
   }
 }
 
@@ -168,22 +140,10 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
   const cudaStream_t stream = StreamOf(ctx);
 
-  NormShape s;
-  if (args.rows) {  // [rows, D]: one unit per row
-    s.units = x.batch;
-    s.groups = 1;
-    s.C = s.Cg = x.channels;
-    s.spatial = 1;
-    s.channels_last = false;
-  } else {
-    s.groups = args.groups;
-    s.units = x.batch * args.groups;
-    s.C = x.channels;
-    s.Cg = x.channels / args.groups;
-    s.spatial = x.spatial;
-    s.channels_last = x.channels_last();
-  }
-  s.count = s.Cg * s.spatial;
+  const NormShape s =
+      args.rows ? NormShape::ForRows(x.batch, x.channels)
+                : NormShape::ForGroups(x.batch, x.channels, x.spatial, args.groups,
+                                       x.channels_last());
   const NormKernelArgs a{static_cast<const float*>(x.data),
                          static_cast<float*>(y.data),
                          args.gamma,
@@ -194,21 +154,16 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
                          args.mean,
                          args.rstd};
 
-  const int64_t fill = 2 * static_cast<int64_t>(MultiprocessorCount());
-  if (s.units >= fill || s.count <= 2 * kSplitChunkElems) {
+  const NormPlan plan = PlanNorm(s, MultiprocessorCount());
+  if (plan.chunks == 1) {
     const int64_t unit_bytes = s.count * static_cast<int64_t>(sizeof(float));
-    if (unit_bytes <= kCachedUnitBytes) {
-      FusedNormKernel<true><<<Blocks(s.units), kBlockThreads, unit_bytes, stream>>>(a, s);
-    } else {
-      FusedNormKernel<false><<<Blocks(s.units), kBlockThreads, 0, stream>>>(a, s);
-    }
+    const bool cached = unit_bytes <= kCachedUnitBytes;
+    FusedNormKernel<<<Blocks(s.units), kBlockThreads, cached ? unit_bytes : 0, stream>>>(a, s,
+                                                                                        cached);
     return LaunchStatus(op);
   }
 
-  // Split: enough chunks per unit to give every multiprocessor a few blocks.
-  const int64_t max_chunks = (s.count + kSplitChunkElems - 1) / kSplitChunkElems;
-  const int64_t chunks = std::min(max_chunks, (2 * fill + s.units - 1) / s.units);
-  const int64_t chunk = (s.count + chunks - 1) / chunks;
+  const int64_t chunks = plan.chunks, chunk = plan.chunk;
   Scratch scratch(stream);
   void* buffer = nullptr;
   NORMKIT_RETURN_IF_ERROR(scratch.Allocate(

@@ -50,41 +50,24 @@ struct ShiftedDomain {
   ShiftSumMath<T> m;
   ElemOp op;
   __device__ ShiftedCoord Row(int64_t row) const {
-    return {row / m.p.H_out, row % m.p.H_out};
+    ShiftedCoord at;
+    m.ShiftedRow(row, &at.b, &at.r);
+    return at;
   }
   __device__ void operator()(const ShiftedCoord& at, int64_t v) const { op(m, at.b, at.r, v); }
 };
 
-struct PlaneCoord {
-  int64_t b, c, i;  // i: h of x, or r of the stack; c unused channels-last
-};
-
-// Rows of x (rows_per_plane = H) or of the stack xs (H'), either layout; op(m, b, c, i, j).
-// Channels-first rows are (b, c, i) with j along the row; channels-last rows are (b, i)
-// with (j, c) interleaved along the row.
+// Rows of x or of the stack (see PlaneCoord); op(m, b, c, i, j).
 template <class T, class ElemOp>
 struct PlaneDomain {
   ShiftSumMath<T> m;
   ElemOp op;
-  int64_t rows_per_plane;
-  __device__ PlaneCoord Row(int64_t row) const {
-    const int64_t i = row % rows_per_plane, t = row / rows_per_plane;
-    if (m.p.channels_last) return {t, 0, i};
-    return {t / m.p.C, t % m.p.C, i};
-  }
+  int64_t per_plane;
+  __device__ PlaneCoord Row(int64_t row) const { return m.PlaneRow(row, per_plane); }
   __device__ void operator()(const PlaneCoord& at, int64_t col) const {
-    if (m.p.channels_last) {
-      const int64_t j = col / m.p.C;
-      op(m, at.b, col - j * m.p.C, at.i, j);
-    } else {
-      op(m, at.b, at.c, at.i, col);
-    }
-  }
-  static int64_t Rows(const ShiftSumProblem<T>& p, int64_t per_plane) {
-    return p.channels_last ? p.B * per_plane : p.B * p.C * per_plane;
-  }
-  static int64_t Cols(const ShiftSumProblem<T>& p, int64_t width) {
-    return p.channels_last ? width * p.C : width;
+    int64_t c, j;
+    m.PlaneCol(at, col, &c, &j);
+    op(m, at.b, c, at.i, j);
   }
 };
 
@@ -98,17 +81,17 @@ normkit_status LaunchShifted(const char* op, cudaStream_t stream, const ShiftSum
 template <class T, class ElemOp>
 normkit_status LaunchX(const char* op, cudaStream_t stream, const ShiftSumProblem<T>& p,
                        const ElemOp& elem) {
-  using Domain = PlaneDomain<T, ElemOp>;
-  return Launch(op, stream, Domain::Rows(p, p.H), Domain::Cols(p, p.W),
-                Domain{ShiftSumMath<T>{p}, elem, p.H});
+  const ShiftSumMath<T> m{p};
+  return Launch(op, stream, m.PlaneRows(p.H), m.PlaneCols(p.W),
+                PlaneDomain<T, ElemOp>{m, elem, p.H});
 }
 
 template <class T, class ElemOp>
 normkit_status LaunchStack(const char* op, cudaStream_t stream, const ShiftSumProblem<T>& p,
                            const ElemOp& elem) {
-  using Domain = PlaneDomain<T, ElemOp>;
-  return Launch(op, stream, Domain::Rows(p, p.H_out), Domain::Cols(p, p.W_out),
-                Domain{ShiftSumMath<T>{p}, elem, p.H_out});
+  const ShiftSumMath<T> m{p};
+  return Launch(op, stream, m.PlaneRows(p.H_out), m.PlaneCols(p.W_out),
+                PlaneDomain<T, ElemOp>{m, elem, p.H_out});
 }
 
 // ---- element ops ----

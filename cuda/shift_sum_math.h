@@ -13,9 +13,45 @@
 namespace normkit {
 namespace cuda {
 
+// A row of x (i = h) or of the shifted stack (i = r): channels-first rows are (b, c, i)
+// with columns j along W; channels-last rows are (b, i) with columns (j, c) interleaved.
+struct PlaneCoord {
+  int64_t b, c, i;
+};
+
 template <class T>
 struct ShiftSumMath {
   ShiftSumProblem<T> p;
+
+  // ---- How the kernels enumerate elements: rows of a 2-D grid, columns along a row ----
+  // Shifted-domain rows are (b, r), columns v.
+  NORMKIT_HOST_DEVICE void ShiftedRow(int64_t row, int64_t* b, int64_t* r) const {
+    *b = row / p.H_out;
+    *r = row - *b * p.H_out;
+  }
+  // Planes of `per_plane` rows (H for x, H' for the stack) and `width` columns (W, W').
+  NORMKIT_HOST_DEVICE int64_t PlaneRows(int64_t per_plane) const {
+    return p.channels_last ? p.B * per_plane : p.B * p.C * per_plane;
+  }
+  NORMKIT_HOST_DEVICE int64_t PlaneCols(int64_t width) const {
+    return p.channels_last ? width * p.C : width;
+  }
+  NORMKIT_HOST_DEVICE PlaneCoord PlaneRow(int64_t row, int64_t per_plane) const {
+    const int64_t t = row / per_plane, i = row - t * per_plane;
+    if (p.channels_last) return {t, 0, i};
+    return {t / p.C, t % p.C, i};
+  }
+  // Channel and position along the row of column `col`.
+  NORMKIT_HOST_DEVICE void PlaneCol(const PlaneCoord& at, int64_t col, int64_t* c,
+                                    int64_t* j) const {
+    if (p.channels_last) {
+      *j = col / p.C;
+      *c = col - *j * p.C;
+    } else {
+      *c = at.c;
+      *j = col;
+    }
+  }
 
   NORMKIT_HOST_DEVICE int64_t XOffset(int64_t b, int64_t c, int64_t h, int64_t w) const {
     return p.channels_last ? ((b * p.H + h) * p.W + w) * p.C + c

@@ -9,95 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "shift_sum_reference.h"
 #include "test_util.h"
 
 namespace normkit_test {
 namespace {
-
-// A problem in logical coordinates: x[b][c][h][w], y[b][r][v] (r, v: rows and
-// columns of the shifted domain).
-struct Geometry {
-  int64_t B, C, H, W, S;
-  bool along_h;
-  int32_t mask_kind;
-  double scale = 1.0;
-
-  int64_t Spread() const { return (C - 1) * (S < 0 ? -S : S); }
-  int64_t Base() const { return S < 0 ? Spread() : 0; }
-  int64_t Hout() const { return along_h ? H + Spread() : H; }
-  int64_t Wout() const { return along_h ? W : W + Spread(); }
-  int64_t Off(int64_t c) const { return c * S + Base(); }
-  // Where x (c, h, w) lands in y.
-  int64_t R(int64_t c, int64_t h) const { return along_h ? h + Off(c) : h; }
-  int64_t V(int64_t c, int64_t w) const { return along_h ? w : w + Off(c); }
-  int64_t MaskElems() const {
-    switch (mask_kind) {
-      case NORMKIT_MASK_HW: return H * W;
-      case NORMKIT_MASK_CHW: return C * H * W;
-      case NORMKIT_MASK_BCHW: return B * C * H * W;
-      case NORMKIT_MASK_PHI_CHW: return C * Hout() * Wout();
-      case NORMKIT_MASK_PHI_BCHW: return B * C * Hout() * Wout();
-    }
-    return 0;
-  }
-  bool PerSample() const {
-    return mask_kind == NORMKIT_MASK_BCHW || mask_kind == NORMKIT_MASK_PHI_BCHW;
-  }
-  // The mask value multiplying x (b, c, h, w).
-  double M(const std::vector<double>& m, int64_t b, int64_t c, int64_t h, int64_t w) const {
-    const int64_t r = R(c, h), v = V(c, w);
-    switch (mask_kind) {
-      case NORMKIT_MASK_HW: return m[h * W + w];
-      case NORMKIT_MASK_CHW: return m[(c * H + h) * W + w];
-      case NORMKIT_MASK_BCHW: return m[((b * C + c) * H + h) * W + w];
-      case NORMKIT_MASK_PHI_CHW: return m[(c * Hout() + r) * Wout() + v];
-      case NORMKIT_MASK_PHI_BCHW: return m[((b * C + c) * Hout() + r) * Wout() + v];
-    }
-    return 1.0;
-  }
-  int64_t XIndex(int64_t b, int64_t c, int64_t h, int64_t w, bool channels_last) const {
-    return channels_last ? ((b * H + h) * W + w) * C + c : ((b * C + c) * H + h) * W + w;
-  }
-  int64_t YIndex(int64_t b, int64_t r, int64_t v) const { return (b * Hout() + r) * Wout() + v; }
-};
-
-std::vector<double> RefForward(const Geometry& g, const std::vector<double>& x,
-                               const std::vector<double>& m, bool cl) {
-  std::vector<double> y(g.B * g.Hout() * g.Wout(), 0.0);
-  for (int64_t b = 0; b < g.B; ++b)
-    for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t h = 0; h < g.H; ++h)
-        for (int64_t w = 0; w < g.W; ++w)
-          y[g.YIndex(b, g.R(c, h), g.V(c, w))] +=
-              g.scale * g.M(m, b, c, h, w) * x[g.XIndex(b, c, h, w, cl)];
-  return y;
-}
-
-std::vector<double> RefAdjoint(const Geometry& g, const std::vector<double>& y,
-                               const std::vector<double>& m, bool cl) {
-  std::vector<double> x(g.B * g.C * g.H * g.W);
-  for (int64_t b = 0; b < g.B; ++b)
-    for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t h = 0; h < g.H; ++h)
-        for (int64_t w = 0; w < g.W; ++w)
-          x[g.XIndex(b, c, h, w, cl)] =
-              g.scale * g.M(m, b, c, h, w) * y[g.YIndex(b, g.R(c, h), g.V(c, w))];
-  return x;
-}
-
-// Phi_s over covered positions; `count` ignores the mask.
-std::vector<double> RefNormalizer(const Geometry& g, const std::vector<double>& m, bool count) {
-  const int64_t samples = g.PerSample() ? g.B : 1;
-  std::vector<double> p(samples * g.Hout() * g.Wout(), 0.0);
-  for (int64_t b = 0; b < samples; ++b)
-    for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t h = 0; h < g.H; ++h)
-        for (int64_t w = 0; w < g.W; ++w) {
-          const double v = count ? 1.0 : g.M(m, b, c, h, w);
-          p[g.YIndex(b, g.R(c, h), g.V(c, w))] += v * v;
-        }
-  return p;
-}
 
 // Values of type T in a test buffer; the reference reads them as double.
 template <class T>

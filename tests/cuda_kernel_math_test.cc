@@ -1,0 +1,395 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA kernels' arithmetic, run on the CPU. Everything a CUDA thread computes lives
+// in host-and-device headers (cuda/*_math.h); here each kernel's grid is replayed on
+// the host (every block, every thread, the same index walks, chunk plans and merges)
+// and the result is compared with the double references. This runs in every build,
+// GPU or not; what it cannot check (launches, shared-memory reductions, device math
+// libraries) is covered by tests/cuda_test.cc on a machine with a GPU.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cuda/affine_math.h"
+#include "cuda/channel_cursor.h"
+#include "cuda/norm_math.h"
+#include "cuda/shift_sum_math.h"
+#include "norm_reference.h"
+#include "shift_sum_reference.h"
+#include "test_util.h"
+
+namespace normkit_test {
+namespace {
+
+using normkit::cuda::AffineShape;
+using normkit::cuda::DivModCursor;
+using normkit::cuda::Moments;
+using normkit::cuda::NormPlan;
+using normkit::cuda::NormShape;
+using normkit::cuda::UnitAffine;
+
+constexpr int64_t kThreads = 256;  // kBlockThreads of the kernels
+
+TEST(CudaKernelMath, DivModCursorMatchesDivision) {
+  for (int64_t divisor : {1, 2, 3, 7, 16, 255, 256, 257, 1000}) {
+    for (int64_t stride : {1, 32, 255, 256, 257, 1024}) {
+      for (int64_t start : {0, 1, 5, 300}) {
+        DivModCursor at(start, stride, divisor);
+        for (int64_t i = start; i < start + 40 * stride; i += stride, at.Next()) {
+          ASSERT_EQ(at.quot, i / divisor) << i << " / " << divisor << " stride " << stride;
+          ASSERT_EQ(at.rem, i % divisor) << i << " % " << divisor << " stride " << stride;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaKernelMath, AffineGridMatchesReference) {
+  struct Case {
+    int64_t N, C, S;
+  };
+  for (const Case& k : {Case{2, 3, 5}, Case{1, 17, 1000}, Case{3, 5, 4099}, Case{2, 1024, 1},
+                        Case{1, 3, 9000}}) {
+    for (bool cl : {false, true}) {
+      for (bool per_sample : {false, true}) {
+        SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) +
+                     " S=" + std::to_string(k.S) + (cl ? " NHWC" : " NCHW") +
+                     (per_sample ? " per-sample" : ""));
+        const std::vector<float> x = RandomVector(k.N * k.C * k.S, 1);
+        const int64_t params = per_sample ? k.N * k.C : k.C;
+        const std::vector<float> scale = RandomVector(params, 2), shift = RandomVector(params, 3);
+        std::vector<float> y(x.size(), NAN);
+        const AffineShape shape = AffineShape::Of(k.C, k.S, per_sample, cl);
+        for (int64_t block = 0; block < k.N * shape.chunks; ++block)
+          for (int64_t t = 0; t < kThreads; ++t)
+            normkit::cuda::AffineThread(x.data(), y.data(), scale.data(), shift.data(), shape,
+                                        block, t, kThreads);
+        const std::vector<double> want =
+            ReferenceAffine(x, k.N, k.C, k.S, cl, scale.data(), shift.data(), per_sample);
+        for (size_t i = 0; i < y.size(); ++i) {
+          const double mag = std::fabs(want[i]) + 8.0;  // |x * scale| + |shift| <= 8
+          ASSERT_NEAR(y[i], want[i], 4 * 1.2e-7 * mag) << "element " << i;
+        }
+      }
+    }
+  }
+}
+
+// The CUDA norm: PlanNorm's chunks, each block's threads, the in-order merge, then the
+// apply pass; `multiprocessors` steers the plan as the GPU's size does.
+void ReplayNorm(const std::vector<float>& x, std::vector<float>* y, const NormShape& s,
+                int64_t multiprocessors, const float* gamma, const float* beta, float eps,
+                int32_t activation, bool rms, std::vector<float>* mean_out,
+                std::vector<float>* rstd_out, NormPlan* plan_out) {
+  const NormPlan plan = normkit::cuda::PlanNorm(s, multiprocessors);
+  *plan_out = plan;
+  const bool cached = plan.chunks == 1 && s.count * 4 <= 48 * 1024;
+  std::vector<float> cache(static_cast<size_t>(plan.chunk));
+  for (int64_t unit = 0; unit < s.units; ++unit) {
+    Moments merged;
+    for (int64_t q = 0; q < plan.chunks; ++q) {
+      const int64_t begin = q * plan.chunk, end = std::min(begin + plan.chunk, s.count);
+      ASSERT_LT(begin, end) << "empty chunk";
+      Moments m;
+      m.n = static_cast<double>(end - begin);
+      double sum = 0.0;
+      for (int64_t t = 0; t < kThreads; ++t)
+        sum += normkit::cuda::ThreadSum(x.data(), s, unit, begin, end, t, kThreads, rms,
+                                        cached ? cache.data() : nullptr);
+      m.mean = sum / m.n;
+      if (!rms) {
+        for (int64_t t = 0; t < kThreads; ++t)
+          m.m2 += normkit::cuda::ThreadDeviations(x.data(), s, unit, begin, end, t, kThreads,
+                                                  m.mean, cached ? cache.data() : nullptr);
+      }
+      merged = normkit::cuda::MergeMoments(merged, m);
+    }
+    const double var = rms ? merged.mean : merged.m2 / merged.n;
+    const UnitAffine ua = UnitAffine::From(merged.mean, var, eps, rms);
+    if (mean_out) (*mean_out)[unit] = static_cast<float>(merged.mean);
+    if (rstd_out) (*rstd_out)[unit] = ua.rstd;
+    for (int64_t q = 0; q < plan.chunks; ++q) {
+      const int64_t begin = q * plan.chunk, end = std::min(begin + plan.chunk, s.count);
+      for (int64_t t = 0; t < kThreads; ++t)
+        normkit::cuda::ThreadApply(x.data(), y->data(), s, unit, begin, end, t, kThreads, ua,
+                                   gamma, beta, activation, cached ? cache.data() : nullptr);
+    }
+  }
+}
+
+TEST(CudaKernelMath, GroupNormGridMatchesReference) {
+  struct Case {
+    int64_t N, C, S, G;
+  };
+  // The last two have units of 65536 elements: split into chunks on a large GPU.
+  for (const Case& k : {Case{2, 6, 7, 3}, Case{1, 64, 49, 32}, Case{3, 5, 13, 5},
+                        Case{2, 12, 300, 1}, Case{1, 32, 4096, 2}, Case{1, 4, 65536, 4}}) {
+    for (bool cl : {false, true}) {
+      for (int64_t multiprocessors : {1, 132}) {
+        for (int32_t act : {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_SILU}) {
+          SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) +
+                       " S=" + std::to_string(k.S) + " G=" + std::to_string(k.G) +
+                       (cl ? " NHWC" : " NCHW") + " SMs=" + std::to_string(multiprocessors) +
+                       " act=" + std::to_string(act));
+          std::vector<float> x = RandomVector(k.N * k.C * k.S, 7);
+          for (auto& v : x) v = 300.0f + 0.01f * v;  // mean 3e4 x std: needs the exact path
+          const std::vector<float> gamma = RandomVector(k.C, 8), beta = RandomVector(k.C, 9);
+          std::vector<float> y(x.size(), NAN), mean(k.N * k.G), rstd(k.N * k.G);
+          const NormShape s = NormShape::ForGroups(k.N, k.C, k.S, k.G, cl);
+          NormPlan plan;
+          ReplayNorm(x, &y, s, multiprocessors, gamma.data(), beta.data(), 1e-5f, act, false,
+                     &mean, &rstd, &plan);
+          if (multiprocessors == 132 && k.N * k.G < 264 && s.count > 32768) {
+            EXPECT_GT(plan.chunks, 1);
+          }
+          const NormReference want = ReferenceGroupNorm(x, k.N, k.C, k.S, k.G, cl, gamma.data(),
+                                                        beta.data(), 1e-5, act);
+          ExpectNormNear(y, want, "y");
+          for (int64_t u = 0; u < k.N * k.G; ++u) {
+            EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
+            EXPECT_NEAR(rstd[u], want.rstd[u], 1e-5 * want.rstd[u]);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaKernelMath, RowNormGridMatchesReference) {
+  for (int64_t D : {1, 7, 768, 40000}) {
+    for (bool rms : {false, true}) {
+      for (int64_t multiprocessors : {1, 132}) {
+        SCOPED_TRACE("D=" + std::to_string(D) + (rms ? " rms" : " layer") +
+                     " SMs=" + std::to_string(multiprocessors));
+        const int64_t rows = 3;
+        const std::vector<float> x = RandomVector(rows * D, 11);
+        const std::vector<float> gamma = RandomVector(D, 12), beta = RandomVector(D, 13);
+        std::vector<float> y(x.size(), NAN), rstd(rows);
+        NormPlan plan;
+        ReplayNorm(x, &y, NormShape::ForRows(rows, D), multiprocessors, gamma.data(),
+                   rms ? nullptr : beta.data(), 1e-5f, NORMKIT_ACTIVATION_NONE, rms, nullptr,
+                   &rstd, &plan);
+        const NormReference want = ReferenceRowNorm(x, rows, D, gamma.data(),
+                                                    rms ? nullptr : beta.data(), 1e-5, rms);
+        ExpectNormNear(y, want, "y");
+        for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(rstd[r], want.rstd[r], 1e-5 * want.rstd[r]);
+      }
+    }
+  }
+}
+
+TEST(CudaKernelMath, ConstantGroupGivesBeta) {
+  const std::vector<float> x(2 * 4 * 9, 3.25f), beta = {0.5f, -1.0f, 2.0f, 0.0f};
+  std::vector<float> y(x.size(), NAN);
+  NormPlan plan;
+  ReplayNorm(x, &y, NormShape::ForGroups(2, 4, 9, 2, false), 1, nullptr, beta.data(), 1e-5f,
+             NORMKIT_ACTIVATION_NONE, false, nullptr, nullptr, &plan);
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], beta[(i / 9) % 4]) << i;
+}
+
+// ---- shift-sum ----
+
+template <class T>
+void ExpectCloseTo(const std::vector<T>& got, const std::vector<double>& want,
+                   const std::vector<double>& magnitude, int64_t terms, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const double eps = sizeof(T) == 8 ? 2.3e-16 : 1.2e-7;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = 4.0 * static_cast<double>(terms + 2) * eps * magnitude[i] + 1e-300;
+    if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= tol) && ++bad <= 5) {
+      ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+template <class T>
+std::vector<double> Abs(const std::vector<T>& v) {
+  std::vector<double> a(v.size());
+  for (size_t i = 0; i < v.size(); ++i) a[i] = std::fabs(static_cast<double>(v[i]));
+  return a;
+}
+
+template <class T>
+std::vector<double> AsDouble(const std::vector<T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// Replays the kernels' grids: fn(b, r, v) over the shifted domain, fn(b, c, i, j) over
+// the planes of x or of the stack, checking each element is visited exactly once.
+template <class T, class Fn>
+void ForShifted(const normkit::cuda::ShiftSumMath<T>& m, int64_t samples, const Fn& fn) {
+  for (int64_t row = 0; row < samples * m.p.H_out; ++row) {
+    int64_t b, r;
+    m.ShiftedRow(row, &b, &r);
+    for (int64_t v = 0; v < m.p.W_out; ++v) fn(b, r, v);
+  }
+}
+
+template <class T, class Fn>
+void ForPlanes(const normkit::cuda::ShiftSumMath<T>& m, int64_t per_plane, int64_t width,
+               const Fn& fn) {
+  std::vector<int> seen(static_cast<size_t>(m.p.B * m.p.C * per_plane * width), 0);
+  for (int64_t row = 0; row < m.PlaneRows(per_plane); ++row) {
+    const normkit::cuda::PlaneCoord at = m.PlaneRow(row, per_plane);
+    for (int64_t col = 0; col < m.PlaneCols(width); ++col) {
+      int64_t c, j;
+      m.PlaneCol(at, col, &c, &j);
+      ASSERT_TRUE(at.b < m.p.B && c < m.p.C && at.i < per_plane && j < width);
+      ++seen[static_cast<size_t>(((at.b * m.p.C + c) * per_plane + at.i) * width + j)];
+      fn(at.b, c, at.i, j);
+    }
+  }
+  for (int s : seen) ASSERT_EQ(s, 1) << "an element was not visited exactly once";
+}
+
+template <class T>
+void CheckShiftSum(const Geometry& g, bool cl) {
+  using Math = normkit::cuda::ShiftSumMath<T>;
+  const int64_t nx = g.B * g.C * g.H * g.W, ny = g.B * g.Hout() * g.Wout();
+  std::vector<T> x(nx), y(ny), mask(std::max<int64_t>(g.MaskElems(), 1));
+  {
+    const auto fx = RandomVector(nx, 21, -1, 1), fy = RandomVector(ny, 22, -1, 1),
+               fm = RandomVector(static_cast<int64_t>(mask.size()), 23, 0, 1);
+    std::copy(fx.begin(), fx.end(), x.begin());
+    std::copy(fy.begin(), fy.end(), y.begin());
+    std::copy(fm.begin(), fm.end(), mask.begin());
+    for (size_t i = 0; i < mask.size(); i += 7) mask[i] = T(0);
+  }
+  normkit::ShiftSumProblem<T> p;
+  p.B = g.B, p.C = g.C, p.H = g.H, p.W = g.W, p.step = g.S;
+  p.along_h = g.along_h;
+  p.channels_last = cl;
+  p.mask_kind = static_cast<normkit::ShiftMask>(g.mask_kind);
+  p.mask = g.mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.data();
+  p.scale = static_cast<T>(g.scale);
+  normkit::FinishShiftSumProblem(&p);
+  const Math m{p};
+  const std::vector<double> xd = AsDouble(x), yd = AsDouble(y), md = AsDouble(mask);
+  Geometry ga = g;
+  ga.scale = std::fabs(g.scale);
+
+  // Forward, normalizer and the count of covering channels.
+  std::vector<T> yo(ny, T(-9));
+  ForShifted(m, g.B, [&](int64_t b, int64_t r, int64_t v) {
+    yo[m.YOffset(b, r, v)] = m.Forward(x.data(), b, r, v);
+  });
+  ExpectCloseTo(yo, RefForward(g, xd, md, cl), RefForward(ga, Abs(x), Abs(mask), cl), g.C,
+                "forward");
+  const int64_t samples = g.PerSample() ? g.B : 1;
+  const std::vector<double> phi_s = RefNormalizer(g, md, false);
+  std::vector<T> po(phi_s.size(), T(-9));
+  ForShifted(m, samples, [&](int64_t b, int64_t r, int64_t v) {
+    po[m.NormalizerOffset(b, r, v)] = m.Normalizer(b, r, v, false);
+  });
+  ExpectCloseTo(po, phi_s, phi_s, g.C, "normalizer");
+  const std::vector<double> count = RefNormalizer(g, md, true);
+  for (int64_t r = 0; r < g.Hout(); ++r)
+    for (int64_t v = 0; v < g.Wout(); ++v)
+      ASSERT_EQ(m.CoverCount(r, v), count[r * g.Wout() + v]) << "cover count at " << r << "," << v;
+
+  // Adjoint, both pseudo-inverses, GAP step: over x's planes.
+  std::vector<T> xo(nx, T(-9));
+  ForPlanes(m, g.H, g.W, [&](int64_t b, int64_t c, int64_t h, int64_t w) {
+    xo[m.XOffset(b, c, h, w)] = m.Adjoint(y.data(), b, c, h, w);
+  });
+  ExpectCloseTo(xo, RefAdjoint(g, yd, md, cl), RefAdjoint(ga, Abs(y), Abs(mask), cl), 1,
+                "adjoint");
+
+  std::vector<double> z(ny);
+  for (int64_t k = 0; k < ny; ++k) {
+    const double pv = phi_s[(g.PerSample() ? k : k % (g.Hout() * g.Wout()))];
+    z[k] = pv == 0 ? 0.0 : yd[k] / (g.scale * g.scale * pv);
+  }
+  for (const T* normalizer : {static_cast<const T*>(nullptr), static_cast<const T*>(po.data())}) {
+    std::fill(xo.begin(), xo.end(), T(-9));
+    ForPlanes(m, g.H, g.W, [&](int64_t b, int64_t c, int64_t h, int64_t w) {
+      xo[m.XOffset(b, c, h, w)] = m.PinvMoorePenrose(y.data(), normalizer, b, c, h, w);
+    });
+    ExpectCloseTo(xo, RefAdjoint(g, z, md, cl), RefAdjoint(ga, Abs(z), Abs(mask), cl), g.C,
+                  "pinv");
+  }
+  {
+    std::vector<double> want(nx), mag(nx);
+    for (int64_t b = 0; b < g.B; ++b)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t h = 0; h < g.H; ++h)
+          for (int64_t w = 0; w < g.W; ++w) {
+            const int64_t r = g.R(c, h), v = g.V(c, w), i = g.XIndex(b, c, h, w, cl);
+            const double mv = g.M(md, b, c, h, w);
+            want[i] =
+                mv == 0.0 ? 0.0 : yd[g.YIndex(b, r, v)] / (g.scale * count[r * g.Wout() + v]) / mv;
+            mag[i] = std::fabs(want[i]);
+          }
+    ForPlanes(m, g.H, g.W, [&](int64_t b, int64_t c, int64_t h, int64_t w) {
+      xo[m.XOffset(b, c, h, w)] = m.PinvDivideByMask(y.data(), b, c, h, w);
+    });
+    ExpectCloseTo(xo, want, mag, 4, "pinv divide-by-mask");
+  }
+  {
+    const double lambda = 0.7, gamma = 0.25;
+    const std::vector<double> ax = RefForward(g, xd, md, cl),
+                              axmag = RefForward(ga, Abs(x), Abs(mask), cl);
+    std::vector<double> res(ny), resmag(ny);
+    for (int64_t k = 0; k < ny; ++k) {
+      const double d = phi_s[(g.PerSample() ? k : k % (g.Hout() * g.Wout()))] + gamma;
+      res[k] = (yd[k] - ax[k]) / d;
+      resmag[k] = (std::fabs(yd[k]) + axmag[k]) / d;
+    }
+    std::vector<T> residual(ny);
+    ForShifted(m, g.B, [&](int64_t b, int64_t r, int64_t v) {
+      residual[m.YOffset(b, r, v)] =
+          m.GapResidual(x.data(), y.data(), nullptr, static_cast<T>(gamma), b, r, v);
+    });
+    std::vector<T> xg = x;
+    ForPlanes(m, g.H, g.W, [&](int64_t b, int64_t c, int64_t h, int64_t w) {
+      xg[m.XOffset(b, c, h, w)] += static_cast<T>(lambda) * m.Adjoint(residual.data(), b, c, h, w);
+    });
+    const std::vector<double> upd = RefAdjoint(g, res, md, cl),
+                              updmag = RefAdjoint(ga, resmag, Abs(mask), cl);
+    std::vector<double> want(nx), mag(nx);
+    for (int64_t i = 0; i < nx; ++i) {
+      want[i] = xd[i] + lambda * upd[i];
+      mag[i] = std::fabs(xd[i]) + lambda * updmag[i] * g.C;
+    }
+    ExpectCloseTo(xg, want, mag, g.C, "gap step");
+  }
+
+  // Shift over the stack's planes, unshift over x's: exact windows back.
+  std::vector<T> xs(static_cast<size_t>(g.B * g.C * g.Hout() * g.Wout()), T(-9)), back(nx);
+  ForPlanes(m, g.Hout(), g.Wout(), [&](int64_t b, int64_t c, int64_t r, int64_t v) {
+    int64_t h, w;
+    xs[m.StackOffset(b, c, r, v)] = m.Source(c, r, v, &h, &w) ? x[m.XOffset(b, c, h, w)] : T(0);
+  });
+  ForPlanes(m, g.H, g.W, [&](int64_t b, int64_t c, int64_t h, int64_t w) {
+    back[m.XOffset(b, c, h, w)] = xs[m.StackOffset(b, c, m.Row(c, h), m.Col(c, w))];
+  });
+  EXPECT_EQ(back, x) << "unshift(shift(x)) != x";
+  int64_t nonzero = 0;
+  for (T v : xs) nonzero += v != T(0);
+  EXPECT_LE(nonzero, nx) << "shift wrote outside the windows";
+}
+
+TEST(CudaKernelMath, ShiftSumGridsMatchReference) {
+  const std::vector<Geometry> shapes = {
+      {2, 3, 5, 19, 2, false, 0, 1.0},  {1, 1, 4, 7, 3, false, 0, 0.5},
+      {2, 4, 1, 33, -3, false, 0, 1.0}, {1, 5, 6, 17, -1, true, 0, 2.0 / 5},
+      {2, 3, 7, 9, 2, true, 0, 1.0},    {1, 6, 3, 40, 0, false, 0, 1.0}};
+  for (Geometry g : shapes) {
+    for (int32_t kind = NORMKIT_MASK_NONE; kind <= NORMKIT_MASK_PHI_BCHW; ++kind) {
+      g.mask_kind = kind;
+      for (bool cl : {false, true}) {
+        SCOPED_TRACE("B=" + std::to_string(g.B) + " C=" + std::to_string(g.C) +
+                     " H=" + std::to_string(g.H) + " W=" + std::to_string(g.W) +
+                     " S=" + std::to_string(g.S) + (g.along_h ? " along H" : " along W") +
+                     " mask=" + std::to_string(kind) + (cl ? " NHWC" : " NCHW"));
+        CheckShiftSum<float>(g, cl);
+        CheckShiftSum<double>(g, cl);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normkit_test

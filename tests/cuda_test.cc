@@ -1,0 +1,478 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA path through the C API: the golden vectors of tests/vectors/ (the files the
+// CPU tests read), GPU against CPU on random shapes for every op, device-pointer checks,
+// streams and run-to-run determinism. Built with the CUDA module; every test skips,
+// naming why, when this machine has no usable GPU.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "norm_reference.h"
+#include "test_util.h"
+#include "vectors.h"
+
+namespace normkit_test {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                               \
+  do {                                                                                   \
+    if (normkit_cuda_device_count() == 0)                                                \
+      GTEST_SKIP() << "no usable CUDA device on this machine (normkit_cuda_device_count() " \
+                      "== 0): the GPU tests need an NVIDIA GPU and driver";              \
+  } while (0)
+
+// Device copy of a host vector; Download() brings it back.
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(const std::vector<T>& host) : n_(host.size()) {
+    EXPECT_EQ(cudaMalloc(&ptr_, std::max<size_t>(n_, 1) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~DeviceArray() { cudaFree(ptr_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  T* get() const { return ptr_; }
+  std::vector<T> Download() const {
+    std::vector<T> host(n_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* ptr_ = nullptr;
+};
+
+template <class T>
+const T* GetOrNull(const std::unique_ptr<DeviceArray<T>>& a) {
+  return a ? a->get() : nullptr;
+}
+
+template <class T>
+std::unique_ptr<DeviceArray<T>> UploadOrNull(const std::vector<T>& v) {
+  return v.empty() ? nullptr : std::make_unique<DeviceArray<T>>(v);
+}
+
+normkit_tensor OnDevice(normkit_tensor t, void* data) {
+  t.device = NORMKIT_DEVICE_CUDA;
+  t.device_index = 0;
+  t.data = data;
+  return t;
+}
+
+// GPU and CPU agree within `rel` of max(|cpu|, 1).
+template <class T>
+void ExpectAgree(const std::vector<T>& gpu, const std::vector<T>& cpu, double rel,
+                 const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    const double c = static_cast<double>(cpu[i]), g = static_cast<double>(gpu[i]);
+    const bool ok = std::isnan(c) ? std::isnan(g)
+                                  : std::fabs(g - c) <= rel * std::max(std::fabs(c), 1.0);
+    if (!ok && ++bad <= 5) ADD_FAILURE() << what << ": element " << i << " gpu " << g << " cpu " << c;
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+std::string VectorPath(const char* file) { return std::string(NORMKIT_VECTORS_DIR) + "/" + file; }
+
+void ExpectVectorClose(const std::vector<float>& got, const std::vector<double>& want,
+                       const std::string& name) {
+  ASSERT_EQ(got.size(), want.size()) << name;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= 1e-5 * std::max(1.0, std::fabs(want[i]))) && ++bad <= 5)
+      ADD_FAILURE() << name << ": element " << i << " got " << got[i] << " want " << want[i];
+  }
+}
+
+// Runs everywhere: without a GPU a CUDA call is a clear DEVICE_UNAVAILABLE, no crash.
+TEST(CudaWithoutGpu, CallsReportTheReason) {
+  if (normkit_cuda_device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
+  std::vector<float> x(24, 1.0f), y(24, -7.0f);
+  normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {2, 3, 4});
+  normkit_tensor yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {2, 3, 4});
+  xt.device = yt.device = NORMKIT_DEVICE_CUDA;
+  EXPECT_EQ(normkit_group_norm(nullptr, &xt, 3, nullptr, nullptr, 1e-5f, NORMKIT_ACTIVATION_NONE,
+                               &yt, nullptr, nullptr),
+            NORMKIT_ERROR_DEVICE_UNAVAILABLE);
+  EXPECT_NE(std::string(normkit_last_error()).find("no usable CUDA device"), std::string::npos)
+      << normkit_last_error();
+  EXPECT_EQ(y, std::vector<float>(24, -7.0f));
+}
+
+TEST(Cuda, GoldenVectorsGroupNorm) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& k : ReadVectorFile(VectorPath("group_norm.txt"))) {
+    SCOPED_TRACE(k.name);
+    const auto shape = k.Shape();
+    const auto layout = static_cast<normkit_layout>(static_cast<int>(k.Scalar("layout")));
+    const std::vector<float> x = k.Floats("x");
+    DeviceArray<float> dx(x), dy{std::vector<float>(x.size())};
+    const auto dgamma = UploadOrNull(k.FloatsOrEmpty("gamma"));
+    const auto dbeta = UploadOrNull(k.FloatsOrEmpty("beta"));
+    normkit_tensor xt = OnDevice(Desc(nullptr, layout, shape), dx.get());
+    normkit_tensor yt = OnDevice(Desc(nullptr, layout, shape), dy.get());
+    ASSERT_EQ(normkit_group_norm(nullptr, &xt, static_cast<int64_t>(k.Scalar("groups")),
+                                 GetOrNull(dgamma), GetOrNull(dbeta),
+                                 static_cast<float>(k.Scalar("eps")),
+                                 static_cast<int32_t>(k.Scalar("activation")), &yt, nullptr,
+                                 nullptr),
+              NORMKIT_SUCCESS)
+        << normkit_last_error();
+    ExpectVectorClose(dy.Download(), k.arrays.at("y"), k.name);
+  }
+}
+
+TEST(Cuda, GoldenVectorsLayerAndRmsNorm) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& k : ReadVectorFile(VectorPath("row_norm.txt"))) {
+    SCOPED_TRACE(k.name);
+    const auto shape = k.Shape();
+    const std::vector<float> x = k.Floats("x");
+    DeviceArray<float> dx(x), dy{std::vector<float>(x.size())};
+    const auto dgamma = UploadOrNull(k.FloatsOrEmpty("gamma"));
+    const auto dbeta = UploadOrNull(k.FloatsOrEmpty("beta"));
+    normkit_tensor xt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, shape), dx.get());
+    normkit_tensor yt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, shape), dy.get());
+    const float eps = static_cast<float>(k.Scalar("eps"));
+    const normkit_status st =
+        k.op == "rms_norm" ? normkit_rms_norm(nullptr, &xt, GetOrNull(dgamma), eps, &yt, nullptr)
+                           : normkit_layer_norm(nullptr, &xt, GetOrNull(dgamma), GetOrNull(dbeta),
+                                                eps, &yt, nullptr, nullptr);
+    ASSERT_EQ(st, NORMKIT_SUCCESS) << normkit_last_error();
+    ExpectVectorClose(dy.Download(), k.arrays.at("y"), k.name);
+  }
+}
+
+TEST(Cuda, GoldenVectorsShiftSum) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& k : ReadVectorFile(VectorPath("shift_sum.txt"))) {
+    SCOPED_TRACE(k.name);
+    const auto shape = k.Shape();
+    const std::vector<float> x = k.Floats("x");
+    const auto dmask = UploadOrNull(k.FloatsOrEmpty("mask"));
+    normkit_shift_sum_params params;
+    normkit_shift_sum_params_init(&params, static_cast<int64_t>(k.Scalar("step")));
+    params.axis = static_cast<int32_t>(k.Scalar("axis"));
+    params.scale = k.Scalar("scale");
+    params.mask_kind = static_cast<int32_t>(k.Scalar("mask_kind"));
+    params.mask = GetOrNull(dmask);
+    const int64_t spread = (shape[1] - 1) * std::abs(static_cast<int64_t>(k.Scalar("step")));
+    const bool along_h = params.axis == NORMKIT_SHIFT_ALONG_H;
+    const std::vector<int64_t> yshape = {shape[0], 1, shape[2] + (along_h ? spread : 0),
+                                         shape[3] + (along_h ? 0 : spread)};
+    DeviceArray<float> dx(x), dy(std::vector<float>(static_cast<size_t>(Numel(yshape))));
+    normkit_tensor xt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, shape), dx.get());
+    normkit_tensor yt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, yshape), dy.get());
+    ASSERT_EQ(normkit_shift_sum(nullptr, &xt, &params, &yt), NORMKIT_SUCCESS)
+        << normkit_last_error();
+    ExpectVectorClose(dy.Download(), k.arrays.at("y"), k.name);
+  }
+}
+
+TEST(Cuda, AffineAndBatchNormMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& shape : std::vector<std::vector<int64_t>>{
+           {2, 3}, {5, 17, 13}, {2, 3, 7, 9}, {1, 1024, 7, 7}, {2, 4, 3, 5, 6}, {3, 64, 100, 30}}) {
+    for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      SCOPED_TRACE("rank " + std::to_string(shape.size()) + " C=" + std::to_string(shape[1]) +
+                   " layout " + std::to_string(layout));
+      const int64_t n = Numel(shape), N = shape[0], C = shape[1];
+      const std::vector<float> x = RandomVector(n, 1);
+      const std::vector<float> scale = RandomVector(N * C, 2), shift = RandomVector(N * C, 3);
+      std::vector<float> var = RandomVector(C, 4, 0.0f, 3.0f), mean = RandomVector(C, 5);
+      DeviceArray<float> dx(x), dy{std::vector<float>(n)}, dscale(scale), dshift(shift),
+          dmean(mean), dvar(var);
+      normkit_tensor xc = Desc(const_cast<float*>(x.data()), layout, shape);
+      for (int32_t kind : {NORMKIT_PARAMS_PER_CHANNEL, NORMKIT_PARAMS_PER_SAMPLE_CHANNEL}) {
+        std::vector<float> cpu(n);
+        normkit_tensor yc = Desc(cpu.data(), layout, shape);
+        ASSERT_EQ(normkit_affine(nullptr, &xc, scale.data(), shift.data(), kind, &yc),
+                  NORMKIT_SUCCESS);
+        normkit_tensor xt = OnDevice(xc, dx.get()), yt = OnDevice(xc, dy.get());
+        ASSERT_EQ(normkit_affine(nullptr, &xt, dscale.get(), dshift.get(), kind, &yt),
+                  NORMKIT_SUCCESS)
+            << normkit_last_error();
+        // One fused multiply-add per element on both: identical bits.
+        EXPECT_EQ(dy.Download(), cpu) << "affine kind " << kind;
+      }
+      std::vector<float> cpu(n);
+      normkit_tensor yc = Desc(cpu.data(), layout, shape);
+      ASSERT_EQ(normkit_batch_norm_inference(nullptr, &xc, scale.data(), shift.data(), mean.data(),
+                                             var.data(), 1e-5f, &yc),
+                NORMKIT_SUCCESS);
+      normkit_tensor xt = OnDevice(xc, dx.get()), yt = OnDevice(xc, dy.get());
+      ASSERT_EQ(normkit_batch_norm_inference(nullptr, &xt, dscale.get(), dshift.get(), dmean.get(),
+                                             dvar.get(), 1e-5f, &yt),
+                NORMKIT_SUCCESS)
+          << normkit_last_error();
+      EXPECT_EQ(dy.Download(), cpu) << "batch norm (same fold, same fma)";
+      // In place.
+      DeviceArray<float> dz(x);
+      normkit_tensor zt = OnDevice(xc, dz.get());
+      ASSERT_EQ(normkit_affine(nullptr, &zt, dscale.get(), nullptr, NORMKIT_PARAMS_PER_CHANNEL, &zt),
+                NORMKIT_SUCCESS);
+      std::vector<float> cpu_inplace = x;
+      normkit_tensor ct = Desc(cpu_inplace.data(), layout, shape);
+      ASSERT_EQ(normkit_affine(nullptr, &ct, scale.data(), nullptr, NORMKIT_PARAMS_PER_CHANNEL, &ct),
+                NORMKIT_SUCCESS);
+      EXPECT_EQ(dz.Download(), cpu_inplace) << "in place";
+    }
+  }
+}
+
+TEST(Cuda, NormsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    std::vector<int64_t> shape;
+    int64_t groups;
+  };
+  // The last cases have few, large groups: the split plan.
+  for (const Case& k : std::vector<Case>{{{2, 6, 7}, 3},
+                                         {{2, 64, 28, 28}, 32},
+                                         {{1, 32, 112, 112}, 8},
+                                         {{1, 16, 64, 64}, 1},
+                                         {{3, 5, 4, 3, 2}, 5},
+                                         {{1, 4, 300000}, 2}}) {
+    for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      for (int32_t act : {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_RELU,
+                          NORMKIT_ACTIVATION_SILU}) {
+        SCOPED_TRACE("C=" + std::to_string(k.shape[1]) + " G=" + std::to_string(k.groups) +
+                     " layout " + std::to_string(layout) + " act " + std::to_string(act));
+        const int64_t n = Numel(k.shape), N = k.shape[0], C = k.shape[1], S = n / (N * C);
+        std::vector<float> x = RandomVector(n, 7);
+        for (auto& v : x) v = 1000.0f + 0.1f * v;  // mean 1e4 x std
+        const std::vector<float> gamma = RandomVector(C, 8), beta = RandomVector(C, 9);
+        DeviceArray<float> dx(x), dy{std::vector<float>(n)}, dgamma(gamma), dbeta(beta),
+            dmean{std::vector<float>(N * k.groups)}, drstd{std::vector<float>(N * k.groups)};
+        normkit_tensor xt = OnDevice(Desc(nullptr, layout, k.shape), dx.get());
+        normkit_tensor yt = OnDevice(Desc(nullptr, layout, k.shape), dy.get());
+        ASSERT_EQ(normkit_group_norm(nullptr, &xt, k.groups, dgamma.get(), dbeta.get(), 1e-5f, act,
+                                     &yt, dmean.get(), drstd.get()),
+                  NORMKIT_SUCCESS)
+            << normkit_last_error();
+        const NormReference want =
+            ReferenceGroupNorm(x, N, C, S, k.groups, layout == NORMKIT_LAYOUT_CHANNELS_LAST,
+                               gamma.data(), beta.data(), 1e-5, act);
+        const std::vector<float> y = dy.Download();
+        ExpectNormNear(y, want, "group norm", act == NORMKIT_ACTIVATION_SILU ? 2e-5 : 1e-5);
+        const std::vector<float> mean = dmean.Download(), rstd = drstd.Download();
+        for (int64_t u = 0; u < N * k.groups; ++u) {
+          EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
+          EXPECT_NEAR(rstd[u], want.rstd[u], 1e-5 * want.rstd[u]);
+        }
+        // Deterministic from run to run.
+        ASSERT_EQ(normkit_group_norm(nullptr, &xt, k.groups, dgamma.get(), dbeta.get(), 1e-5f, act,
+                                     &yt, nullptr, nullptr),
+                  NORMKIT_SUCCESS);
+        EXPECT_EQ(dy.Download(), y) << "second run differs";
+      }
+    }
+  }
+  for (int64_t D : {1, 7, 768, 50000}) {
+    for (bool rms : {false, true}) {
+      SCOPED_TRACE("D=" + std::to_string(D) + (rms ? " rms" : " layer"));
+      const int64_t rows = 5;
+      const std::vector<float> x = RandomVector(rows * D, 11);
+      const std::vector<float> gamma = RandomVector(D, 12), beta = RandomVector(D, 13);
+      DeviceArray<float> dx(x), dy{std::vector<float>(x.size())}, dgamma(gamma), dbeta(beta);
+      normkit_tensor xt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), dx.get());
+      normkit_tensor yt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), dy.get());
+      const normkit_status st =
+          rms ? normkit_rms_norm(nullptr, &xt, dgamma.get(), 1e-5f, &yt, nullptr)
+              : normkit_layer_norm(nullptr, &xt, dgamma.get(), dbeta.get(), 1e-5f, &yt, nullptr,
+                                   nullptr);
+      ASSERT_EQ(st, NORMKIT_SUCCESS) << normkit_last_error();
+      ExpectNormNear(dy.Download(),
+                     ReferenceRowNorm(x, rows, D, gamma.data(), rms ? nullptr : beta.data(), 1e-5,
+                                      rms),
+                     "row norm");
+    }
+  }
+}
+
+template <class T>
+void CheckShiftSumAgainstCpu(int64_t B, int64_t C, int64_t H, int64_t W, int64_t S, bool along_h,
+                             int32_t mask_kind, normkit_layout layout) {
+  SCOPED_TRACE("B=" + std::to_string(B) + " C=" + std::to_string(C) + " H=" + std::to_string(H) +
+               " W=" + std::to_string(W) + " S=" + std::to_string(S) + " mask " +
+               std::to_string(mask_kind) + " layout " + std::to_string(layout) +
+               (sizeof(T) == 8 ? " double" : " float"));
+  const double rel = sizeof(T) == 8 ? 1e-12 : 2e-5;
+  const normkit_dtype dtype = sizeof(T) == 8 ? NORMKIT_DTYPE_FLOAT64 : NORMKIT_DTYPE_FLOAT32;
+  const int64_t spread = (C - 1) * std::abs(S);
+  const int64_t Ho = along_h ? H + spread : H, Wo = along_h ? W : W + spread;
+  const bool per_sample = mask_kind == NORMKIT_MASK_BCHW || mask_kind == NORMKIT_MASK_PHI_BCHW;
+  int64_t mask_elems = 0;
+  switch (mask_kind) {
+    case NORMKIT_MASK_HW: mask_elems = H * W; break;
+    case NORMKIT_MASK_CHW: mask_elems = C * H * W; break;
+    case NORMKIT_MASK_BCHW: mask_elems = B * C * H * W; break;
+    case NORMKIT_MASK_PHI_CHW: mask_elems = C * Ho * Wo; break;
+    case NORMKIT_MASK_PHI_BCHW: mask_elems = B * C * Ho * Wo; break;
+  }
+  const auto cast = [](const std::vector<float>& f) { return std::vector<T>(f.begin(), f.end()); };
+  const std::vector<T> x = cast(RandomVector(B * C * H * W, 1, -1, 1));
+  const std::vector<T> y = cast(RandomVector(B * Ho * Wo, 2, -1, 1));
+  std::vector<T> mask = cast(RandomVector(std::max<int64_t>(mask_elems, 1), 3, 0, 1));
+  for (size_t i = 0; i < mask.size(); i += 7) mask[i] = T(0);
+  DeviceArray<T> dx(x), dy(y), dmask(mask);
+  normkit_shift_sum_params hp, dp;
+  normkit_shift_sum_params_init(&hp, S);
+  hp.axis = along_h ? NORMKIT_SHIFT_ALONG_H : NORMKIT_SHIFT_ALONG_W;
+  hp.scale = 0.75;
+  hp.mask_kind = mask_kind;
+  hp.mask = mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.data();
+  dp = hp;
+  dp.mask = mask_kind == NORMKIT_MASK_NONE ? nullptr : dmask.get();
+  const std::vector<int64_t> xs = {B, C, H, W}, ys = {B, 1, Ho, Wo}, ss = {B, C, Ho, Wo};
+  const auto host = [&](const void* p, normkit_layout l, const std::vector<int64_t>& s) {
+    normkit_tensor t;
+    normkit_tensor_init(&t, const_cast<void*>(p), dtype, l, 4, s.data());
+    return t;
+  };
+  const auto dev = [&](void* p, normkit_layout l, const std::vector<int64_t>& s) {
+    return OnDevice(host(p, l, s), p);
+  };
+  const auto cf = NORMKIT_LAYOUT_CHANNELS_FIRST;
+
+  {  // forward
+    std::vector<T> cpu(y.size());
+    normkit_tensor a = host(x.data(), layout, xs), b = host(cpu.data(), cf, ys);
+    ASSERT_EQ(normkit_shift_sum(nullptr, &a, &hp, &b), NORMKIT_SUCCESS);
+    DeviceArray<T> out{std::vector<T>(y.size())};
+    normkit_tensor da = dev(dx.get(), layout, xs), db = dev(out.get(), cf, ys);
+    ASSERT_EQ(normkit_shift_sum(nullptr, &da, &dp, &db), NORMKIT_SUCCESS) << normkit_last_error();
+    ExpectAgree(out.Download(), cpu, rel, "forward");
+  }
+  {  // adjoint, both pinv modes
+    for (int mode = -1; mode <= 1; ++mode) {
+      std::vector<T> cpu(x.size());
+      normkit_tensor a = host(y.data(), cf, ys), b = host(cpu.data(), layout, xs);
+      DeviceArray<T> out{std::vector<T>(x.size())};
+      normkit_tensor da = dev(dy.get(), cf, ys), db = dev(out.get(), layout, xs);
+      if (mode < 0) {
+        ASSERT_EQ(normkit_shift_sum_adjoint(nullptr, &a, &hp, &b), NORMKIT_SUCCESS);
+        ASSERT_EQ(normkit_shift_sum_adjoint(nullptr, &da, &dp, &db), NORMKIT_SUCCESS)
+            << normkit_last_error();
+      } else {
+        ASSERT_EQ(normkit_shift_sum_pinv(nullptr, &a, &hp, mode, nullptr, &b), NORMKIT_SUCCESS);
+        ASSERT_EQ(normkit_shift_sum_pinv(nullptr, &da, &dp, mode, nullptr, &db), NORMKIT_SUCCESS)
+            << normkit_last_error();
+      }
+      ExpectAgree(out.Download(), cpu, rel, mode < 0 ? "adjoint" : "pinv");
+    }
+  }
+  {  // normalizer, then GAP with it
+    const size_t np = static_cast<size_t>((per_sample ? B : 1) * Ho * Wo);
+    std::vector<T> cpu(np);
+    DeviceArray<T> out{std::vector<T>(np)};
+    normkit_tensor a = host(x.data(), layout, xs);
+    normkit_tensor da = dev(dx.get(), layout, xs);
+    ASSERT_EQ(normkit_shift_sum_normalizer(nullptr, &a, &hp, cpu.data()), NORMKIT_SUCCESS);
+    ASSERT_EQ(normkit_shift_sum_normalizer(nullptr, &da, &dp, out.get()), NORMKIT_SUCCESS)
+        << normkit_last_error();
+    ExpectAgree(out.Download(), cpu, rel, "normalizer");
+    for (bool given : {false, true}) {
+      std::vector<T> xc = x;
+      DeviceArray<T> xg(x);
+      normkit_tensor c = host(xc.data(), layout, xs), dc = dev(xg.get(), layout, xs);
+      normkit_tensor b = host(y.data(), cf, ys), db = dev(dy.get(), cf, ys);
+      ASSERT_EQ(normkit_shift_sum_gap_step(nullptr, &c, &b, &hp, 0.7, 0.25,
+                                           given ? cpu.data() : nullptr),
+                NORMKIT_SUCCESS);
+      ASSERT_EQ(normkit_shift_sum_gap_step(nullptr, &dc, &db, &dp, 0.7, 0.25,
+                                           given ? out.get() : nullptr),
+                NORMKIT_SUCCESS)
+          << normkit_last_error();
+      ExpectAgree(xg.Download(), xc, rel * C, "gap step");
+    }
+  }
+  {  // shift / unshift: exact
+    std::vector<T> cpu(static_cast<size_t>(B * C * Ho * Wo));
+    normkit_tensor a = host(x.data(), layout, xs), b = host(cpu.data(), layout, ss);
+    ASSERT_EQ(normkit_shift(nullptr, &a, &hp, &b), NORMKIT_SUCCESS);
+    DeviceArray<T> stack(std::vector<T>(cpu.size(), T(-9))), back{std::vector<T>(x.size())};
+    normkit_tensor da = dev(dx.get(), layout, xs), db = dev(stack.get(), layout, ss),
+                   dc = dev(back.get(), layout, xs);
+    ASSERT_EQ(normkit_shift(nullptr, &da, &dp, &db), NORMKIT_SUCCESS) << normkit_last_error();
+    EXPECT_EQ(stack.Download(), cpu) << "shift";
+    ASSERT_EQ(normkit_unshift(nullptr, &db, &dp, &dc), NORMKIT_SUCCESS) << normkit_last_error();
+    EXPECT_EQ(back.Download(), x) << "unshift";
+  }
+}
+
+TEST(Cuda, ShiftSumFamilyMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (int32_t kind = NORMKIT_MASK_NONE; kind <= NORMKIT_MASK_PHI_BCHW; ++kind) {
+    for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      CheckShiftSumAgainstCpu<float>(2, 3, 5, 19, 2, false, kind, layout);
+      CheckShiftSumAgainstCpu<double>(2, 4, 1, 33, -3, false, kind, layout);
+      CheckShiftSumAgainstCpu<float>(1, 5, 6, 17, -1, true, kind, layout);
+      CheckShiftSumAgainstCpu<float>(2, 28, 64, 64, 2, false, kind, layout);
+    }
+  }
+}
+
+TEST(Cuda, HostPointersAreRejectedAndNothingIsWritten) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<int64_t> shape = {2, 4, 5, 6};
+  const std::vector<float> x = RandomVector(Numel(shape), 1), gamma = RandomVector(4, 2);
+  const std::vector<float> sentinel(x.size(), -7.0f);
+  DeviceArray<float> dx(x), dy(sentinel), dgamma(gamma);
+  normkit_tensor xt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, shape), dx.get());
+  normkit_tensor yt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, shape), dy.get());
+  EXPECT_EQ(normkit_group_norm(nullptr, &xt, 2, gamma.data(), nullptr, 1e-5f,
+                               NORMKIT_ACTIVATION_NONE, &yt, nullptr, nullptr),
+            NORMKIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(normkit_last_error()).find("gamma is host memory"), std::string::npos)
+      << normkit_last_error();
+  EXPECT_EQ(dy.Download(), sentinel);
+  // A negative running variance on the device is found before anything is written.
+  std::vector<float> var = {1.0f, -1.0f, 1.0f, 1.0f};
+  DeviceArray<float> dvar(var), dmean(gamma);
+  EXPECT_EQ(normkit_batch_norm_inference(nullptr, &xt, nullptr, nullptr, dmean.get(), dvar.get(),
+                                         1e-5f, &yt),
+            NORMKIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(normkit_last_error()).find("running_var[1]"), std::string::npos)
+      << normkit_last_error();
+  EXPECT_EQ(dy.Download(), sentinel);
+  // A device index that does not exist.
+  xt.device_index = yt.device_index = normkit_cuda_device_count();
+  EXPECT_EQ(normkit_affine(nullptr, &xt, nullptr, nullptr, NORMKIT_PARAMS_PER_CHANNEL, &yt),
+            NORMKIT_ERROR_DEVICE_UNAVAILABLE);
+}
+
+TEST(Cuda, RunsOnTheContextsStream) {
+  SKIP_WITHOUT_GPU();
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  Context ctx(1);
+  ASSERT_EQ(normkit_context_set_cuda_stream(ctx.ctx, stream), NORMKIT_SUCCESS);
+  EXPECT_EQ(normkit_context_cuda_stream(ctx.ctx), static_cast<void*>(stream));
+  const std::vector<int64_t> shape = {4, 32, 16, 16};
+  const std::vector<float> x = RandomVector(Numel(shape), 1);
+  DeviceArray<float> dx(x), dy{std::vector<float>(x.size())};
+  normkit_tensor xt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_LAST, shape), dx.get());
+  normkit_tensor yt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_LAST, shape), dy.get());
+  ASSERT_EQ(normkit_group_norm(ctx.ctx, &xt, 8, nullptr, nullptr, 1e-5f, NORMKIT_ACTIVATION_SILU,
+                               &yt, nullptr, nullptr),
+            NORMKIT_SUCCESS)
+      << normkit_last_error();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ExpectNormNear(dy.Download(),
+                 ReferenceGroupNorm(x, 4, 32, 256, 8, true, nullptr, nullptr, 1e-5,
+                                    NORMKIT_ACTIVATION_SILU),
+                 "group norm on a stream", 2e-5);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace normkit_test
