@@ -135,10 +135,21 @@ typedef enum normkit_layout {
 } normkit_layout;
 
 /* Where a tensor's data lives. In one call every tensor has the same device and
- * device_index, and every other array (parameters, masks, statistics outputs) lives
- * there too: for CUDA tensors they are device (or managed) pointers, checked with
- * cudaPointerGetAttributes; host pointers are rejected. Pointers of CPU calls are not
- * checked: passing device memory to a CPU call is undefined. */
+ * device_index (else INVALID_ARGUMENT), and every other array (parameters, masks,
+ * normalizers, statistics outputs) lives there too: for CUDA tensors they are device
+ * (or managed) pointers, checked with cudaPointerGetAttributes; host pointers are
+ * rejected with INVALID_ARGUMENT. Pointers of CPU calls are not checked: passing
+ * device memory to a CPU call is undefined.
+ *
+ * Calls on CUDA tensors: the same functions, rules and validation as on CPU. They
+ * run on the context's stream (normkit_context_set_cuda_stream) and return before the
+ * GPU has finished, like cuDNN calls; errors found by validation are returned at once,
+ * and nothing is launched then. Results are deterministic run to run (no atomics) but
+ * not bitwise equal to the CPU path's, except affine and batch norm, which compute the
+ * same fused multiply-add from the same folded parameters. normkit_batch_norm_inference
+ * copies its C-float parameters to the host to validate and fold them, which waits
+ * for the stream. Scratch memory (split group norms, pinv without a normalizer, the
+ * GAP step) comes from cudaMallocAsync on the stream. */
 typedef enum normkit_device {
   NORMKIT_DEVICE_CPU = 0,
   /* Runs on GPU `device_index` when the build has the CUDA module and the machine a
@@ -204,7 +215,7 @@ typedef enum normkit_param_kind {
  * Computed with one fused multiply-add per element where the CPU has FMA.
  * Errors: INVALID_ARGUMENT (NULL x / y / data, bad struct_size, rank, dims, layout,
  *   param_kind, shape mismatch, overlap); UNSUPPORTED (dtype other than float32);
- *   DEVICE_UNAVAILABLE (a CUDA tensor). */
+ *   DEVICE_UNAVAILABLE (CUDA tensors without the CUDA module or a usable GPU). */
 NORMKIT_API normkit_status normkit_affine(const normkit_context* context, const normkit_tensor* x,
                                           const float* scale, const float* shift,
                                           int32_t param_kind, const normkit_tensor* y);
@@ -300,7 +311,7 @@ typedef enum normkit_activation {
  * or a sample (channels-last) fits in 1 MiB, otherwise twice.
  * Errors: INVALID_ARGUMENT (NULL x / y / data, descriptor, shape mismatch, groups,
  *   eps, activation, overlap); UNSUPPORTED (dtype other than float32);
- *   DEVICE_UNAVAILABLE (a CUDA tensor). Nothing is written on error. */
+ *   DEVICE_UNAVAILABLE (CUDA tensors without a usable GPU). Nothing is written on error. */
 NORMKIT_API normkit_status normkit_group_norm(const normkit_context* context,
                                               const normkit_tensor* x, int64_t groups,
                                               const float* gamma, const float* beta, float eps,
