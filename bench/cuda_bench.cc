@@ -28,22 +28,26 @@ using normkit_testing::Numel;
 int g_failures = 0;
 int g_rounds = 20;
 
-#define CUDA_OK(expr)                                                              \
-  do {                                                                             \
-    const cudaError_t e_ = (expr);                                                 \
-    if (e_ != cudaSuccess) {                                                       \
-      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(e_));      \
-      std::exit(2);                                                                \
-    }                                                                              \
+#define CUDA_OK(expr)                                                         \
+  do {                                                                        \
+    const cudaError_t e_ = (expr);                                            \
+    if (e_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #expr, cudaGetErrorString(e_)); \
+      std::exit(2);                                                           \
+    }                                                                         \
   } while (0)
 
 struct DeviceBuffer {
-  explicit DeviceBuffer(size_t bytes) : bytes(bytes) { CUDA_OK(cudaMalloc(&ptr, bytes ? bytes : 1)); }
+  explicit DeviceBuffer(size_t bytes) : bytes(bytes) {
+    CUDA_OK(cudaMalloc(&ptr, bytes ? bytes : 1));
+  }
   ~DeviceBuffer() { cudaFree(ptr); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   template <class T>
-  T* as() const { return static_cast<T*>(ptr); }
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
   void* ptr = nullptr;
   size_t bytes;
 };
@@ -270,16 +274,16 @@ int main(int argc, char** argv) {
   if (quick) g_rounds = 3;
   cudaDeviceProp prop{};
   CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("normkit %s CUDA path on %s (%d SMs); ratio = same-run cudaMemcpy D2D time / op "
-              "time for the same bytes\n\n",
-              normkit_version_string(), prop.name, prop.multiProcessorCount);
+  std::printf(
+      "normkit %s CUDA path on %s (%d SMs); ratio = same-run cudaMemcpy D2D time / op "
+      "time for the same bytes\n\n",
+      normkit_version_string(), prop.name, prop.multiProcessorCount);
   std::printf("| %-26s | %-18s | %-4s | %8s | %7s | %7s | %5s | %-4s |\n", "op", "shape", "lay",
               "ms", "GB/s", "copy", "ratio", "ok");
-  std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(28, '-').c_str(),
-              std::string(20, '-').c_str(), std::string(6, '-').c_str(),
-              std::string(10, '-').c_str(), std::string(9, '-').c_str(),
-              std::string(9, '-').c_str(), std::string(7, '-').c_str(),
-              std::string(6, '-').c_str());
+  std::printf(
+      "|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(28, '-').c_str(), std::string(20, '-').c_str(),
+      std::string(6, '-').c_str(), std::string(10, '-').c_str(), std::string(9, '-').c_str(),
+      std::string(9, '-').c_str(), std::string(7, '-').c_str(), std::string(6, '-').c_str());
   const auto cf = NORMKIT_LAYOUT_CHANNELS_FIRST, cl = NORMKIT_LAYOUT_CHANNELS_LAST;
   const std::vector<std::vector<int64_t>> big =
       quick ? std::vector<std::vector<int64_t>>{{8, 256, 28, 28}}
@@ -308,6 +312,7 @@ int main(int argc, char** argv) {
     BenchShiftSum(1, 28, 660, 660, 2);
     BenchShiftSum(16, 31, 256, 256, 1);
   }
-  std::printf("\n%s\n", g_failures ? "SOME RESULTS DISAGREE WITH THE CPU" : "all results agree with the CPU path");
+  std::printf("\n%s\n", g_failures ? "SOME RESULTS DISAGREE WITH THE CPU"
+                                   : "all results agree with the CPU path");
   return g_failures ? 1 : 0;
 }

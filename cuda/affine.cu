@@ -25,9 +25,8 @@ normkit_status Affine(const char* op, const normkit_context* ctx, const TensorVi
   DeviceScope scope(x.device_index);
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
   const AffineShape shape = AffineShape::Of(x.channels, x.spatial, per_sample, x.channels_last());
-  AffineKernel<<<static_cast<unsigned>(x.batch * shape.chunks), kBlockThreads, 0,
-                 StreamOf(ctx)>>>(static_cast<const float*>(x.data), static_cast<float*>(y.data),
-                                  scale, shift, shape);
+  AffineKernel<<<static_cast<unsigned>(x.batch * shape.chunks), kBlockThreads, 0, StreamOf(ctx)>>>(
+      static_cast<const float*>(x.data), static_cast<float*>(y.data), scale, shift, shape);
   return LaunchStatus(op);
 }
 
@@ -46,8 +45,8 @@ normkit_status AffineHostParams(const char* op, const normkit_context* ctx, cons
   cudaError_t error =
       cudaMemcpyAsync(params, host_scale, C * sizeof(float), cudaMemcpyHostToDevice, stream);
   if (error == cudaSuccess) {
-    error = cudaMemcpyAsync(params + C, host_shift, C * sizeof(float), cudaMemcpyHostToDevice,
-                            stream);
+    error =
+        cudaMemcpyAsync(params + C, host_shift, C * sizeof(float), cudaMemcpyHostToDevice, stream);
   }
   if (error != cudaSuccess) return CudaFail(op, "uploading the folded scale / shift", error);
   return Affine(op, ctx, x, y, params, params + C, false);

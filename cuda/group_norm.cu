@@ -47,12 +47,12 @@ __device__ Moments ChunkMoments(const float* __restrict__ x, const NormShape& s,
                                 double* shared) {
   Moments m;
   m.n = static_cast<double>(end - begin);
-  m.mean = BlockSum(ThreadSum(x, s, unit, begin, end, threadIdx.x, blockDim.x, rms, cache),
-                    shared) /
-           m.n;
+  m.mean =
+      BlockSum(ThreadSum(x, s, unit, begin, end, threadIdx.x, blockDim.x, rms, cache), shared) /
+      m.n;
   if (rms) return m;  // mean of squares; no deviations needed
-  m.m2 = BlockSum(
-      ThreadDeviations(x, s, unit, begin, end, threadIdx.x, blockDim.x, m.mean, cache), shared);
+  m.m2 = BlockSum(ThreadDeviations(x, s, unit, begin, end, threadIdx.x, blockDim.x, m.mean, cache),
+                  shared);
   return m;
 }
 
@@ -74,7 +74,9 @@ __device__ void WriteStats(const NormKernelArgs& a, int64_t unit, const Moments&
   if (a.rstd_out != nullptr) a.rstd_out[unit] = ua.rstd;
 }
 
-__device__ double Variance(const Moments& m, bool rms) { return rms ? m.mean : m.m2 / m.n; }
+__device__ double Variance(const Moments& m, bool rms) {
+  return rms ? m.mean : m.m2 / m.n;
+}
 
 __global__ void FusedNormKernel(NormKernelArgs a, NormShape s, bool cached) {
   extern __shared__ float dynamic_cache[];
@@ -95,13 +97,13 @@ __device__ int64_t ChunkEnd(int64_t begin, int64_t chunk, int64_t count) {
 }
 
 // Block (unit, q) -> moments of chunk q of the unit.
-__global__ void PartialMomentsKernel(NormKernelArgs a, NormShape s, int64_t chunks,
-                                     int64_t chunk, Moments* partial) {
+__global__ void PartialMomentsKernel(NormKernelArgs a, NormShape s, int64_t chunks, int64_t chunk,
+                                     Moments* partial) {
   __shared__ double shared[kWarps + 1];
   for (int64_t b = blockIdx.x; b < s.units * chunks; b += gridDim.x) {
     const int64_t unit = b / chunks, begin = (b - unit * chunks) * chunk;
-    const Moments m = ChunkMoments(a.x, s, unit, begin, ChunkEnd(begin, chunk, s.count), a.rms,
-                                   nullptr, shared);
+    const Moments m =
+        ChunkMoments(a.x, s, unit, begin, ChunkEnd(begin, chunk, s.count), a.rms, nullptr, shared);
     if (threadIdx.x == 0) partial[b] = m;
   }
 }
@@ -109,8 +111,8 @@ __global__ void PartialMomentsKernel(NormKernelArgs a, NormShape s, int64_t chun
 // One thread per unit merges its chunks in chunk order.
 __global__ void MergeMomentsKernel(NormKernelArgs a, NormShape s, int64_t chunks,
                                    const Moments* partial, UnitAffine* affine) {
-  for (int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       unit < s.units; unit += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; unit < s.units;
+       unit += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     Moments m = partial[unit * chunks];
     for (int64_t q = 1; q < chunks; ++q) m = MergeMoments(m, partial[unit * chunks + q]);
     const UnitAffine ua = UnitAffine::From(m.mean, Variance(m, a.rms), a.eps, a.rms);
@@ -123,14 +125,16 @@ __global__ void ApplyKernel(NormKernelArgs a, NormShape s, int64_t chunks, int64
                             const UnitAffine* affine) {
   for (int64_t b = blockIdx.x; b < s.units * chunks; b += gridDim.x) {
     const int64_t unit = b / chunks, begin = (b - unit * chunks) * chunk;
-    ThreadApply(a.x, a.y, s, unit, begin, ChunkEnd(begin, chunk, s.count), threadIdx.x,
-                blockDim.x, affine[unit], a.gamma, a.beta, a.activation, nullptr);
+    ThreadApply(a.x, a.y, s, unit, begin, ChunkEnd(begin, chunk, s.count), threadIdx.x, blockDim.x,
+                affine[unit], a.gamma, a.beta, a.activation, nullptr);
   }
 }
 
 constexpr int64_t kMaxGrid = 1 << 30;
 
-unsigned Blocks(int64_t work) { return static_cast<unsigned>(std::min(work, kMaxGrid)); }
+unsigned Blocks(int64_t work) {
+  return static_cast<unsigned>(std::min(work, kMaxGrid));
+}
 
 }  // namespace
 
@@ -140,10 +144,9 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
   const cudaStream_t stream = StreamOf(ctx);
 
-  const NormShape s =
-      args.rows ? NormShape::ForRows(x.batch, x.channels)
-                : NormShape::ForGroups(x.batch, x.channels, x.spatial, args.groups,
-                                       x.channels_last());
+  const NormShape s = args.rows ? NormShape::ForRows(x.batch, x.channels)
+                                : NormShape::ForGroups(x.batch, x.channels, x.spatial, args.groups,
+                                                       x.channels_last());
   const NormKernelArgs a{static_cast<const float*>(x.data),
                          static_cast<float*>(y.data),
                          args.gamma,
@@ -159,7 +162,7 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
     const int64_t unit_bytes = s.count * static_cast<int64_t>(sizeof(float));
     const bool cached = unit_bytes <= kCachedUnitBytes;
     FusedNormKernel<<<Blocks(s.units), kBlockThreads, cached ? unit_bytes : 0, stream>>>(a, s,
-                                                                                        cached);
+                                                                                         cached);
     return LaunchStatus(op);
   }
 
@@ -170,12 +173,10 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
       op, s.units * chunks * sizeof(Moments) + s.units * sizeof(UnitAffine) + 16, &buffer));
   auto* partial = static_cast<Moments*>(buffer);
   auto* affine = reinterpret_cast<UnitAffine*>(partial + s.units * chunks);
-  PartialMomentsKernel<<<Blocks(s.units * chunks), kBlockThreads, 0, stream>>>(a, s, chunks,
-                                                                                chunk, partial);
-  MergeMomentsKernel<<<GridFor(s.units), kBlockThreads, 0, stream>>>(a, s, chunks, partial,
-                                                                     affine);
-  ApplyKernel<<<Blocks(s.units * chunks), kBlockThreads, 0, stream>>>(a, s, chunks, chunk,
-                                                                       affine);
+  PartialMomentsKernel<<<Blocks(s.units * chunks), kBlockThreads, 0, stream>>>(a, s, chunks, chunk,
+                                                                               partial);
+  MergeMomentsKernel<<<GridFor(s.units), kBlockThreads, 0, stream>>>(a, s, chunks, partial, affine);
+  ApplyKernel<<<Blocks(s.units * chunks), kBlockThreads, 0, stream>>>(a, s, chunks, chunk, affine);
   return LaunchStatus(op);
 }
 

@@ -84,8 +84,8 @@ NORMKIT_HOST_DEVICE inline float Activate(float v, int32_t activation) {
 // y = act((x - mean_f) * a + (beta - (mean - mean_f) * a)), a = gamma * rstd, as on CPU
 // (x - mean_f is exact for x near the mean, which keeps ill-conditioned groups exact).
 struct UnitAffine {
-  float mean_f = 0;   // the float nearest the mean (0 for RMS norm)
-  float residual = 0; // mean - mean_f
+  float mean_f = 0;    // the float nearest the mean (0 for RMS norm)
+  float residual = 0;  // mean - mean_f
   float rstd = 1;
 
   NORMKIT_HOST_DEVICE static UnitAffine From(double mean, double var, float eps, bool rms) {
@@ -123,9 +123,9 @@ NORMKIT_HOST_DEVICE inline double ThreadSum(const float* x, const NormShape& s, 
 }
 
 // Sum of (x - mean)^2 over the thread's elements, read from `cache` when not NULL.
-NORMKIT_HOST_DEVICE inline double ThreadDeviations(const float* x, const NormShape& s,
-                                                   int64_t unit, int64_t begin, int64_t end,
-                                                   int64_t tid, int64_t threads, double mean,
+NORMKIT_HOST_DEVICE inline double ThreadDeviations(const float* x, const NormShape& s, int64_t unit,
+                                                   int64_t begin, int64_t end, int64_t tid,
+                                                   int64_t threads, double mean,
                                                    const float* cache) {
   double dev = 0.0;
   DivModCursor at = s.Cursor(begin + tid, threads);
@@ -139,8 +139,8 @@ NORMKIT_HOST_DEVICE inline double ThreadDeviations(const float* x, const NormSha
 
 // Writes y for the thread's elements (x from `cache` when not NULL).
 NORMKIT_HOST_DEVICE inline void ThreadApply(const float* x, float* y, const NormShape& s,
-                                            int64_t unit, int64_t begin, int64_t end,
-                                            int64_t tid, int64_t threads, const UnitAffine& ua,
+                                            int64_t unit, int64_t begin, int64_t end, int64_t tid,
+                                            int64_t threads, const UnitAffine& ua,
                                             const float* gamma, const float* beta,
                                             int32_t activation, const float* cache) {
   DivModCursor at = s.Cursor(begin + tid, threads);

@@ -37,8 +37,7 @@ normkit_status CopyToHost(const char* op, const char* name, const normkit_contex
 
 // y = x * scale + shift; scale / shift are device arrays (or NULL) of C or N x C floats.
 normkit_status Affine(const char* op, const normkit_context* ctx, const TensorView& x,
-                      const TensorView& y, const float* scale, const float* shift,
-                      bool per_sample);
+                      const TensorView& y, const float* scale, const float* shift, bool per_sample);
 
 // As Affine, with per-channel scale / shift given on the host (C floats each).
 normkit_status AffineHostParams(const char* op, const normkit_context* ctx, const TensorView& x,
@@ -77,8 +76,8 @@ normkit_status ShiftSumPinv(const char* op, const normkit_context* ctx, int32_t 
                             const T* y, T* x);
 template <class T>
 normkit_status ShiftSumGapStep(const char* op, const normkit_context* ctx, int32_t device,
-                               const ShiftSumProblem<T>& p, T lambda, T gamma,
-                               const T* normalizer, const T* y, T* x);
+                               const ShiftSumProblem<T>& p, T lambda, T gamma, const T* normalizer,
+                               const T* y, T* x);
 // forward: `in` is x and `out` the shifted stack xs; otherwise xs -> x.
 template <class T>
 normkit_status ShiftStack(const char* op, const normkit_context* ctx, int32_t device,

@@ -2,10 +2,9 @@
 // Device discovery and the checks a CUDA call makes before it writes anything. The
 // CUDA runtime is linked statically; on a machine without a driver or GPU its calls
 // return errors (never crash), which become DEVICE_UNAVAILABLE here.
+#include "core/context.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
-
-#include "core/context.h"
 
 namespace normkit {
 namespace cuda {
@@ -27,9 +26,8 @@ cudaStream_t StreamOf(const normkit_context* ctx) {
 }
 
 normkit_status CudaFail(const char* op, const char* what, cudaError_t error) {
-  const normkit_status status = error == cudaErrorMemoryAllocation
-                                    ? NORMKIT_ERROR_OUT_OF_MEMORY
-                                    : NORMKIT_ERROR_INTERNAL;
+  const normkit_status status =
+      error == cudaErrorMemoryAllocation ? NORMKIT_ERROR_OUT_OF_MEMORY : NORMKIT_ERROR_INTERNAL;
   return Fail(status, "%s: %s failed: %s (%s)", op, what, cudaGetErrorString(error),
               cudaGetErrorName(error));
 }
@@ -125,8 +123,8 @@ normkit_status CopyToHost(const char* op, const char* name, const normkit_contex
       cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream);
   if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
   if (error != cudaSuccess) {
-    return Fail(NORMKIT_ERROR_INTERNAL, "%s: copying %s to the host for validation failed: %s",
-                op, name, cudaGetErrorString(error));
+    return Fail(NORMKIT_ERROR_INTERNAL, "%s: copying %s to the host for validation failed: %s", op,
+                name, cudaGetErrorString(error));
   }
   return NORMKIT_SUCCESS;
 }

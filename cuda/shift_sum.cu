@@ -182,8 +182,8 @@ struct ShiftOp {
   }
 };
 
-#define NORMKIT_ENTER_DEVICE(op, device)                                                 \
-  DeviceScope scope(device);                                                             \
+#define NORMKIT_ENTER_DEVICE(op, device)                                                   \
+  DeviceScope scope(device);                                                               \
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status()); \
   const cudaStream_t stream = StreamOf(ctx)
 
@@ -221,8 +221,7 @@ normkit_status ShiftSumPinv(const char* op, const normkit_context* ctx, int32_t 
     // Phi_s once per position rather than once per channel covering it.
     const int64_t samples = p.PerSampleMask() ? p.B : 1;
     void* buffer = nullptr;
-    NORMKIT_RETURN_IF_ERROR(
-        scratch.Allocate(op, samples * p.H_out * p.W_out * sizeof(T), &buffer));
+    NORMKIT_RETURN_IF_ERROR(scratch.Allocate(op, samples * p.H_out * p.W_out * sizeof(T), &buffer));
     NORMKIT_RETURN_IF_ERROR(
         LaunchShifted(op, stream, p, samples, NormalizerOp<T>{static_cast<T*>(buffer)}));
     normalizer = static_cast<const T*>(buffer);
@@ -232,8 +231,8 @@ normkit_status ShiftSumPinv(const char* op, const normkit_context* ctx, int32_t 
 
 template <class T>
 normkit_status ShiftSumGapStep(const char* op, const normkit_context* ctx, int32_t device,
-                               const ShiftSumProblem<T>& p, T lambda, T gamma,
-                               const T* normalizer, const T* y, T* x) {
+                               const ShiftSumProblem<T>& p, T lambda, T gamma, const T* normalizer,
+                               const T* y, T* x) {
   NORMKIT_ENTER_DEVICE(op, device);
   Scratch scratch(stream);
   void* buffer = nullptr;
@@ -252,20 +251,20 @@ normkit_status ShiftStack(const char* op, const normkit_context* ctx, int32_t de
   return LaunchX(op, stream, p, UnshiftOp<T>{in, out});
 }
 
-#define NORMKIT_INSTANTIATE(T)                                                                  \
-  template normkit_status ShiftSumForward<T>(const char*, const normkit_context*, int32_t,      \
-                                             const ShiftSumProblem<T>&, const T*, T*);          \
-  template normkit_status ShiftSumAdjoint<T>(const char*, const normkit_context*, int32_t,      \
-                                             const ShiftSumProblem<T>&, const T*, T*);          \
-  template normkit_status ShiftSumNormalizer<T>(const char*, const normkit_context*, int32_t,   \
-                                                const ShiftSumProblem<T>&, T*);                 \
-  template normkit_status ShiftSumPinv<T>(const char*, const normkit_context*, int32_t,         \
-                                          const ShiftSumProblem<T>&, PinvMode, const T*,        \
-                                          const T*, T*);                                        \
-  template normkit_status ShiftSumGapStep<T>(const char*, const normkit_context*, int32_t,      \
-                                             const ShiftSumProblem<T>&, T, T, const T*,         \
-                                             const T*, T*);                                     \
-  template normkit_status ShiftStack<T>(const char*, const normkit_context*, int32_t,           \
+#define NORMKIT_INSTANTIATE(T)                                                                     \
+  template normkit_status ShiftSumForward<T>(const char*, const normkit_context*, int32_t,         \
+                                             const ShiftSumProblem<T>&, const T*, T*);             \
+  template normkit_status ShiftSumAdjoint<T>(const char*, const normkit_context*, int32_t,         \
+                                             const ShiftSumProblem<T>&, const T*, T*);             \
+  template normkit_status ShiftSumNormalizer<T>(const char*, const normkit_context*, int32_t,      \
+                                                const ShiftSumProblem<T>&, T*);                    \
+  template normkit_status ShiftSumPinv<T>(const char*, const normkit_context*, int32_t,            \
+                                          const ShiftSumProblem<T>&, PinvMode, const T*, const T*, \
+                                          T*);                                                     \
+  template normkit_status ShiftSumGapStep<T>(const char*, const normkit_context*, int32_t,         \
+                                             const ShiftSumProblem<T>&, T, T, const T*, const T*,  \
+                                             T*);                                                  \
+  template normkit_status ShiftStack<T>(const char*, const normkit_context*, int32_t,              \
                                         const ShiftSumProblem<T>&, bool, const T*, T*);
 NORMKIT_INSTANTIATE(float)
 NORMKIT_INSTANTIATE(double)

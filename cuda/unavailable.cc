@@ -17,19 +17,21 @@ normkit_status NoCuda(const char* op) {
 
 }  // namespace
 
-int32_t DeviceCount() { return 0; }
+int32_t DeviceCount() {
+  return 0;
+}
 
 normkit_status CheckCall(const char* op, int32_t, std::initializer_list<NamedPointer>) {
   return NoCuda(op);
 }
 
-normkit_status CopyToHost(const char* op, const char*, const normkit_context*, int32_t,
-                          const void*, int64_t, void*) {
+normkit_status CopyToHost(const char* op, const char*, const normkit_context*, int32_t, const void*,
+                          int64_t, void*) {
   return NoCuda(op);
 }
 
-normkit_status Affine(const char* op, const normkit_context*, const TensorView&,
-                      const TensorView&, const float*, const float*, bool) {
+normkit_status Affine(const char* op, const normkit_context*, const TensorView&, const TensorView&,
+                      const float*, const float*, bool) {
   return NoCuda(op);
 }
 
@@ -74,20 +76,20 @@ normkit_status ShiftStack(const char* op, const normkit_context*, int32_t,
   return NoCuda(op);
 }
 
-#define NORMKIT_INSTANTIATE(T)                                                                  \
-  template normkit_status ShiftSumForward<T>(const char*, const normkit_context*, int32_t,      \
-                                             const ShiftSumProblem<T>&, const T*, T*);          \
-  template normkit_status ShiftSumAdjoint<T>(const char*, const normkit_context*, int32_t,      \
-                                             const ShiftSumProblem<T>&, const T*, T*);          \
-  template normkit_status ShiftSumNormalizer<T>(const char*, const normkit_context*, int32_t,   \
-                                                const ShiftSumProblem<T>&, T*);                 \
-  template normkit_status ShiftSumPinv<T>(const char*, const normkit_context*, int32_t,         \
-                                          const ShiftSumProblem<T>&, PinvMode, const T*,        \
-                                          const T*, T*);                                        \
-  template normkit_status ShiftSumGapStep<T>(const char*, const normkit_context*, int32_t,      \
-                                             const ShiftSumProblem<T>&, T, T, const T*,         \
-                                             const T*, T*);                                     \
-  template normkit_status ShiftStack<T>(const char*, const normkit_context*, int32_t,           \
+#define NORMKIT_INSTANTIATE(T)                                                                     \
+  template normkit_status ShiftSumForward<T>(const char*, const normkit_context*, int32_t,         \
+                                             const ShiftSumProblem<T>&, const T*, T*);             \
+  template normkit_status ShiftSumAdjoint<T>(const char*, const normkit_context*, int32_t,         \
+                                             const ShiftSumProblem<T>&, const T*, T*);             \
+  template normkit_status ShiftSumNormalizer<T>(const char*, const normkit_context*, int32_t,      \
+                                                const ShiftSumProblem<T>&, T*);                    \
+  template normkit_status ShiftSumPinv<T>(const char*, const normkit_context*, int32_t,            \
+                                          const ShiftSumProblem<T>&, PinvMode, const T*, const T*, \
+                                          T*);                                                     \
+  template normkit_status ShiftSumGapStep<T>(const char*, const normkit_context*, int32_t,         \
+                                             const ShiftSumProblem<T>&, T, T, const T*, const T*,  \
+                                             T*);                                                  \
+  template normkit_status ShiftStack<T>(const char*, const normkit_context*, int32_t,              \
                                         const ShiftSumProblem<T>&, bool, const T*, T*);
 NORMKIT_INSTANTIATE(float)
 NORMKIT_INSTANTIATE(double)

@@ -48,8 +48,8 @@ TEST(CudaKernelMath, AffineGridMatchesReference) {
   struct Case {
     int64_t N, C, S;
   };
-  for (const Case& k : {Case{2, 3, 5}, Case{1, 17, 1000}, Case{3, 5, 4099}, Case{2, 1024, 1},
-                        Case{1, 3, 9000}}) {
+  for (const Case& k :
+       {Case{2, 3, 5}, Case{1, 17, 1000}, Case{3, 5, 4099}, Case{2, 1024, 1}, Case{1, 3, 9000}}) {
     for (bool cl : {false, true}) {
       for (bool per_sample : {false, true}) {
         SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) +
@@ -111,8 +111,8 @@ void ReplayNorm(const std::vector<float>& x, std::vector<float>* y, const NormSh
     for (int64_t q = 0; q < plan.chunks; ++q) {
       const int64_t begin = q * plan.chunk, end = std::min(begin + plan.chunk, s.count);
       for (int64_t t = 0; t < kThreads; ++t)
-        normkit::cuda::ThreadApply(x.data(), y->data(), s, unit, begin, end, t, kThreads, ua,
-                                   gamma, beta, activation, cached ? cache.data() : nullptr);
+        normkit::cuda::ThreadApply(x.data(), y->data(), s, unit, begin, end, t, kThreads, ua, gamma,
+                                   beta, activation, cached ? cache.data() : nullptr);
     }
   }
 }
@@ -137,13 +137,13 @@ TEST(CudaKernelMath, GroupNormGridMatchesReference) {
           std::vector<float> y(x.size(), NAN), mean(k.N * k.G), rstd(k.N * k.G);
           const NormShape s = NormShape::ForGroups(k.N, k.C, k.S, k.G, cl);
           NormPlan plan;
-          ReplayNorm(x, &y, s, multiprocessors, gamma.data(), beta.data(), 1e-5f, act, false,
-                     &mean, &rstd, &plan);
+          ReplayNorm(x, &y, s, multiprocessors, gamma.data(), beta.data(), 1e-5f, act, false, &mean,
+                     &rstd, &plan);
           if (multiprocessors == 132 && k.N * k.G < 264 && s.count > 32768) {
             EXPECT_GT(plan.chunks, 1);
           }
-          const NormReference want = ReferenceGroupNorm(x, k.N, k.C, k.S, k.G, cl, gamma.data(),
-                                                        beta.data(), 1e-5, act);
+          const NormReference want =
+              ReferenceGroupNorm(x, k.N, k.C, k.S, k.G, cl, gamma.data(), beta.data(), 1e-5, act);
           ExpectNormNear(y, want, "y");
           for (int64_t u = 0; u < k.N * k.G; ++u) {
             EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
@@ -167,10 +167,10 @@ TEST(CudaKernelMath, RowNormGridMatchesReference) {
         std::vector<float> y(x.size(), NAN), rstd(rows);
         NormPlan plan;
         ReplayNorm(x, &y, NormShape::ForRows(rows, D), multiprocessors, gamma.data(),
-                   rms ? nullptr : beta.data(), 1e-5f, NORMKIT_ACTIVATION_NONE, rms, nullptr,
-                   &rstd, &plan);
-        const NormReference want = ReferenceRowNorm(x, rows, D, gamma.data(),
-                                                    rms ? nullptr : beta.data(), 1e-5, rms);
+                   rms ? nullptr : beta.data(), 1e-5f, NORMKIT_ACTIVATION_NONE, rms, nullptr, &rstd,
+                   &plan);
+        const NormReference want =
+            ReferenceRowNorm(x, rows, D, gamma.data(), rms ? nullptr : beta.data(), 1e-5, rms);
         ExpectNormNear(y, want, "y");
         for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(rstd[r], want.rstd[r], 1e-5 * want.rstd[r]);
       }
@@ -294,8 +294,7 @@ void CheckShiftSum(const Geometry& g, bool cl) {
   ForPlanes(m, g.H, g.W, [&](int64_t b, int64_t c, int64_t h, int64_t w) {
     xo[m.XOffset(b, c, h, w)] = m.Adjoint(y.data(), b, c, h, w);
   });
-  ExpectCloseTo(xo, RefAdjoint(g, yd, md, cl), RefAdjoint(ga, Abs(y), Abs(mask), cl), 1,
-                "adjoint");
+  ExpectCloseTo(xo, RefAdjoint(g, yd, md, cl), RefAdjoint(ga, Abs(y), Abs(mask), cl), 1, "adjoint");
 
   std::vector<double> z(ny);
   for (int64_t k = 0; k < ny; ++k) {
@@ -307,8 +306,7 @@ void CheckShiftSum(const Geometry& g, bool cl) {
     ForPlanes(m, g.H, g.W, [&](int64_t b, int64_t c, int64_t h, int64_t w) {
       xo[m.XOffset(b, c, h, w)] = m.PinvMoorePenrose(y.data(), normalizer, b, c, h, w);
     });
-    ExpectCloseTo(xo, RefAdjoint(g, z, md, cl), RefAdjoint(ga, Abs(z), Abs(mask), cl), g.C,
-                  "pinv");
+    ExpectCloseTo(xo, RefAdjoint(g, z, md, cl), RefAdjoint(ga, Abs(z), Abs(mask), cl), g.C, "pinv");
   }
   {
     std::vector<double> want(nx), mag(nx);

@@ -17,11 +17,11 @@
 namespace normkit_test {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                               \
-  do {                                                                                   \
-    if (normkit_cuda_device_count() == 0)                                                \
+#define SKIP_WITHOUT_GPU()                                                                  \
+  do {                                                                                      \
+    if (normkit_cuda_device_count() == 0)                                                   \
       GTEST_SKIP() << "no usable CUDA device on this machine (normkit_cuda_device_count() " \
-                      "== 0): the GPU tests need an NVIDIA GPU and driver";              \
+                      "== 0): the GPU tests need an NVIDIA GPU and driver";                 \
   } while (0)
 
 // Device copy of a host vector; Download() brings it back.
@@ -73,14 +73,17 @@ void ExpectAgree(const std::vector<T>& gpu, const std::vector<T>& cpu, double re
   int bad = 0;
   for (size_t i = 0; i < gpu.size(); ++i) {
     const double c = static_cast<double>(cpu[i]), g = static_cast<double>(gpu[i]);
-    const bool ok = std::isnan(c) ? std::isnan(g)
-                                  : std::fabs(g - c) <= rel * std::max(std::fabs(c), 1.0);
-    if (!ok && ++bad <= 5) ADD_FAILURE() << what << ": element " << i << " gpu " << g << " cpu " << c;
+    const bool ok =
+        std::isnan(c) ? std::isnan(g) : std::fabs(g - c) <= rel * std::max(std::fabs(c), 1.0);
+    if (!ok && ++bad <= 5)
+      ADD_FAILURE() << what << ": element " << i << " gpu " << g << " cpu " << c;
   }
   EXPECT_EQ(bad, 0) << what;
 }
 
-std::string VectorPath(const char* file) { return std::string(NORMKIT_VECTORS_DIR) + "/" + file; }
+std::string VectorPath(const char* file) {
+  return std::string(NORMKIT_VECTORS_DIR) + "/" + file;
+}
 
 void ExpectVectorClose(const std::vector<float>& got, const std::vector<double>& want,
                        const std::string& name) {
@@ -119,12 +122,11 @@ TEST(Cuda, GoldenVectorsGroupNorm) {
     const auto dbeta = UploadOrNull(k.FloatsOrEmpty("beta"));
     normkit_tensor xt = OnDevice(Desc(nullptr, layout, shape), dx.get());
     normkit_tensor yt = OnDevice(Desc(nullptr, layout, shape), dy.get());
-    ASSERT_EQ(normkit_group_norm(nullptr, &xt, static_cast<int64_t>(k.Scalar("groups")),
-                                 GetOrNull(dgamma), GetOrNull(dbeta),
-                                 static_cast<float>(k.Scalar("eps")),
-                                 static_cast<int32_t>(k.Scalar("activation")), &yt, nullptr,
-                                 nullptr),
-              NORMKIT_SUCCESS)
+    ASSERT_EQ(
+        normkit_group_norm(nullptr, &xt, static_cast<int64_t>(k.Scalar("groups")),
+                           GetOrNull(dgamma), GetOrNull(dbeta), static_cast<float>(k.Scalar("eps")),
+                           static_cast<int32_t>(k.Scalar("activation")), &yt, nullptr, nullptr),
+        NORMKIT_SUCCESS)
         << normkit_last_error();
     ExpectVectorClose(dy.Download(), k.arrays.at("y"), k.name);
   }
@@ -217,12 +219,14 @@ TEST(Cuda, AffineAndBatchNormMatchCpu) {
       // In place.
       DeviceArray<float> dz(x);
       normkit_tensor zt = OnDevice(xc, dz.get());
-      ASSERT_EQ(normkit_affine(nullptr, &zt, dscale.get(), nullptr, NORMKIT_PARAMS_PER_CHANNEL, &zt),
-                NORMKIT_SUCCESS);
+      ASSERT_EQ(
+          normkit_affine(nullptr, &zt, dscale.get(), nullptr, NORMKIT_PARAMS_PER_CHANNEL, &zt),
+          NORMKIT_SUCCESS);
       std::vector<float> cpu_inplace = x;
       normkit_tensor ct = Desc(cpu_inplace.data(), layout, shape);
-      ASSERT_EQ(normkit_affine(nullptr, &ct, scale.data(), nullptr, NORMKIT_PARAMS_PER_CHANNEL, &ct),
-                NORMKIT_SUCCESS);
+      ASSERT_EQ(
+          normkit_affine(nullptr, &ct, scale.data(), nullptr, NORMKIT_PARAMS_PER_CHANNEL, &ct),
+          NORMKIT_SUCCESS);
       EXPECT_EQ(dz.Download(), cpu_inplace) << "in place";
     }
   }
@@ -242,8 +246,8 @@ TEST(Cuda, NormsMatchReference) {
                                          {{3, 5, 4, 3, 2}, 5},
                                          {{1, 4, 300000}, 2}}) {
     for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
-      for (int32_t act : {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_RELU,
-                          NORMKIT_ACTIVATION_SILU}) {
+      for (int32_t act :
+           {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_RELU, NORMKIT_ACTIVATION_SILU}) {
         SCOPED_TRACE("C=" + std::to_string(k.shape[1]) + " G=" + std::to_string(k.groups) +
                      " layout " + std::to_string(layout) + " act " + std::to_string(act));
         const int64_t n = Numel(k.shape), N = k.shape[0], C = k.shape[1], S = n / (N * C);
@@ -283,17 +287,19 @@ TEST(Cuda, NormsMatchReference) {
       const std::vector<float> x = RandomVector(rows * D, 11);
       const std::vector<float> gamma = RandomVector(D, 12), beta = RandomVector(D, 13);
       DeviceArray<float> dx(x), dy{std::vector<float>(x.size())}, dgamma(gamma), dbeta(beta);
-      normkit_tensor xt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), dx.get());
-      normkit_tensor yt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), dy.get());
+      normkit_tensor xt =
+          OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), dx.get());
+      normkit_tensor yt =
+          OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), dy.get());
       const normkit_status st =
           rms ? normkit_rms_norm(nullptr, &xt, dgamma.get(), 1e-5f, &yt, nullptr)
               : normkit_layer_norm(nullptr, &xt, dgamma.get(), dbeta.get(), 1e-5f, &yt, nullptr,
                                    nullptr);
       ASSERT_EQ(st, NORMKIT_SUCCESS) << normkit_last_error();
-      ExpectNormNear(dy.Download(),
-                     ReferenceRowNorm(x, rows, D, gamma.data(), rms ? nullptr : beta.data(), 1e-5,
-                                      rms),
-                     "row norm");
+      ExpectNormNear(
+          dy.Download(),
+          ReferenceRowNorm(x, rows, D, gamma.data(), rms ? nullptr : beta.data(), 1e-5, rms),
+          "row norm");
     }
   }
 }
@@ -385,9 +391,9 @@ void CheckShiftSumAgainstCpu(int64_t B, int64_t C, int64_t H, int64_t W, int64_t
       DeviceArray<T> xg(x);
       normkit_tensor c = host(xc.data(), layout, xs), dc = dev(xg.get(), layout, xs);
       normkit_tensor b = host(y.data(), cf, ys), db = dev(dy.get(), cf, ys);
-      ASSERT_EQ(normkit_shift_sum_gap_step(nullptr, &c, &b, &hp, 0.7, 0.25,
-                                           given ? cpu.data() : nullptr),
-                NORMKIT_SUCCESS);
+      ASSERT_EQ(
+          normkit_shift_sum_gap_step(nullptr, &c, &b, &hp, 0.7, 0.25, given ? cpu.data() : nullptr),
+          NORMKIT_SUCCESS);
       ASSERT_EQ(normkit_shift_sum_gap_step(nullptr, &dc, &db, &dp, 0.7, 0.25,
                                            given ? out.get() : nullptr),
                 NORMKIT_SUCCESS)
@@ -467,10 +473,10 @@ TEST(Cuda, RunsOnTheContextsStream) {
             NORMKIT_SUCCESS)
       << normkit_last_error();
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  ExpectNormNear(dy.Download(),
-                 ReferenceGroupNorm(x, 4, 32, 256, 8, true, nullptr, nullptr, 1e-5,
-                                    NORMKIT_ACTIVATION_SILU),
-                 "group norm on a stream", 2e-5);
+  ExpectNormNear(
+      dy.Download(),
+      ReferenceGroupNorm(x, 4, 32, 256, 8, true, nullptr, nullptr, 1e-5, NORMKIT_ACTIVATION_SILU),
+      "group norm on a stream", 2e-5);
   cudaStreamDestroy(stream);
 }
 

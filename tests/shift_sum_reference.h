@@ -60,7 +60,7 @@ struct Geometry {
 };
 
 inline std::vector<double> RefForward(const Geometry& g, const std::vector<double>& x,
-                               const std::vector<double>& m, bool cl) {
+                                      const std::vector<double>& m, bool cl) {
   std::vector<double> y(g.B * g.Hout() * g.Wout(), 0.0);
   for (int64_t b = 0; b < g.B; ++b)
     for (int64_t c = 0; c < g.C; ++c)
@@ -72,7 +72,7 @@ inline std::vector<double> RefForward(const Geometry& g, const std::vector<doubl
 }
 
 inline std::vector<double> RefAdjoint(const Geometry& g, const std::vector<double>& y,
-                               const std::vector<double>& m, bool cl) {
+                                      const std::vector<double>& m, bool cl) {
   std::vector<double> x(g.B * g.C * g.H * g.W);
   for (int64_t b = 0; b < g.B; ++b)
     for (int64_t c = 0; c < g.C; ++c)
@@ -84,7 +84,8 @@ inline std::vector<double> RefAdjoint(const Geometry& g, const std::vector<doubl
 }
 
 // Phi_s over covered positions; `count` ignores the mask.
-inline std::vector<double> RefNormalizer(const Geometry& g, const std::vector<double>& m, bool count) {
+inline std::vector<double> RefNormalizer(const Geometry& g, const std::vector<double>& m,
+                                         bool count) {
   const int64_t samples = g.PerSample() ? g.B : 1;
   std::vector<double> p(samples * g.Hout() * g.Wout(), 0.0);
   for (int64_t b = 0; b < samples; ++b)

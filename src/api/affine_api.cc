@@ -43,8 +43,9 @@ extern "C" NORMKIT_API normkit_status normkit_affine(const normkit_context* cont
     NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(kOp, "scale", scale, count, yv));
     NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(kOp, "shift", shift, count, yv));
     if (xv.on_cuda()) {
-      NORMKIT_RETURN_IF_ERROR(cuda::CheckCall(
-          kOp, xv.device_index, {{"x", xv.data}, {"y", yv.data}, {"scale", scale}, {"shift", shift}}));
+      NORMKIT_RETURN_IF_ERROR(
+          cuda::CheckCall(kOp, xv.device_index,
+                          {{"x", xv.data}, {"y", yv.data}, {"scale", scale}, {"shift", shift}}));
       return cuda::Affine(kOp, context, xv, yv, scale, shift, params.per_sample);
     }
     cpu::Affine(ResolveContext(context), xv, yv, params);

@@ -60,8 +60,7 @@ normkit_status BatchNormInferenceCuda(const char* op, const normkit_context* con
         {"running_mean", bn.mean, mean},
         {"running_var", bn.var, var}}) {
     if (src != nullptr) {
-      NORMKIT_RETURN_IF_ERROR(
-          cuda::CopyToHost(op, name, context, x.device_index, src, bytes, dst));
+      NORMKIT_RETURN_IF_ERROR(cuda::CopyToHost(op, name, context, x.device_index, src, bytes, dst));
     }
   }
   const fold::BatchNormParams host_bn{gamma, beta, mean, var, bn.eps};

@@ -69,8 +69,7 @@ NORMKIT_API int32_t normkit_context_num_threads(const normkit_context* context) 
   return normkit::ResolveContext(context).num_threads;
 }
 
-NORMKIT_API normkit_status normkit_context_set_cuda_stream(normkit_context* context,
-                                                           void* stream) {
+NORMKIT_API normkit_status normkit_context_set_cuda_stream(normkit_context* context, void* stream) {
   constexpr const char* kOp = "context_set_cuda_stream";
   return normkit::Guarded(kOp, [&] {
     NORMKIT_RETURN_IF_ERROR(normkit::CheckNotNull(kOp, "context", context));

@@ -216,8 +216,8 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum(const normkit_context* c
       if (xv.on_cuda()) {
         NORMKIT_RETURN_IF_ERROR(normkit::CheckCudaCall(
             kOp, xv, {{"x", in}, {"y", out}, {"params->mask", params->mask}}));
-        return normkit::cuda::ShiftSumForward(kOp, context, xv.device_index, call.Problem<T>(),
-                                              in, out);
+        return normkit::cuda::ShiftSumForward(kOp, context, xv.device_index, call.Problem<T>(), in,
+                                              out);
       }
       normkit::cpu::ShiftSumForward(normkit::ResolveContext(context), call.Problem<T>(), in, out);
       return NORMKIT_SUCCESS;
@@ -240,8 +240,8 @@ normkit_shift_sum_adjoint(const normkit_context* context, const normkit_tensor* 
       if (xv.on_cuda()) {
         NORMKIT_RETURN_IF_ERROR(normkit::CheckCudaCall(
             kOp, xv, {{"y", in}, {"x", out}, {"params->mask", params->mask}}));
-        return normkit::cuda::ShiftSumAdjoint(kOp, context, xv.device_index, call.Problem<T>(),
-                                              in, out);
+        return normkit::cuda::ShiftSumAdjoint(kOp, context, xv.device_index, call.Problem<T>(), in,
+                                              out);
       }
       normkit::cpu::ShiftSumAdjoint(normkit::ResolveContext(context), call.Problem<T>(), in, out);
       return NORMKIT_SUCCESS;
@@ -267,10 +267,10 @@ normkit_shift_sum_normalizer(const normkit_context* context, const normkit_tenso
     return normkit::DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
       if (xv.on_cuda()) {
-        NORMKIT_RETURN_IF_ERROR(normkit::CheckCudaCall(
-            kOp, xv, {{"phi_s", phi_s}, {"params->mask", params->mask}}));
-        return normkit::cuda::ShiftSumNormalizer(kOp, context, xv.device_index,
-                                                 call.Problem<T>(), static_cast<T*>(phi_s));
+        NORMKIT_RETURN_IF_ERROR(
+            normkit::CheckCudaCall(kOp, xv, {{"phi_s", phi_s}, {"params->mask", params->mask}}));
+        return normkit::cuda::ShiftSumNormalizer(kOp, context, xv.device_index, call.Problem<T>(),
+                                                 static_cast<T*>(phi_s));
       }
       normkit::cpu::ShiftSumNormalizer(normkit::ResolveContext(context), call.Problem<T>(),
                                        static_cast<T*>(phi_s));
@@ -302,11 +302,9 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum_pinv(const normkit_conte
       const auto* in = static_cast<const T*>(yv.data);
       auto* out = static_cast<T*>(xv.data);
       if (xv.on_cuda()) {
-        NORMKIT_RETURN_IF_ERROR(normkit::CheckCudaCall(kOp, xv,
-                                                       {{"y", in},
-                                                        {"x", out},
-                                                        {"params->mask", params->mask},
-                                                        {"normalizer", normalizer}}));
+        NORMKIT_RETURN_IF_ERROR(normkit::CheckCudaCall(
+            kOp, xv,
+            {{"y", in}, {"x", out}, {"params->mask", params->mask}, {"normalizer", normalizer}}));
         return normkit::cuda::ShiftSumPinv(kOp, context, xv.device_index, call.Problem<T>(),
                                            pinv_mode, norm, in, out);
       }
@@ -337,11 +335,9 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum_gap_step(
       const auto* in = static_cast<const T*>(yv.data);
       auto* inout = static_cast<T*>(xv.data);
       if (xv.on_cuda()) {
-        NORMKIT_RETURN_IF_ERROR(normkit::CheckCudaCall(kOp, xv,
-                                                       {{"x", inout},
-                                                        {"y", in},
-                                                        {"params->mask", params->mask},
-                                                        {"normalizer", normalizer}}));
+        NORMKIT_RETURN_IF_ERROR(normkit::CheckCudaCall(
+            kOp, xv,
+            {{"x", inout}, {"y", in}, {"params->mask", params->mask}, {"normalizer", normalizer}}));
         return normkit::cuda::ShiftSumGapStep(kOp, context, xv.device_index, call.Problem<T>(),
                                               static_cast<T>(lambda), static_cast<T>(gamma), norm,
                                               in, inout);

@@ -68,8 +68,8 @@ normkit_status ValidateTensor(const char* op, const char* name, const normkit_te
                 name, t->device);
   }
   if (t->device == NORMKIT_DEVICE_CUDA && t->device_index < 0) {
-    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->device_index = %d, must be >= 0", op,
-                name, t->device_index);
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->device_index = %d, must be >= 0", op, name,
+                t->device_index);
   }
   if (t->rank < 2 || t->rank > NORMKIT_MAX_RANK) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
@@ -132,7 +132,9 @@ normkit_status CheckSameTensorShape(const char* op, const TensorView& x, const T
 
 normkit_status CheckSameDevice(const char* op, const TensorView& a, const char* a_name,
                                const TensorView& b, const char* b_name) {
-  const auto where = [](const TensorView& t) { return t.device == NORMKIT_DEVICE_CUDA ? "CUDA" : "CPU"; };
+  const auto where = [](const TensorView& t) {
+    return t.device == NORMKIT_DEVICE_CUDA ? "CUDA" : "CPU";
+  };
   if (a.device != b.device) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
                 "%s: %s is a %s tensor but %s is a %s tensor (all tensors of a call must live on "
