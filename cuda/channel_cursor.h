@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "core/shift_geometry.h"  // NORMKIT_HOST_DEVICE
+#include "core/host_device.h"
 
 namespace normkit {
 namespace cuda {

@@ -46,10 +46,10 @@ __device__ Moments ChunkMoments(const float* __restrict__ x, const NormShape& s,
                                 int64_t begin, int64_t end, bool rms, float* cache,
                                 double* shared) {
   Moments m;
-  m.n = static_cast<double>(end - begin);
+  m.count = static_cast<double>(end - begin);
   m.mean =
       BlockSum(ThreadSum(x, s, unit, begin, end, threadIdx.x, blockDim.x, rms, cache), shared) /
-      m.n;
+      m.count;
   if (rms) return m;  // mean of squares; no deviations needed
   m.m2 = BlockSum(ThreadDeviations(x, s, unit, begin, end, threadIdx.x, blockDim.x, m.mean, cache),
                   shared);
@@ -75,7 +75,7 @@ __device__ void WriteStats(const NormKernelArgs& a, int64_t unit, const Moments&
 }
 
 __device__ double Variance(const Moments& m, bool rms) {
-  return rms ? m.mean : m.m2 / m.n;
+  return rms ? m.mean : m.m2 / m.count;
 }
 
 __global__ void FusedNormKernel(NormKernelArgs a, NormShape s, bool cached) {

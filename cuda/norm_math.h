@@ -9,7 +9,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/shift_geometry.h"  // NORMKIT_HOST_DEVICE
+#include "core/host_device.h"
+#include "core/moments.h"
 #include "cuda/channel_cursor.h"
 #include "normkit/normkit.h"
 
@@ -56,23 +57,6 @@ struct NormShape {
     return g * Cg + (channels_last ? at.rem : at.quot);
   }
 };
-
-// Moments of a run of `n` values: their mean and the sum of squared deviations.
-struct Moments {
-  double n = 0, mean = 0, m2 = 0;
-};
-
-// Chan et al.'s pairwise merge (a before b): exact, order fixed by the caller.
-NORMKIT_HOST_DEVICE inline Moments MergeMoments(const Moments& a, const Moments& b) {
-  if (a.n == 0) return b;
-  if (b.n == 0) return a;
-  Moments r;
-  r.n = a.n + b.n;
-  const double delta = b.mean - a.mean;
-  r.mean = a.mean + delta * (b.n / r.n);
-  r.m2 = a.m2 + b.m2 + delta * delta * (a.n * b.n / r.n);
-  return r;
-}
 
 NORMKIT_HOST_DEVICE inline float Activate(float v, int32_t activation) {
   if (activation == NORMKIT_ACTIVATION_RELU) return v < 0.0f ? 0.0f : v;  // NaN stays NaN

@@ -83,6 +83,24 @@ template <class T>
 normkit_status ShiftStack(const char* op, const normkit_context* ctx, int32_t device,
                           const ShiftSumProblem<T>& p, bool forward, const T* in, T* out);
 
+// Explicit instantiations of the shift-sum family for T (float and double), in the
+// file that defines them (shift_sum.cu, or unavailable.cc without the module).
+#define NORMKIT_CUDA_INSTANTIATE_SHIFT_SUM(T)                                                      \
+  template normkit_status ShiftSumForward<T>(const char*, const normkit_context*, int32_t,         \
+                                             const ShiftSumProblem<T>&, const T*, T*);             \
+  template normkit_status ShiftSumAdjoint<T>(const char*, const normkit_context*, int32_t,         \
+                                             const ShiftSumProblem<T>&, const T*, T*);             \
+  template normkit_status ShiftSumNormalizer<T>(const char*, const normkit_context*, int32_t,      \
+                                                const ShiftSumProblem<T>&, T*);                    \
+  template normkit_status ShiftSumPinv<T>(const char*, const normkit_context*, int32_t,            \
+                                          const ShiftSumProblem<T>&, PinvMode, const T*, const T*, \
+                                          T*);                                                     \
+  template normkit_status ShiftSumGapStep<T>(const char*, const normkit_context*, int32_t,         \
+                                             const ShiftSumProblem<T>&, T, T, const T*, const T*,  \
+                                             T*);                                                  \
+  template normkit_status ShiftStack<T>(const char*, const normkit_context*, int32_t,              \
+                                        const ShiftSumProblem<T>&, bool, const T*, T*);
+
 }  // namespace cuda
 }  // namespace normkit
 

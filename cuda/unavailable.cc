@@ -76,24 +76,8 @@ normkit_status ShiftStack(const char* op, const normkit_context*, int32_t,
   return NoCuda(op);
 }
 
-#define NORMKIT_INSTANTIATE(T)                                                                     \
-  template normkit_status ShiftSumForward<T>(const char*, const normkit_context*, int32_t,         \
-                                             const ShiftSumProblem<T>&, const T*, T*);             \
-  template normkit_status ShiftSumAdjoint<T>(const char*, const normkit_context*, int32_t,         \
-                                             const ShiftSumProblem<T>&, const T*, T*);             \
-  template normkit_status ShiftSumNormalizer<T>(const char*, const normkit_context*, int32_t,      \
-                                                const ShiftSumProblem<T>&, T*);                    \
-  template normkit_status ShiftSumPinv<T>(const char*, const normkit_context*, int32_t,            \
-                                          const ShiftSumProblem<T>&, PinvMode, const T*, const T*, \
-                                          T*);                                                     \
-  template normkit_status ShiftSumGapStep<T>(const char*, const normkit_context*, int32_t,         \
-                                             const ShiftSumProblem<T>&, T, T, const T*, const T*,  \
-                                             T*);                                                  \
-  template normkit_status ShiftStack<T>(const char*, const normkit_context*, int32_t,              \
-                                        const ShiftSumProblem<T>&, bool, const T*, T*);
-NORMKIT_INSTANTIATE(float)
-NORMKIT_INSTANTIATE(double)
-#undef NORMKIT_INSTANTIATE
+NORMKIT_CUDA_INSTANTIATE_SHIFT_SUM(float)
+NORMKIT_CUDA_INSTANTIATE_SHIFT_SUM(double)
 
 }  // namespace cuda
 }  // namespace normkit

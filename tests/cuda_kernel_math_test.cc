@@ -21,9 +21,9 @@
 namespace normkit_test {
 namespace {
 
+using normkit::Moments;
 using normkit::cuda::AffineShape;
 using normkit::cuda::DivModCursor;
-using normkit::cuda::Moments;
 using normkit::cuda::NormPlan;
 using normkit::cuda::NormShape;
 using normkit::cuda::UnitAffine;
@@ -91,20 +91,20 @@ void ReplayNorm(const std::vector<float>& x, std::vector<float>* y, const NormSh
       const int64_t begin = q * plan.chunk, end = std::min(begin + plan.chunk, s.count);
       ASSERT_LT(begin, end) << "empty chunk";
       Moments m;
-      m.n = static_cast<double>(end - begin);
+      m.count = static_cast<double>(end - begin);
       double sum = 0.0;
       for (int64_t t = 0; t < kThreads; ++t)
         sum += normkit::cuda::ThreadSum(x.data(), s, unit, begin, end, t, kThreads, rms,
                                         cached ? cache.data() : nullptr);
-      m.mean = sum / m.n;
+      m.mean = sum / m.count;
       if (!rms) {
         for (int64_t t = 0; t < kThreads; ++t)
           m.m2 += normkit::cuda::ThreadDeviations(x.data(), s, unit, begin, end, t, kThreads,
                                                   m.mean, cached ? cache.data() : nullptr);
       }
-      merged = normkit::cuda::MergeMoments(merged, m);
+      merged = normkit::MergeMoments(merged, m);
     }
-    const double var = rms ? merged.mean : merged.m2 / merged.n;
+    const double var = rms ? merged.mean : merged.m2 / merged.count;
     const UnitAffine ua = UnitAffine::From(merged.mean, var, eps, rms);
     if (mean_out) (*mean_out)[unit] = static_cast<float>(merged.mean);
     if (rstd_out) (*rstd_out)[unit] = ua.rstd;
@@ -190,21 +190,6 @@ TEST(CudaKernelMath, ConstantGroupGivesBeta) {
 // ---- shift-sum ----
 
 template <class T>
-void ExpectCloseTo(const std::vector<T>& got, const std::vector<double>& want,
-                   const std::vector<double>& magnitude, int64_t terms, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  const double eps = sizeof(T) == 8 ? 2.3e-16 : 1.2e-7;
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double tol = 4.0 * static_cast<double>(terms + 2) * eps * magnitude[i] + 1e-300;
-    if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= tol) && ++bad <= 5) {
-      ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want[i];
-    }
-  }
-  EXPECT_EQ(bad, 0) << what;
-}
-
-template <class T>
 std::vector<double> Abs(const std::vector<T>& v) {
   std::vector<double> a(v.size());
   for (size_t i = 0; i < v.size(); ++i) a[i] = std::fabs(static_cast<double>(v[i]));
@@ -275,15 +260,14 @@ void CheckShiftSum(const Geometry& g, bool cl) {
   ForShifted(m, g.B, [&](int64_t b, int64_t r, int64_t v) {
     yo[m.YOffset(b, r, v)] = m.Forward(x.data(), b, r, v);
   });
-  ExpectCloseTo(yo, RefForward(g, xd, md, cl), RefForward(ga, Abs(x), Abs(mask), cl), g.C,
-                "forward");
+  ExpectClose(yo, RefForward(g, xd, md, cl), RefForward(ga, Abs(x), Abs(mask), cl), g.C, "forward");
   const int64_t samples = g.PerSample() ? g.B : 1;
   const std::vector<double> phi_s = RefNormalizer(g, md, false);
   std::vector<T> po(phi_s.size(), T(-9));
   ForShifted(m, samples, [&](int64_t b, int64_t r, int64_t v) {
     po[m.NormalizerOffset(b, r, v)] = m.Normalizer(b, r, v, false);
   });
-  ExpectCloseTo(po, phi_s, phi_s, g.C, "normalizer");
+  ExpectClose(po, phi_s, phi_s, g.C, "normalizer");
   const std::vector<double> count = RefNormalizer(g, md, true);
   for (int64_t r = 0; r < g.Hout(); ++r)
     for (int64_t v = 0; v < g.Wout(); ++v)
@@ -294,7 +278,7 @@ void CheckShiftSum(const Geometry& g, bool cl) {
   ForPlanes(m, g.H, g.W, [&](int64_t b, int64_t c, int64_t h, int64_t w) {
     xo[m.XOffset(b, c, h, w)] = m.Adjoint(y.data(), b, c, h, w);
   });
-  ExpectCloseTo(xo, RefAdjoint(g, yd, md, cl), RefAdjoint(ga, Abs(y), Abs(mask), cl), 1, "adjoint");
+  ExpectClose(xo, RefAdjoint(g, yd, md, cl), RefAdjoint(ga, Abs(y), Abs(mask), cl), 1, "adjoint");
 
   std::vector<double> z(ny);
   for (int64_t k = 0; k < ny; ++k) {
@@ -306,7 +290,7 @@ void CheckShiftSum(const Geometry& g, bool cl) {
     ForPlanes(m, g.H, g.W, [&](int64_t b, int64_t c, int64_t h, int64_t w) {
       xo[m.XOffset(b, c, h, w)] = m.PinvMoorePenrose(y.data(), normalizer, b, c, h, w);
     });
-    ExpectCloseTo(xo, RefAdjoint(g, z, md, cl), RefAdjoint(ga, Abs(z), Abs(mask), cl), g.C, "pinv");
+    ExpectClose(xo, RefAdjoint(g, z, md, cl), RefAdjoint(ga, Abs(z), Abs(mask), cl), g.C, "pinv");
   }
   {
     std::vector<double> want(nx), mag(nx);
@@ -323,7 +307,7 @@ void CheckShiftSum(const Geometry& g, bool cl) {
     ForPlanes(m, g.H, g.W, [&](int64_t b, int64_t c, int64_t h, int64_t w) {
       xo[m.XOffset(b, c, h, w)] = m.PinvDivideByMask(y.data(), b, c, h, w);
     });
-    ExpectCloseTo(xo, want, mag, 4, "pinv divide-by-mask");
+    ExpectClose(xo, want, mag, 4, "pinv divide-by-mask");
   }
   {
     const double lambda = 0.7, gamma = 0.25;
@@ -351,7 +335,7 @@ void CheckShiftSum(const Geometry& g, bool cl) {
       want[i] = xd[i] + lambda * upd[i];
       mag[i] = std::fabs(xd[i]) + lambda * updmag[i] * g.C;
     }
-    ExpectCloseTo(xg, want, mag, g.C, "gap step");
+    ExpectClose(xg, want, mag, g.C, "gap step");
   }
 
   // Shift over the stack's planes, unshift over x's: exact windows back.

@@ -5,7 +5,11 @@
 #ifndef NORMKIT_TESTS_SHIFT_SUM_REFERENCE_H_
 #define NORMKIT_TESTS_SHIFT_SUM_REFERENCE_H_
 
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "normkit/normkit.h"
@@ -96,6 +100,22 @@ inline std::vector<double> RefNormalizer(const Geometry& g, const std::vector<do
           p[g.YIndex(b, g.R(c, h), g.V(c, w))] += v * v;
         }
   return p;
+}
+
+// Within a few roundings per summed term (C terms), relative to the sum of |terms|.
+template <class T>
+void ExpectClose(const std::vector<T>& got, const std::vector<double>& want,
+                 const std::vector<double>& magnitude, int64_t terms, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const double eps = sizeof(T) == 8 ? 2.3e-16 : 1.2e-7;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double tol = 4.0 * static_cast<double>(terms + 2) * eps * magnitude[i] + 1e-300;
+    if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= tol) && ++bad <= 5) {
+      ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
 }
 
 }  // namespace normkit_test

@@ -42,22 +42,6 @@ normkit_tensor TensorOf(T* data, normkit_layout layout, const std::vector<int64_
   return t;
 }
 
-// Within a few roundings per summed term (C terms), relative to the sum of |terms|.
-template <class T>
-void ExpectClose(const std::vector<T>& got, const std::vector<double>& want,
-                 const std::vector<double>& magnitude, int64_t terms, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  const double eps = sizeof(T) == 8 ? 2.3e-16 : 1.2e-7;
-  int bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double tol = 4.0 * static_cast<double>(terms + 2) * eps * magnitude[i] + 1e-300;
-    if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= tol) && ++bad <= 5) {
-      ADD_FAILURE() << what << ": element " << i << " got " << got[i] << " want " << want[i];
-    }
-  }
-  EXPECT_EQ(bad, 0) << what;
-}
-
 std::string Name(const Geometry& g, bool cl) {
   return "B=" + std::to_string(g.B) + " C=" + std::to_string(g.C) + " H=" + std::to_string(g.H) +
          " W=" + std::to_string(g.W) + " S=" + std::to_string(g.S) +

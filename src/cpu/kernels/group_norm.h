@@ -7,31 +7,16 @@
 
 #include <cstdint>
 
+#include "core/moments.h"
+
 namespace normkit {
 namespace kernels {
 
 // Activation fused after the affine of a normalization.
 enum class Activation : int { kNone = 0, kRelu = 1, kSilu = 2 };
 
-// Count, mean and sum of squared deviations from the mean (M2) of a set of values.
-struct Moments {
-  double count = 0.0;
-  double mean = 0.0;
-  double m2 = 0.0;
-};
-
-// Chan et al.'s pairwise merge: the moments of the union of two disjoint sets.
-// Exact in the sense that no E[x^2] - E[x]^2 cancellation ever happens.
-inline Moments MergeMoments(const Moments& a, const Moments& b) {
-  if (a.count == 0.0) return b;
-  if (b.count == 0.0) return a;
-  Moments m;
-  m.count = a.count + b.count;
-  const double delta = b.mean - a.mean;
-  m.mean = a.mean + delta * (b.count / m.count);
-  m.m2 = a.m2 + b.m2 + delta * delta * (a.count * b.count / m.count);
-  return m;
-}
+using ::normkit::MergeMoments;
+using ::normkit::Moments;
 
 // Moments of x[0, n) (the span should be cache-resident) from shifted sums
 // s1 = sum(x - p), s2 = sum((x - p)^2) about a pivot p sampled from the span,

@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
+// Marks functions shared by the CPU code and the CUDA kernels: __host__ __device__
+// under nvcc, nothing for the host compiler.
+#ifndef NORMKIT_CORE_HOST_DEVICE_H_
+#define NORMKIT_CORE_HOST_DEVICE_H_
+
+#if defined(__CUDACC__)
+#define NORMKIT_HOST_DEVICE __host__ __device__
+#else
+#define NORMKIT_HOST_DEVICE
+#endif
+
+#endif  // NORMKIT_CORE_HOST_DEVICE_H_
