@@ -48,3 +48,25 @@ TEST(Info, ErrorMessageIsPerThreadAndClearedOnSuccess) {
 
 }  // namespace
 }  // namespace normkit_test
+
+namespace normkit_test {
+namespace {
+
+TEST(Context, CarriesACudaStream) {
+  // The stream is an opaque handle to the context: set, read back, reset.
+  Context ctx(1);
+  EXPECT_EQ(normkit_context_cuda_stream(ctx.ctx), nullptr);
+  int fake_stream = 0;
+  ASSERT_EQ(normkit_context_set_cuda_stream(ctx.ctx, &fake_stream), NORMKIT_SUCCESS);
+  EXPECT_EQ(normkit_context_cuda_stream(ctx.ctx), &fake_stream);
+  ASSERT_EQ(normkit_context_set_cuda_stream(ctx.ctx, nullptr), NORMKIT_SUCCESS);
+  EXPECT_EQ(normkit_context_cuda_stream(ctx.ctx), nullptr);
+  EXPECT_EQ(normkit_context_cuda_stream(nullptr), nullptr);  // the default context's
+  EXPECT_EQ(normkit_context_set_cuda_stream(nullptr, &fake_stream),
+            NORMKIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(normkit_last_error()).find("context is NULL"), std::string::npos);
+  EXPECT_GE(normkit_cuda_device_count(), 0);
+}
+
+}  // namespace
+}  // namespace normkit_test

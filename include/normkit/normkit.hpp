@@ -35,7 +35,8 @@ enum class Layout {
   kChannelsLast = NORMKIT_LAYOUT_CHANNELS_LAST
 };
 
-// A float32 CPU tensor view: logical shape N, C, spatial... and a layout.
+// A float32 tensor view: logical shape N, C, spatial... and a layout; on the CPU, or
+// on CUDA device `device_index` (OnCuda: data is a device pointer).
 class Tensor {
  public:
   Tensor(float* data, std::initializer_list<int64_t> shape,
@@ -45,11 +46,19 @@ class Tensor {
     normkit_tensor_init(&desc_, data, NORMKIT_DTYPE_FLOAT32, static_cast<normkit_layout>(layout),
                         static_cast<int32_t>(shape.size()), shape.begin());
   }
+  Tensor& OnCuda(int32_t device_index = 0) noexcept {
+    desc_.device = NORMKIT_DEVICE_CUDA;
+    desc_.device_index = device_index;
+    return *this;
+  }
   const normkit_tensor* get() const noexcept { return &desc_; }
 
  private:
   normkit_tensor desc_;
 };
+
+// CUDA devices normkit can use (0 without the CUDA module, a driver or a GPU).
+inline int32_t CudaDeviceCount() noexcept { return normkit_cuda_device_count(); }
 
 // Owns a normkit_context; 0 threads means the process default.
 class Context {
@@ -64,6 +73,9 @@ class Context {
     return *this;
   }
   int32_t num_threads() const { return normkit_context_num_threads(ctx_); }
+  // The cudaStream_t (as void*) calls on CUDA tensors run on; nullptr: default stream.
+  void set_cuda_stream(void* stream) { Check(normkit_context_set_cuda_stream(ctx_, stream)); }
+  void* cuda_stream() const noexcept { return normkit_context_cuda_stream(ctx_); }
   const normkit_context* get() const noexcept { return ctx_; }
 
  private:
