@@ -11,8 +11,7 @@ namespace normkit {
 namespace cuda {
 namespace {
 
-__global__ void AffineKernel(const float* __restrict__ x, float* __restrict__ y,
-                             const float* __restrict__ scale, const float* __restrict__ shift,
+__global__ void AffineKernel(const float* x, float* y, const float* scale, const float* shift,
                              AffineShape shape) {
   AffineThread(x, y, scale, shift, shape, blockIdx.x, threadIdx.x, blockDim.x);
 }

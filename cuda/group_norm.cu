@@ -5,7 +5,7 @@
 // no atomics):
 //  - fused: one block per unit (an (n, group) or a row). Sum in double, then the squared
 //    deviations about that mean in double (two passes: exact, never E[x^2] - E[x]^2),
-//    then the output. Units up to 48 KiB are kept in shared memory, so x is read from
+//    then the output. Units up to 44 KiB are kept in shared memory, so x is read from
 //    memory once; larger ones are re-read from L2.
 //  - split, when there are too few units to fill the GPU (N = 1 shapes): each block
 //    takes the moments of a fixed chunk of a unit, one thread per unit merges its chunks
@@ -20,7 +20,6 @@ namespace normkit {
 namespace cuda {
 namespace {
 
-constexpr int64_t kCachedUnitBytes = 48 * 1024;  // shared memory a block gets without opt-in
 constexpr int kWarps = kBlockThreads / 32;
 
 // Sum over the block, identical on every thread; the tree is fixed by the thread index.
@@ -42,9 +41,8 @@ __device__ double BlockSum(double v, double* shared /* kWarps + 1 */) {
 
 // Moments of elements [begin, end) of `unit`; every thread of the block gets them.
 // With `cache`, the values are also kept there (index k - begin) for later passes.
-__device__ Moments ChunkMoments(const float* __restrict__ x, const NormShape& s, int64_t unit,
-                                int64_t begin, int64_t end, bool rms, float* cache,
-                                double* shared) {
+__device__ Moments ChunkMoments(const float* x, const NormShape& s, int64_t unit, int64_t begin,
+                                int64_t end, bool rms, float* cache, double* shared) {
   Moments m;
   m.count = static_cast<double>(end - begin);
   m.mean =

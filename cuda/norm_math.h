@@ -145,6 +145,10 @@ struct NormPlan {
 
 constexpr int64_t kSplitChunkElems = 16384;
 
+// Fused units up to this size are kept in shared memory (x read from memory once):
+// the 48 KiB a block gets without opting in, less room for the block's own reductions.
+constexpr int64_t kCachedUnitBytes = 44 * 1024;
+
 inline NormPlan PlanNorm(const NormShape& s, int64_t multiprocessors) {
   NormPlan plan;
   plan.chunk = s.count;

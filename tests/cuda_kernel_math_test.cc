@@ -83,7 +83,7 @@ void ReplayNorm(const std::vector<float>& x, std::vector<float>* y, const NormSh
                 std::vector<float>* rstd_out, NormPlan* plan_out) {
   const NormPlan plan = normkit::cuda::PlanNorm(s, multiprocessors);
   *plan_out = plan;
-  const bool cached = plan.chunks == 1 && s.count * 4 <= 48 * 1024;
+  const bool cached = plan.chunks == 1 && s.count * 4 <= normkit::cuda::kCachedUnitBytes;
   std::vector<float> cache(static_cast<size_t>(plan.chunk));
   for (int64_t unit = 0; unit < s.units; ++unit) {
     Moments merged;
