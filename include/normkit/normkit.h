@@ -145,11 +145,11 @@ typedef enum normkit_layout {
  * run on the context's stream (normkit_context_set_cuda_stream) and return before the
  * GPU has finished, like cuDNN calls; errors found by validation are returned at once,
  * and nothing is launched then. Results are deterministic run to run (no atomics) but
- * not bitwise equal to the CPU path's, except affine and batch norm, which compute the
- * same fused multiply-add from the same folded parameters. normkit_batch_norm_inference
- * copies its C-float parameters to the host to validate and fold them, which waits
- * for the stream. Scratch memory (split group norms, pinv without a normalizer, the
- * GAP step) comes from cudaMallocAsync on the stream. */
+ * not bitwise equal to the CPU path's, except affine and batch norm on CPUs with FMA,
+ * which compute the same fused multiply-add from the same folded parameters.
+ * normkit_batch_norm_inference copies its C-float parameters to the host to validate and fold them,
+ * which waits for the stream. Scratch memory (split group norms, pinv without a normalizer, the GAP
+ * step) comes from cudaMallocAsync on the stream. */
 typedef enum normkit_device {
   NORMKIT_DEVICE_CPU = 0,
   /* Runs on GPU `device_index` when the build has the CUDA module and the machine a
