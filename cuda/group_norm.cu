@@ -137,14 +137,14 @@ unsigned Blocks(int64_t work) {
 }  // namespace
 
 normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView& x,
-                    const TensorView& y, const NormArgs& args) {
+                    const TensorView& y, const NormArgs& args, bool rows) {
   DeviceScope scope(x.device_index);
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
   const cudaStream_t stream = StreamOf(ctx);
 
-  const NormShape s = args.rows ? NormShape::ForRows(x.batch, x.channels)
-                                : NormShape::ForGroups(x.batch, x.channels, x.spatial, args.groups,
-                                                       x.channels_last());
+  const NormShape s =
+      rows ? NormShape::ForRows(x.batch, x.channels)
+           : NormShape::ForGroups(x.batch, x.channels, x.spatial, args.groups, x.channels_last());
   const NormKernelArgs a{static_cast<const float*>(x.data),
                          static_cast<float*>(y.data),
                          args.gamma,

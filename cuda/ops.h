@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "core/norm_args.h"
 #include "core/shift_geometry.h"
 #include "core/tensor.h"
 #include "normkit/normkit.h"
@@ -44,21 +45,10 @@ normkit_status AffineHostParams(const char* op, const normkit_context* ctx, cons
                                 const TensorView& y, const float* host_scale,
                                 const float* host_shift);
 
-// Group norm (rows == false) or the row-wise layer / RMS norm of a [rows, D] tensor
-// (rows == true: groups is 1 per row). Arrays are device arrays or NULL.
-struct NormArgs {
-  int64_t groups = 1;
-  const float* gamma = nullptr;
-  const float* beta = nullptr;
-  float eps = 1e-5f;
-  int32_t activation = NORMKIT_ACTIVATION_NONE;
-  bool rows = false;
-  bool rms = false;
-  float* mean = nullptr;
-  float* rstd = nullptr;
-};
+// Group norm, or (rows) the row-wise layer / RMS norm of a [rows, D] tensor. The
+// arrays of `args` are device arrays or NULL.
 normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView& x,
-                    const TensorView& y, const NormArgs& args);
+                    const TensorView& y, const NormArgs& args, bool rows);
 
 // The shift-sum family; pointers are device arrays of the call's dtype.
 template <class T>

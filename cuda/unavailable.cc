@@ -41,7 +41,7 @@ normkit_status AffineHostParams(const char* op, const normkit_context*, const Te
 }
 
 normkit_status Norm(const char* op, const normkit_context*, const TensorView&, const TensorView&,
-                    const NormArgs&) {
+                    const NormArgs&, bool) {
   return NoCuda(op);
 }
 

@@ -53,7 +53,7 @@ normkit_status ValidateNormArrays(const char* op, const TensorView& xv, const Te
 }
 
 normkit_status NormCuda(const char* op, const normkit_context* context, const TensorView& xv,
-                        const TensorView& yv, const cuda::NormArgs& args) {
+                        const TensorView& yv, const NormArgs& args, bool rows) {
   NORMKIT_RETURN_IF_ERROR(cuda::CheckCall(op, xv.device_index,
                                           {{"x", xv.data},
                                            {"y", yv.data},
@@ -61,7 +61,7 @@ normkit_status NormCuda(const char* op, const normkit_context* context, const Te
                                            {"beta", args.beta},
                                            {"mean_out", args.mean},
                                            {"rstd_out", args.rstd}}));
-  return cuda::Norm(op, context, xv, yv, args);
+  return cuda::Norm(op, context, xv, yv, args, rows);
 }
 
 normkit_status GroupNormEntry(const char* op, const normkit_context* context,
@@ -83,25 +83,15 @@ normkit_status GroupNormEntry(const char* op, const normkit_context* context,
     NORMKIT_RETURN_IF_ERROR(CheckActivation(op, activation));
     NORMKIT_RETURN_IF_ERROR(ValidateNormArrays(op, xv, yv, eps, gamma, beta, xv.channels, mean_out,
                                                rstd_out, xv.batch * groups));
-    if (xv.on_cuda()) {
-      cuda::NormArgs args;
-      args.groups = groups;
-      args.gamma = gamma;
-      args.beta = beta;
-      args.eps = eps;
-      args.activation = activation;
-      args.mean = mean_out;
-      args.rstd = rstd_out;
-      return NormCuda(op, context, xv, yv, args);
-    }
-    cpu::GroupNormArgs args;
+    NormArgs args;
     args.groups = groups;
     args.gamma = gamma;
     args.beta = beta;
     args.eps = eps;
-    args.activation = static_cast<cpu::Activation>(activation);
+    args.activation = activation;
     args.mean = mean_out;
     args.rstd = rstd_out;
+    if (xv.on_cuda()) return NormCuda(op, context, xv, yv, args, false);
     cpu::GroupNorm(ResolveContext(context), xv, yv, args);
     return NORMKIT_SUCCESS;
   });
@@ -120,24 +110,14 @@ normkit_status RowNormEntry(const char* op, const normkit_context* context, cons
     }
     NORMKIT_RETURN_IF_ERROR(ValidateNormArrays(op, xv, yv, eps, gamma, beta, xv.channels, mean_out,
                                                rstd_out, xv.batch));
-    if (xv.on_cuda()) {
-      cuda::NormArgs args;
-      args.rows = true;
-      args.rms = rms;
-      args.gamma = gamma;
-      args.beta = beta;
-      args.eps = eps;
-      args.mean = mean_out;
-      args.rstd = rstd_out;
-      return NormCuda(op, context, xv, yv, args);
-    }
-    cpu::RowNormArgs args;
+    NormArgs args;
     args.gamma = gamma;
     args.beta = beta;
     args.eps = eps;
     args.rms = rms;
     args.mean = mean_out;
     args.rstd = rstd_out;
+    if (xv.on_cuda()) return NormCuda(op, context, xv, yv, args, true);
     cpu::RowNorm(ResolveContext(context), xv, yv, args);
     return NORMKIT_SUCCESS;
   });

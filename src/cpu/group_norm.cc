@@ -137,8 +137,8 @@ void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
     const int64_t off = u * p.unit_elems + begin;
     const size_t nc = static_cast<size_t>(u * p.C);
     const kernels::NormRows rows{&p.mean[nc], &p.scale[nc], &p.shift[nc]};
-    kernels::ApplyNormRows(p.x + off, p.y + off, (end - begin) / p.C, p.C, rows, p.args.activation,
-                           p.stream);
+    kernels::ApplyNormRows(p.x + off, p.y + off, (end - begin) / p.C, p.C, rows,
+                           static_cast<Activation>(p.args.activation), p.stream);
     return;
   }
   const int64_t n = u / p.G, g = u % p.G;
@@ -150,7 +150,8 @@ void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
     const int64_t c = g * p.Cg + plane;
     const size_t nc = static_cast<size_t>(n * p.C + c);
     const kernels::NormScalars s{p.mean[nc], p.scale[nc], p.shift[nc]};
-    kernels::ApplyNormSpan(xu + i, yu + i, stop - i, s, p.args.activation, p.stream);
+    kernels::ApplyNormSpan(xu + i, yu + i, stop - i, s, static_cast<Activation>(p.args.activation),
+                           p.stream);
     i = stop;
   }
 }

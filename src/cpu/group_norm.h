@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/context.h"
+#include "core/norm_args.h"
 #include "core/tensor.h"
 #include "cpu/kernels/group_norm.h"
 
@@ -15,15 +16,7 @@ namespace cpu {
 
 using kernels::Activation;
 
-struct GroupNormArgs {
-  int64_t groups = 1;            // divides C
-  const float* gamma = nullptr;  // C floats or null (1)
-  const float* beta = nullptr;   // C floats or null (0)
-  float eps = 1e-5f;
-  Activation activation = Activation::kNone;
-  float* mean = nullptr;  // N x groups outputs, or null
-  float* rstd = nullptr;  // N x groups outputs, or null
-};
+using GroupNormArgs = NormArgs;  // groups, gamma, beta, eps, activation, mean, rstd
 
 // y = act((x - mean) * rstd * gamma + beta) per (sample, group), on validated float32
 // CPU tensors of one shape; y may be x. Throws std::bad_alloc before writing anything
@@ -31,14 +24,7 @@ struct GroupNormArgs {
 void GroupNorm(const normkit_context& context, const TensorView& x, const TensorView& y,
                const GroupNormArgs& args);
 
-struct RowNormArgs {
-  const float* gamma = nullptr;  // D floats or null
-  const float* beta = nullptr;   // D floats or null (layer norm only)
-  float eps = 1e-5f;
-  bool rms = false;       // RMS norm: no mean subtracted, rstd = 1 / sqrt(mean(x^2) + eps)
-  float* mean = nullptr;  // rows outputs or null (layer norm only)
-  float* rstd = nullptr;  // rows outputs or null
-};
+using RowNormArgs = NormArgs;  // gamma, beta, eps, rms, mean, rstd
 
 // Layer norm or RMS norm over the last dimension of a [rows, D] tensor.
 void RowNorm(const normkit_context& context, const TensorView& x, const TensorView& y,
