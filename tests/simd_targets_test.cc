@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Runs the kernels on every SIMD target this CPU supports (not only the best one)
 // and checks each against the double reference.
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -52,6 +53,29 @@ TEST(SimdTargets, EverySupportedTargetMatchesReference) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
+}
+
+// The batch-norm fold is exact IEEE double arithmetic on every target: the same bits
+// as the plain formula, vector body and scalar tail alike.
+TEST(SimdTargets, BatchNormFoldIsTheDoubleFormulaOnEveryTarget) {
+  const int64_t C = 45;
+  const std::vector<float> gamma = RandomVector(C, 11), beta = RandomVector(C, 12),
+                           mean = RandomVector(C, 13), var = RandomVector(C, 14, 0.0f, 4.0f);
+  const float eps = 1e-5f;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    std::vector<float> scale(C), shift(C);
+    ASSERT_EQ(normkit_batch_norm_fold(C, gamma.data(), beta.data(), mean.data(), var.data(), eps,
+                                      scale.data(), shift.data()),
+              NORMKIT_SUCCESS);
+    for (int64_t c = 0; c < C; ++c) {
+      const double s = gamma[c] / std::sqrt(static_cast<double>(var[c]) + eps);
+      EXPECT_EQ(scale[c], static_cast<float>(s)) << c;
+      EXPECT_EQ(shift[c], static_cast<float>(beta[c] - mean[c] * s)) << c;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 // Group norm and the row norms on every target: the double accumulation, the 1-lane

@@ -2,6 +2,7 @@
 // C entry points of batch-norm inference and of folding it into scale / shift,
 // convolutions and linear layers.
 #include <cmath>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -22,6 +23,13 @@ normkit_status ValidateBatchNormParams(const char* op, int64_t channels,
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_mean", bn.mean));
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_var", bn.var));
   NORMKIT_RETURN_IF_ERROR(CheckEps(op, bn.eps));
+  // A branch-free scan first (vectorized: it runs on every call), then the first
+  // offender for the message.
+  bool all_valid = true;
+  for (int64_t c = 0; c < channels; ++c) {
+    all_valid &= bn.var[c] >= 0.0f && bn.var[c] <= std::numeric_limits<float>::max();
+  }
+  if (all_valid) return NORMKIT_SUCCESS;
   for (int64_t c = 0; c < channels; ++c) {
     if (!std::isfinite(bn.var[c]) || bn.var[c] < 0.0f) {
       return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,

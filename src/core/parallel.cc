@@ -34,6 +34,35 @@ void ParallelFor(const normkit_context& context, int64_t num_tasks,
 #endif
 }
 
+void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
+                     const std::function<void(int64_t, int64_t)>& body) {
+  if (num_tasks <= 0) return;
+  if (num_tasks == 1 || context.num_threads <= 1) {
+    body(0, num_tasks);
+    return;
+  }
+#if defined(NORMKIT_THREADING_TBB)
+  context.arena->execute([&] {
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, num_tasks, 1),
+        [&](const tbb::blocked_range<int64_t>& range) { body(range.begin(), range.end()); });
+  });
+#elif defined(NORMKIT_THREADING_OPENMP)
+  const int64_t threads = num_tasks < context.num_threads ? num_tasks : context.num_threads;
+#pragma omp parallel num_threads(static_cast<int>(threads))
+  {
+    // Thread t takes tasks [t * n / threads, (t + 1) * n / threads).
+    const int64_t t = omp_get_thread_num();
+    const int64_t n = omp_get_num_threads();
+    const int64_t begin = num_tasks * t / n;
+    const int64_t end = num_tasks * (t + 1) / n;
+    if (begin < end) body(begin, end);
+  }
+#else
+  body(0, num_tasks);
+#endif
+}
+
 const char* ThreadingBackendName() {
 #if defined(NORMKIT_THREADING_TBB)
   return "tbb";

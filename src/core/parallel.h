@@ -17,6 +17,13 @@ namespace normkit {
 void ParallelFor(const normkit_context& context, int64_t num_tasks,
                  const std::function<void(int64_t)>& body);
 
+// Like ParallelFor, but hands each worker whole runs of consecutive tasks:
+// body(begin, end) covers tasks [begin, end). Ops whose per-task setup matters
+// (short calls cut into many small blocks) do it once per run, not once per task.
+// Runs are contiguous and, with OpenMP, as even as the task count allows.
+void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
+                     const std::function<void(int64_t, int64_t)>& body);
+
 // "tbb", "openmp" or "serial".
 const char* ThreadingBackendName();
 

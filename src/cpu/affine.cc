@@ -2,6 +2,7 @@
 #include "cpu/affine.h"
 
 #include <cstdint>
+#include <cstring>
 #include <new>
 #include <numeric>
 
@@ -27,6 +28,13 @@ AffineTerms TermsOf(const AffineParams& p) {
 // is >= lanes: any run of `lanes` parameters is then one contiguous load.
 void BuildRepRow(const float* values, int64_t base, int64_t repeat, int64_t period, int64_t lanes,
                  float* row) {
+  if (repeat == 1) {  // channels-last: whole copies of the C values (a hot path for short calls)
+    for (int64_t j = 0; j < period + lanes; j += base) {
+      const int64_t n = period + lanes - j < base ? period + lanes - j : base;
+      std::memcpy(row + j, values, static_cast<size_t>(n) * sizeof(float));
+    }
+    return;
+  }
   int64_t value = 0, used = 0;
   for (int64_t j = 0; j < period + lanes; ++j) {
     row[j] = values[value];
@@ -46,13 +54,23 @@ int64_t PeriodFor(int64_t cycle, int64_t lanes) {
   return cycle * ((lanes + cycle - 1) / cycle);
 }
 
+// Blocks come from the shape alone: 32K elements, or for smaller tensors 1/64 of
+// the tensor (at least 1K elements) so that a few threads still split it evenly.
+// Tensors too small to repay waking a thread stay on the calling thread.
 void RunBlocks(const normkit_context& context, int64_t numel,
                const std::function<void(int64_t, int64_t)>& range) {
-  const int64_t tasks = (numel + kAffineBlockElems - 1) / kAffineBlockElems;
-  ParallelFor(context, tasks, [&](int64_t task) {
-    const int64_t begin = task * kAffineBlockElems;
-    const int64_t end = begin + kAffineBlockElems < numel ? begin + kAffineBlockElems : numel;
-    range(begin, end);
+  if (numel * int64_t{2 * sizeof(float)} < kMinParallelBytes) {
+    range(0, numel);
+    return;
+  }
+  int64_t block = (numel + kMinAffineBlocks - 1) / kMinAffineBlocks;
+  block = (block + 63) & ~int64_t{63};  // whole cache lines
+  if (block < kMinAffineBlockElems) block = kMinAffineBlockElems;
+  if (block > kAffineBlockElems) block = kAffineBlockElems;
+  const int64_t tasks = (numel + block - 1) / block;
+  ParallelForRuns(context, tasks, [&](int64_t first, int64_t last) {
+    const int64_t end = last * block < numel ? last * block : numel;
+    range(first * block, end);
   });
 }
 
@@ -68,12 +86,13 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   const int64_t lanes = static_cast<int64_t>(kernels::AffineLanes());
   const int64_t N = x.batch, C = x.channels, S = x.spatial;
 
-  // Channels-first planes of a few vectors or more: broadcast one scalar per plane.
-  // Shorter planes use a periodic row of C * S parameters when it stays small
+  // Channels-first planes of a vector or more: broadcast one scalar per plane
+  // (spliced where a vector crosses planes). Shorter planes use a periodic row of
+  // C * S parameters when it stays small
   // (per-sample parameters would need one row per sample, as large as the tensor).
   // The row is built per call, so it must also be small next to the tensor.
   const bool small_planes =
-      S < 4 * lanes && !params.per_sample && C * S <= kMaxPeriodicRow && C * S * 8 <= x.numel;
+      S < lanes && !params.per_sample && C * S <= kMaxPeriodicRow && C * S * 8 <= x.numel;
   if (!x.channels_last() && !small_planes) {
     kernels::AffineBroadcastJob job{
         xd, yd, S, params.per_sample ? N * C : C, params.scale, params.shift, terms, stream};

@@ -21,8 +21,13 @@ struct AffineParams {
 void Affine(const normkit_context& context, const TensorView& x, const TensorView& y,
             const AffineParams& params);
 
-// Elements per parallel task. Fixed, so task boundaries depend only on the shape.
+// Elements per parallel task: kAffineBlockElems, or for tensors smaller than
+// kMinAffineBlocks such blocks, numel / kMinAffineBlocks but not under
+// kMinAffineBlockElems. Fixed by the shape, so task boundaries never depend on the
+// thread count (an affine's bits would not anyway: each element is one FMA).
 constexpr int64_t kAffineBlockElems = int64_t{1} << 15;
+constexpr int64_t kMinAffineBlocks = 64;
+constexpr int64_t kMinAffineBlockElems = int64_t{1} << 10;
 
 // Largest parameter row (floats) built for channels-first tensors with tiny planes.
 constexpr int64_t kMaxPeriodicRow = 4096;

@@ -47,43 +47,60 @@ HWY_INLINE bool IsVectorAligned(D d, const float* p) {
   return reinterpret_cast<uintptr_t>(p) % (hn::Lanes(d) * sizeof(float)) == 0;
 }
 
-// y[i] = x[i] * scale + shift for i < n. x may equal y (in place).
-template <bool kScale, bool kShift, bool kStream>
-HWY_INLINE void AffineBroadcastSpan(const float* x, float* y, size_t n, float scale, float shift) {
+// Stores one vector, non-temporally when kStream (then y must be vector aligned).
+template <bool kStream, class D, class V>
+HWY_INLINE void PutVector(D d, V v, float* y) {
+  if constexpr (kStream) {
+    hn::Stream(v, d, y);
+  } else {
+    hn::StoreU(v, d, y);
+  }
+}
+
+// Splices a per-plane parameter into a vector whose lanes cross plane boundaries:
+// lanes < first keep `v`, lanes >= first take `value`.
+template <class D, class V>
+HWY_INLINE V SpliceFrom(D d, V v, size_t first, float value) {
+  return hn::IfThenElse(hn::FirstN(d, first), v, hn::Set(d, value));
+}
+
+// The body of periodic spans: kRows periods at a time, each parameter vector loaded
+// once for kRows x vectors (a load of x, scale and shift per vector would make loads,
+// not the store, the bottleneck of in-cache calls). period is a multiple of Lanes;
+// scale_rep / shift_rep hold the period's parameters from the span's first element.
+// Returns the elements done (whole blocks of kRows periods).
+template <size_t kRows, bool kScale, bool kShift, bool kStream>
+HWY_INLINE size_t AffinePeriodRows(const float* x, float* y, size_t n, const float* scale_rep,
+                                   const float* shift_rep, size_t period) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
+  const size_t block = kRows * period;
   size_t i = 0;
-  if (n < lanes) {
-    for (; i < n; ++i) AffineOne<kScale, kShift>(x + i, y + i, scale, shift);
-    return;
-  }
-  const auto vscale = hn::Set(d, scale);
-  const auto vshift = hn::Set(d, shift);
-  if constexpr (kStream) {
-    for (; i < n && !IsVectorAligned(d, y + i); ++i) {
-      AffineOne<kScale, kShift>(x + i, y + i, scale, shift);
+  for (; n - i >= block; i += block) {
+    for (size_t k = 0; k < period; k += lanes) {
+      const auto vscale = kScale ? hn::LoadU(d, scale_rep + k) : hn::Zero(d);
+      const auto vshift = kShift ? hn::LoadU(d, shift_rep + k) : hn::Zero(d);
+      // All loads before any store: a store to one row and the next row's load
+      // may share address bits 0-11, and the load would wait on it (4K aliasing).
+      const auto x0 = hn::LoadU(d, x + i + k);
+      const auto x1 = hn::LoadU(d, x + i + period + k);
+      if constexpr (kRows == 2) {
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x0, vscale, vshift), y + i + k);
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x1, vscale, vshift), y + i + period + k);
+      } else {
+        static_assert(kRows == 4, "2 or 4 rows");
+        const auto x2 = hn::LoadU(d, x + i + 2 * period + k);
+        const auto x3 = hn::LoadU(d, x + i + 3 * period + k);
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x0, vscale, vshift), y + i + k);
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x1, vscale, vshift), y + i + period + k);
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x2, vscale, vshift),
+                           y + i + 2 * period + k);
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x3, vscale, vshift),
+                           y + i + 3 * period + k);
+      }
     }
-    for (; i + lanes <= n; i += lanes) {
-      hn::Stream(ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i), vscale, vshift), d, y + i);
-    }
-  } else {
-    for (; i + lanes <= n; i += lanes) {
-      hn::StoreU(ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i), vscale, vshift), d, y + i);
-    }
   }
-  if constexpr (kStream) {
-    // Streamed lines must not be read back (that waits for them to reach memory):
-    // the tail goes one element at a time.
-    for (; i < n; ++i) AffineOne<kScale, kShift>(x + i, y + i, scale, shift);
-  }
-  if (i < n) {
-    // Last vector overlaps what is done: keep those lanes as already written
-    // (correct in place too), compute only the new ones. Never reads past n.
-    const size_t t = n - lanes;
-    const auto fresh = hn::Not(hn::FirstN(d, i - t));
-    const auto v = ApplyAffine<kScale, kShift>(hn::LoadU(d, x + t), vscale, vshift);
-    hn::StoreU(hn::IfThenElse(fresh, v, hn::LoadU(d, y + t)), d, y + t);
-  }
+  return i;
 }
 
 // y[i] = x[i] * scale_rep[o_i] + shift_rep[o_i], o_i = (o + i) % period.
@@ -105,16 +122,26 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
     }
     return;
   }
-  if constexpr (kStream) {
-    for (; i < n && !IsVectorAligned(d, y + i); ++i) {
-      one(i, o);
-      if (++o == period) o = 0;
-    }
+  // Align the stores (required to stream; a split-line store costs two otherwise).
+  for (; i < n && !IsVectorAligned(d, y + i); ++i) {
+    one(i, o);
+    if (++o == period) o = 0;
   }
   // Runs of whole vectors that do not wrap the period: a tight loop with no
   // index arithmetic beyond the pointer bump. rep holds period + lanes values,
   // so a run may also be one vector that straddles the wrap.
   while (i + lanes <= n) {
+    if (o < lanes && period % lanes == 0) {
+      // Whole periods from offset o: rep[o, o + period) is inside the row. Four rows
+      // share an L1 set when a period is a multiple of 4 KiB (C = 1024): then two,
+      // so 2 x rows, 2 y rows and the parameters still fit its 8 ways.
+      const float* sr = kScale ? scale_rep + o : nullptr;
+      const float* br = kShift ? shift_rep + o : nullptr;
+      i += (period * sizeof(float)) % 4096 == 0
+               ? AffinePeriodRows<2, kScale, kShift, kStream>(x + i, y + i, n - i, sr, br, period)
+               : AffinePeriodRows<4, kScale, kShift, kStream>(x + i, y + i, n - i, sr, br, period);
+      if (i + lanes > n) break;
+    }
     // lanes is a power of two: round down with a mask, not a division.
     size_t run = (period - o) & ~(lanes - 1);
     if (run == 0) run = lanes;
@@ -126,18 +153,14 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
     for (size_t k = 0; k < run; k += lanes) {
       const auto vscale = kScale ? hn::LoadU(d, sr + k) : hn::Zero(d);
       const auto vshift = kShift ? hn::LoadU(d, br + k) : hn::Zero(d);
-      const auto v = ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i + k), vscale, vshift);
-      if constexpr (kStream) {
-        hn::Stream(v, d, y + i + k);
-      } else {
-        hn::StoreU(v, d, y + i + k);
-      }
+      PutVector<kStream>(d, ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i + k), vscale, vshift),
+                         y + i + k);
     }
     i += run;
     o += run;
     if (o >= period) o -= period;
   }
-  if constexpr (kStream) {  // no read-back of streamed lines (see AffineBroadcastSpan)
+  if constexpr (kStream) {  // streamed lines must not be read back (waits for memory)
     for (; i < n; ++i) {
       one(i, o);
       if (++o == period) o = 0;

@@ -17,19 +17,73 @@ namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
 
+// Channels-first ranges walk the flat elements with a (plane, offset) cursor rather
+// than plane by plane: a vector that crosses a plane boundary gets its parameters
+// spliced from both planes, so short planes (7x7, 14x14) cost no partial vectors
+// and no overlapping tail stores (which stall store forwarding, worst in place).
 template <bool kScale, bool kShift, bool kStream>
 void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t S = job.plane_size;
+  const int64_t P = job.param_count;
+  const float* x = job.x;  // may equal y (in place)
+  float* y = job.y;
+  const auto scale = [&](int64_t p) { return kScale ? job.scale[p] : 0.0f; };
+  const auto shift = [&](int64_t p) { return kShift ? job.shift[p] : 0.0f; };
+  int64_t p = (begin / S) % P;  // parameter index of the element at i
+  int64_t off = begin % S;      // its offset in its plane
+  const auto next_plane = [&](int64_t q) { return q + 1 == P ? 0 : q + 1; };
+  const auto one = [&](int64_t i) {
+    AffineOne<kScale, kShift>(x + i, y + i, scale(p), shift(p));
+    if (++off == S) {
+      off = 0;
+      p = next_plane(p);
+    }
+  };
   int64_t i = begin;
-  while (i < end) {
-    const int64_t plane = i / job.plane_size;
-    const int64_t plane_end = (plane + 1) * job.plane_size;
-    const int64_t stop = plane_end < end ? plane_end : end;
-    const int64_t p = plane % job.param_count;
-    AffineBroadcastSpan<kScale, kShift, kStream>(
-        job.x + i, job.y + i, static_cast<size_t>(stop - i), kScale ? job.scale[p] : 0.0f,
-        kShift ? job.shift[p] : 0.0f);
-    i = stop;
+  // Align the stores (required to stream; a split-line store costs two otherwise).
+  for (; i < end && !IsVectorAligned(d, y + i); ++i) one(i);
+  while (end - i >= lanes) {
+    if (S - off >= lanes) {
+      // Whole vectors inside the plane: one broadcast, a tight loop.
+      int64_t run = S - off < end - i ? S - off : end - i;
+      run &= ~(lanes - 1);  // lanes is a power of two
+      const auto vs = hn::Set(d, scale(p));
+      const auto vb = hn::Set(d, shift(p));
+      for (int64_t k = 0; k < run; k += lanes) {
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i + k), vs, vb), y + i + k);
+      }
+      i += run;
+      off += run;
+      if (off == S) {
+        off = 0;
+        p = next_plane(p);
+      }
+      continue;
+    }
+    // One vector over a plane boundary (several when planes are shorter than it).
+    auto vs = hn::Set(d, scale(p));
+    auto vb = hn::Set(d, shift(p));
+    int64_t first = S - off;  // first lane of the next plane
+    int64_t q = p;
+    for (; first < lanes; first += S) {
+      q = next_plane(q);
+      const size_t lane = static_cast<size_t>(first);
+      if constexpr (kScale) vs = SpliceFrom(d, vs, lane, scale(q));
+      if constexpr (kShift) vb = SpliceFrom(d, vb, lane, shift(q));
+    }
+    PutVector<kStream>(d, ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i), vs, vb), y + i);
+    i += lanes;
+    p = q;
+    off = lanes - (first - S);  // lanes [first - S, lanes) are plane q's
+    if (off == S) {
+      off = 0;
+      p = next_plane(p);
+    }
   }
+  // Fewer than a vector left (the end of the tensor): one element at a time.
+  for (; i < end; ++i) one(i);
   if constexpr (kStream) hwy::FlushStream();
 }
 

@@ -1,0 +1,29 @@
+// SPDX-License-Identifier: Apache-2.0
+// Batch-norm folding, vectorized: scale = gamma / sqrt(var + eps), shift = beta -
+// mean * scale for a run of channels, in double with one rounding to float. Every
+// operation is a correctly rounded IEEE one (no FMA), so the result is bit for bit
+// the plain scalar double formula's, on every SIMD target.
+#ifndef NORMKIT_CPU_KERNELS_BATCH_NORM_FOLD_H_
+#define NORMKIT_CPU_KERNELS_BATCH_NORM_FOLD_H_
+
+#include <cstdint>
+
+namespace normkit {
+namespace kernels {
+
+struct BatchNormFoldJob {
+  const float* gamma;  // null: 1
+  const float* beta;   // null: 0
+  const float* mean;
+  const float* var;
+  double eps;
+  float* scale;  // may alias gamma / beta element for element
+  float* shift;
+};
+
+void BatchNormFold(const BatchNormFoldJob& job, int64_t channels);
+
+}  // namespace kernels
+}  // namespace normkit
+
+#endif  // NORMKIT_CPU_KERNELS_BATCH_NORM_FOLD_H_
