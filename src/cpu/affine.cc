@@ -132,7 +132,8 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
                                  params.scale ? scale_rep.get() : nullptr,
                                  params.shift ? shift_rep.get() : nullptr,
                                  terms,
-                                 stream};
+                                 stream,
+                                 x.bytes <= kAffineRowsMaxBytes};
   RunBlocks(context, x.numel, [&](int64_t b, int64_t e) { kernels::AffinePeriodic(job, b, e); });
 }
 

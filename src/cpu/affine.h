@@ -32,6 +32,11 @@ constexpr int64_t kMinAffineBlockElems = int64_t{1} << 10;
 // Largest parameter row (floats) built for channels-first tensors with tiny planes.
 constexpr int64_t kMaxPeriodicRow = 4096;
 
+// Channels-last tensors up to this size apply each parameter vector to several rows
+// (measured: 0.8 -> 0.95 of memcpy at 1-4 MiB; at 8 MiB and beyond, where DRAM sets
+// the pace, the interleaved rows defeat the prefetcher: 1.6 -> 0.85).
+constexpr int64_t kAffineRowsMaxBytes = int64_t{4} << 20;
+
 // Longest parameter period (floats) chosen as lcm(C, lanes) for channels-last rows.
 constexpr int64_t kMaxLcmPeriod = 4096;
 

@@ -107,7 +107,8 @@ HWY_INLINE size_t AffinePeriodRows(const float* x, float* y, size_t n, const flo
 // Requires period >= Lanes and rep arrays of period + Lanes values.
 template <bool kScale, bool kShift, bool kStream>
 HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const float* scale_rep,
-                                   const float* shift_rep, size_t period, size_t o) {
+                                   const float* shift_rep, size_t period, size_t o,
+                                   bool rows_per_load) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   size_t i = 0;
@@ -131,7 +132,7 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
   // index arithmetic beyond the pointer bump. rep holds period + lanes values,
   // so a run may also be one vector that straddles the wrap.
   while (i + lanes <= n) {
-    if (o < lanes && period % lanes == 0) {
+    if (rows_per_load && o < lanes && period % lanes == 0) {
       // Whole periods from offset o: rep[o, o + period) is inside the row. Four rows
       // share an L1 set when a period is a multiple of 4 KiB (C = 1024): then two,
       // so 2 x rows, 2 y rows and the parameters still fit its 8 ways.

@@ -42,6 +42,9 @@ struct AffinePeriodicJob {
   const float* shift_rep;
   AffineTerms terms;
   bool stream;
+  // Apply each parameter vector to several rows per load: pays off when x is in
+  // cache (loads are then the bottleneck), costs prefetch order when it is not.
+  bool rows_per_load;
 };
 
 void AffineBroadcast(const AffineBroadcastJob& job, int64_t begin, int64_t end);
