@@ -141,19 +141,13 @@ void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
                            static_cast<Activation>(p.args.activation), p.stream);
     return;
   }
+  // Channels-first: unit u is group g of sample n, channels g * Cg.. contiguous.
   const int64_t n = u / p.G, g = u % p.G;
-  const float* xu = p.x + u * p.unit_elems;
-  float* yu = p.y + u * p.unit_elems;
-  for (int64_t i = begin; i < end;) {
-    const int64_t plane = i / p.S;
-    const int64_t stop = std::min(end, (plane + 1) * p.S);
-    const int64_t c = g * p.Cg + plane;
-    const size_t nc = static_cast<size_t>(n * p.C + c);
-    const kernels::NormScalars s{p.mean[nc], p.scale[nc], p.shift[nc]};
-    kernels::ApplyNormSpan(xu + i, yu + i, stop - i, s, static_cast<Activation>(p.args.activation),
+  const int64_t off = u * p.unit_elems + begin;
+  const size_t nc = static_cast<size_t>(n * p.C + g * p.Cg + begin / p.S);
+  kernels::ApplyNormPlanes(p.x + off, p.y + off, end - begin, p.S, begin % p.S, p.mean[nc],
+                           &p.scale[nc], &p.shift[nc], static_cast<Activation>(p.args.activation),
                            p.stream);
-    i = stop;
-  }
 }
 
 // Asks for block k of unit u (if any) to be brought into cache while the current

@@ -64,10 +64,20 @@ constexpr size_t kFlushVectors = 16;
 
 // A pivot for the shifted sums: the mean of the first few values. Only its distance
 // from the true mean (in units of the spread) matters, and SpanMoments checks it.
+// Summed in vectors: a chain of 64 scalar adds cost more than the statistics of a
+// 1.5K-element group.
 HWY_INLINE float SamplePivot(const float* x, size_t n) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
   const size_t k = std::min<size_t>(n, 64);
+  size_t i = 0;
   float sum = 0.0f;
-  for (size_t i = 0; i < k; ++i) sum += x[i];
+  if (k >= N) {
+    auto acc = hn::LoadU(d, x);
+    for (i = N; i + N <= k; i += N) acc = acc + hn::LoadU(d, x + i);
+    sum = hn::GetLane(hn::SumOfLanes(d, acc));
+  }
+  for (; i < k; ++i) sum += x[i];
   return sum / static_cast<float>(k);
 }
 
@@ -289,6 +299,13 @@ HWY_INLINE V Activate(D d, V v) {
     // Not Max(v, 0): x86 max returns the second operand for NaN, and NaN must survive.
     return hn::IfThenZeroElse(v < hn::Zero(d), v);
   } else if constexpr (kAct == Activation::kSilu) {
+    if constexpr (hn::MaxLanes(D()) < hn::MaxLanes(DF())) {
+      // Partial vectors (peels, tails) go through a full one: the reciprocal estimate
+      // of a 128-bit vector may differ from a 512-bit one's, and an element's result
+      // must not depend on where its span starts.
+      const DF df;
+      return hn::Set(d, hn::GetLane(Activate<kAct>(df, hn::Set(df, hn::GetLane(v)))));
+    }
     // v * 1 / (1 + e^-v). The clamp keeps e^-v finite (silu(v) for v < -87 is below
     // 1e-36 and comes out as such); NaN stays NaN through the final product. The
     // reciprocal is the hardware estimate plus one Newton step (~2^-23 relative),
@@ -340,12 +357,67 @@ HWY_INLINE void MapSpan(const float* x, float* y, size_t n, const F& f) {
   }
 }
 
+// Channels-first apply over consecutive planes of one group (one mean, per-plane
+// scale / shift): walks the elements flat, so a vector crossing a plane boundary
+// takes its parameters spliced from both planes. Plane-by-plane spans would end
+// every short plane (14x14, 7x7) in a partial vector.
 template <Activation kAct, bool kStream>
-void NormSpan(const float* x, float* y, size_t n, const NormScalars& p) {
-  MapSpan<kStream>(x, y, n, [&](auto d, size_t, auto v) {
-    const auto dev = v - hn::Set(d, p.mean);
-    return Activate<kAct>(d, hn::MulAdd(dev, hn::Set(d, p.scale), hn::Set(d, p.shift)));
-  });
+void NormPlanesT(const float* x, float* y, size_t n, size_t plane, size_t offset, float mean,
+                 const float* scale, const float* shift) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  const hn::CappedTag<float, 1> d1;
+  size_t j = 0;         // plane of element i, counted from the first
+  size_t off = offset;  // its offset in that plane
+  size_t i = 0;
+  const auto one = [&] {
+    const auto v = hn::LoadU(d1, x + i) - hn::Set(d1, mean);
+    hn::StoreU(Activate<kAct>(d1, hn::MulAdd(v, hn::Set(d1, scale[j]), hn::Set(d1, shift[j]))),
+               d1, y + i);
+    ++i;
+    if (++off == plane) off = 0, ++j;
+  };
+  const auto put = [&](hn::Vec<DF> v, size_t at) {
+    if constexpr (kStream) {
+      hn::Stream(v, d, y + at);
+    } else {
+      hn::StoreU(v, d, y + at);
+    }
+  };
+  // Aligned stores: required to stream, and a split-line store costs two.
+  while (i < n && !IsAligned(d, y + i)) one();
+  const auto vmean = hn::Set(d, mean);
+  while (n - i >= N) {
+    if (plane - off >= N) {
+      size_t run = std::min(plane - off, n - i);
+      run -= run % N;
+      const auto vs = hn::Set(d, scale[j]);
+      const auto vb = hn::Set(d, shift[j]);
+      for (size_t k = 0; k < run; k += N) {
+        put(Activate<kAct>(d, hn::MulAdd(hn::LoadU(d, x + i + k) - vmean, vs, vb)), i + k);
+      }
+      i += run;
+      off += run;
+      if (off == plane) off = 0, ++j;
+      continue;
+    }
+    auto vs = hn::Set(d, scale[j]);
+    auto vb = hn::Set(d, shift[j]);
+    size_t first = plane - off;  // first lane of the next plane
+    size_t q = j;
+    for (; first < N; first += plane) {
+      ++q;
+      const auto earlier = hn::FirstN(d, first);
+      vs = hn::IfThenElse(earlier, vs, hn::Set(d, scale[q]));
+      vb = hn::IfThenElse(earlier, vb, hn::Set(d, shift[q]));
+    }
+    put(Activate<kAct>(d, hn::MulAdd(hn::LoadU(d, x + i) - vmean, vs, vb)), i);
+    i += N;
+    j = q;
+    off = N - (first - plane);  // lanes [first - plane, N) are plane q's
+    if (off == plane) off = 0, ++j;
+  }
+  while (i < n) one();
   if constexpr (kStream) hwy::FlushStream();
 }
 
@@ -427,9 +499,11 @@ void DispatchActivation(Activation act, bool stream, Args&&... args) {
 }
 
 template <Activation kAct, bool kStream>
-struct NormSpanFn {
-  static void Run(const float* x, float* y, int64_t n, const NormScalars& p) {
-    NormSpan<kAct, kStream>(x, y, static_cast<size_t>(n), p);
+struct NormPlanesFn {
+  static void Run(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, float mean,
+                  const float* scale, const float* shift) {
+    NormPlanesT<kAct, kStream>(x, y, static_cast<size_t>(n), static_cast<size_t>(plane),
+                               static_cast<size_t>(offset), mean, scale, shift);
   }
 };
 template <Activation kAct, bool kStream>
@@ -439,9 +513,10 @@ struct NormRowsFn {
   }
 };
 
-void ApplyNormSpanImpl(const float* x, float* y, int64_t n, const NormScalars& p, Activation act,
-                       bool stream) {
-  DispatchActivation<NormSpanFn>(act, stream, x, y, n, p);
+void ApplyNormPlanesImpl(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
+                         float mean, const float* scale, const float* shift, Activation act,
+                         bool stream) {
+  DispatchActivation<NormPlanesFn>(act, stream, x, y, n, plane, offset, mean, scale, shift);
 }
 
 void ApplyNormRowsImpl(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
@@ -477,7 +552,7 @@ namespace kernels {
 HWY_EXPORT(SpanMomentsImpl);
 HWY_EXPORT(SpanSumSquaresImpl);
 HWY_EXPORT(ChannelShiftedSumsImpl);
-HWY_EXPORT(ApplyNormSpanImpl);
+HWY_EXPORT(ApplyNormPlanesImpl);
 HWY_EXPORT(ApplyNormRowsImpl);
 HWY_EXPORT(ApplyRowNormImpl);
 
@@ -494,9 +569,11 @@ void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const fl
   HWY_DYNAMIC_DISPATCH(ChannelShiftedSumsImpl)(x, rows, channels, pivot, s1, s2);
 }
 
-void ApplyNormSpan(const float* x, float* y, int64_t n, const NormScalars& p, Activation act,
-                   bool stream) {
-  HWY_DYNAMIC_DISPATCH(ApplyNormSpanImpl)(x, y, n, p, act, stream);
+void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
+                     float mean, const float* scale, const float* shift, Activation act,
+                     bool stream) {
+  HWY_DYNAMIC_DISPATCH(ApplyNormPlanesImpl)(x, y, n, plane, offset, mean, scale, shift, act,
+                                            stream);
 }
 
 void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,

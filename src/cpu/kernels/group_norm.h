@@ -56,18 +56,16 @@ inline Moments FromShiftedSums(double count, float pivot, double s1, double s2) 
 // `stream`: non-temporal stores (outputs larger than the last-level cache); each call
 // ends with the fence that orders them.
 //
-// One normalization for a whole span: y = act((x - mean) * scale + shift), where
-// mean is the float nearest the exact mean m, scale = gamma * rstd and
+// Channels-first: y = act((x - mean) * scale[j] + shift[j]) over n elements of
+// consecutive planes of `plane` elements that share one mean (one group), the first
+// element at `offset` in its plane; j counts planes from that first one. mean is the
+// float nearest the exact mean m, scale = gamma * rstd and
 // shift = beta - (m - mean) * scale. Subtracting the mean first keeps the result
 // exact when the mean is large next to the standard deviation; the folded form
 // x * scale + (beta - m * scale) would lose those digits.
-struct NormScalars {
-  float mean;
-  float scale;
-  float shift;
-};
-void ApplyNormSpan(const float* x, float* y, int64_t n, const NormScalars& p, Activation act,
-                   bool stream);
+void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
+                     float mean, const float* scale, const float* shift, Activation act,
+                     bool stream);
 
 // Channels-last rows of `channels` floats, parameters per channel (rows of `channels`).
 struct NormRows {
