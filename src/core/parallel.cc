@@ -49,7 +49,7 @@ void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
   });
 #elif defined(NORMKIT_THREADING_OPENMP)
   const int64_t threads = num_tasks < context.num_threads ? num_tasks : context.num_threads;
-#pragma omp parallel num_threads(static_cast<int>(threads))
+#pragma omp parallel num_threads(static_cast <int>(threads))
   {
     // Thread t takes tasks [t * n / threads, (t + 1) * n / threads).
     const int64_t t = omp_get_thread_num();

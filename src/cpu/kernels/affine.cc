@@ -52,7 +52,8 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
       const auto vs = hn::Set(d, scale(p));
       const auto vb = hn::Set(d, shift(p));
       for (int64_t k = 0; k < run; k += lanes) {
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i + k), vs, vb), y + i + k);
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i + k), vs, vb),
+                           y + i + k);
       }
       i += run;
       off += run;

@@ -38,7 +38,8 @@ void BatchNormFoldImpl(const BatchNormFoldJob& job, int64_t channels) {
   int64_t c = 0;
   for (; c + lanes <= channels; c += lanes) {
     // All inputs of these channels are loaded before their outputs are stored.
-    const auto gamma = job.gamma ? hn::PromoteTo(dd, hn::LoadU(df, job.gamma + c)) : hn::Set(dd, 1.0);
+    const auto gamma =
+        job.gamma ? hn::PromoteTo(dd, hn::LoadU(df, job.gamma + c)) : hn::Set(dd, 1.0);
     const auto beta = job.beta ? hn::PromoteTo(dd, hn::LoadU(df, job.beta + c)) : hn::Zero(dd);
     const auto mean = hn::PromoteTo(dd, hn::LoadU(df, job.mean + c));
     const auto var = hn::PromoteTo(dd, hn::LoadU(df, job.var + c));

@@ -372,8 +372,8 @@ void NormPlanesT(const float* x, float* y, size_t n, size_t plane, size_t offset
   size_t i = 0;
   const auto one = [&] {
     const auto v = hn::LoadU(d1, x + i) - hn::Set(d1, mean);
-    hn::StoreU(Activate<kAct>(d1, hn::MulAdd(v, hn::Set(d1, scale[j]), hn::Set(d1, shift[j]))),
-               d1, y + i);
+    hn::StoreU(Activate<kAct>(d1, hn::MulAdd(v, hn::Set(d1, scale[j]), hn::Set(d1, shift[j]))), d1,
+               y + i);
     ++i;
     if (++off == plane) off = 0, ++j;
   };
@@ -569,11 +569,10 @@ void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const fl
   HWY_DYNAMIC_DISPATCH(ChannelShiftedSumsImpl)(x, rows, channels, pivot, s1, s2);
 }
 
-void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
-                     float mean, const float* scale, const float* shift, Activation act,
-                     bool stream) {
-  HWY_DYNAMIC_DISPATCH(ApplyNormPlanesImpl)(x, y, n, plane, offset, mean, scale, shift, act,
-                                            stream);
+void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, float mean,
+                     const float* scale, const float* shift, Activation act, bool stream) {
+  HWY_DYNAMIC_DISPATCH(ApplyNormPlanesImpl)
+  (x, y, n, plane, offset, mean, scale, shift, act, stream);
 }
 
 void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,

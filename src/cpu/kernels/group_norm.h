@@ -63,9 +63,8 @@ inline Moments FromShiftedSums(double count, float pivot, double s1, double s2) 
 // shift = beta - (m - mean) * scale. Subtracting the mean first keeps the result
 // exact when the mean is large next to the standard deviation; the folded form
 // x * scale + (beta - m * scale) would lose those digits.
-void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
-                     float mean, const float* scale, const float* shift, Activation act,
-                     bool stream);
+void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, float mean,
+                     const float* scale, const float* shift, Activation act, bool stream);
 
 // Channels-last rows of `channels` floats, parameters per channel (rows of `channels`).
 struct NormRows {
