@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// SIMD spans for per-channel affines, shared by every op that ends in one
-// (affine, batch norm, and later group norm's apply pass). Included once per target.
+// SIMD spans for per-channel affines (affine and batch norm, through
+// cpu/kernels/affine.cc). Included once per target.
 
 #if defined(NORMKIT_CPU_KERNELS_AFFINE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef NORMKIT_CPU_KERNELS_AFFINE_INL_H_
