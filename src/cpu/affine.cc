@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cpu/affine.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -103,9 +104,38 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   // channels-first planes: c = (j / S) % C, i.e. each value repeated S times.
   const int64_t repeat = x.channels_last() ? 1 : S;
   const int64_t period = PeriodFor(C * repeat, lanes);
-  const int64_t rows = params.per_sample ? N : 1;
   const int64_t row_len = period + lanes;
-  // Cache-line aligned so parameter loads split lines no more often than x's do.
+  const int64_t sample_elems = C * S;
+  kernels::AffinePeriodicJob job{
+      xd,      yd,      sample_elems, period, 0,
+      nullptr, nullptr, terms,        stream, x.bytes <= kAffineRowsMaxBytes};
+  if (row_len <= kLocalRepFloats) {
+    // Each range builds the rows it reads on its own thread's stack, one sample's row
+    // at a time. Built once by the calling thread, they crossed to every other core's
+    // cache on each call: 1x256x14x14 NHWC affine took 4.0-5.1 us a call at 2 threads,
+    // more than at 1 (3.8-4.0 us); built by each thread, 3.0-3.3 us.
+    RunBlocks(context, x.numel, [&](int64_t b, int64_t e) {
+      alignas(64) float scale_row[kLocalRepFloats];
+      alignas(64) float shift_row[kLocalRepFloats];
+      kernels::AffinePeriodicJob local = job;
+      local.scale_rep = params.scale ? scale_row : nullptr;
+      local.shift_rep = params.shift ? shift_row : nullptr;
+      for (int64_t i = b; i < e;) {
+        const int64_t sample = i / sample_elems;
+        const int64_t stop = params.per_sample ? std::min(e, (sample + 1) * sample_elems) : e;
+        const int64_t r = params.per_sample ? sample : 0;
+        if (i == b || params.per_sample) {
+          if (params.scale) BuildRepRow(params.scale + r * C, C, repeat, period, lanes, scale_row);
+          if (params.shift) BuildRepRow(params.shift + r * C, C, repeat, period, lanes, shift_row);
+        }
+        kernels::AffinePeriodic(local, i, stop);
+        i = stop;
+      }
+    });
+    return;
+  }
+  // Long rows (C over kLocalRepFloats): built once, shared by all threads.
+  const int64_t rows = params.per_sample ? N : 1;
   const auto alloc = [&](bool needed) {
     hwy::AlignedFreeUniquePtr<float[]> p;
     if (needed) {
@@ -124,16 +154,9 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
       BuildRepRow(params.shift + r * C, C, repeat, period, lanes, &shift_rep[r * row_len]);
     }
   }
-  kernels::AffinePeriodicJob job{xd,
-                                 yd,
-                                 C * S,
-                                 period,
-                                 params.per_sample ? row_len : 0,
-                                 params.scale ? scale_rep.get() : nullptr,
-                                 params.shift ? shift_rep.get() : nullptr,
-                                 terms,
-                                 stream,
-                                 x.bytes <= kAffineRowsMaxBytes};
+  job.rep_stride = params.per_sample ? row_len : 0;
+  job.scale_rep = scale_rep.get();
+  job.shift_rep = shift_rep.get();
   RunBlocks(context, x.numel, [&](int64_t b, int64_t e) { kernels::AffinePeriodic(job, b, e); });
 }
 

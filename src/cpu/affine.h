@@ -40,6 +40,10 @@ constexpr int64_t kAffineRowsMaxBytes = int64_t{4} << 20;
 // Longest parameter period (floats) chosen as lcm(C, lanes) for channels-last rows.
 constexpr int64_t kMaxLcmPeriod = 4096;
 
+// Parameter rows up to this many floats (every lcm period and tiny-plane row) are
+// built on the stack of each thread that reads them.
+constexpr int64_t kLocalRepFloats = kMaxLcmPeriod + 64;
+
 }  // namespace cpu
 }  // namespace normkit
 

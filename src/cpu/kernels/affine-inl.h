@@ -151,7 +151,35 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
     // (An absent term's rep is null: no arithmetic on it, found by fuzz_affine.)
     const float* HWY_RESTRICT sr = kScale ? scale_rep + o : nullptr;
     const float* HWY_RESTRICT br = kShift ? shift_rep + o : nullptr;
-    for (size_t k = 0; k < run; k += lanes) {
+    size_t k = 0;
+    // Eight x vectors loaded before their parameters: with two parameter loads
+    // between x loads the core keeps fewer x misses in flight. 64x256x64x64 NHWC in
+    // place, 1 thread: 0.7 of the flat in-place scale before, 0.8-0.9 after (a
+    // standalone loop of this shape reaches 1.0).
+    for (; k + 8 * lanes <= run; k += 8 * lanes) {
+      const auto x0 = hn::LoadU(d, x + i + k);
+      const auto x1 = hn::LoadU(d, x + i + k + lanes);
+      const auto x2 = hn::LoadU(d, x + i + k + 2 * lanes);
+      const auto x3 = hn::LoadU(d, x + i + k + 3 * lanes);
+      const auto x4 = hn::LoadU(d, x + i + k + 4 * lanes);
+      const auto x5 = hn::LoadU(d, x + i + k + 5 * lanes);
+      const auto x6 = hn::LoadU(d, x + i + k + 6 * lanes);
+      const auto x7 = hn::LoadU(d, x + i + k + 7 * lanes);
+      const auto apply = [&](auto xv, size_t j) {
+        const auto vscale = kScale ? hn::LoadU(d, sr + j) : hn::Zero(d);
+        const auto vshift = kShift ? hn::LoadU(d, br + j) : hn::Zero(d);
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(xv, vscale, vshift), y + i + j);
+      };
+      apply(x0, k);
+      apply(x1, k + lanes);
+      apply(x2, k + 2 * lanes);
+      apply(x3, k + 3 * lanes);
+      apply(x4, k + 4 * lanes);
+      apply(x5, k + 5 * lanes);
+      apply(x6, k + 6 * lanes);
+      apply(x7, k + 7 * lanes);
+    }
+    for (; k < run; k += lanes) {
       const auto vscale = kScale ? hn::LoadU(d, sr + k) : hn::Zero(d);
       const auto vshift = kShift ? hn::LoadU(d, br + k) : hn::Zero(d);
       PutVector<kStream>(d, ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i + k), vscale, vshift),
