@@ -15,7 +15,7 @@ namespace cpu {
 namespace {
 
 using kernels::ShiftSumAccumulate;
-using kernels::ShiftSumAccumulateRows;
+using kernels::ShiftSumAccumulateTile;
 using kernels::ShiftSumAddSquares;
 using kernels::ShiftSumAxpy;
 using kernels::ShiftSumDivide;
@@ -72,6 +72,20 @@ const T* AlignedMask(const ShiftSumProblem<T>& p, int64_t b, int64_t c, int64_t 
     case ShiftMask::kPhiBCHW: return p.mask + ((b * p.C + c) * p.H_out + at.r) * p.W_out + at.col;
   }
   return nullptr;
+}
+
+// Elements between the aligned masks of consecutive channels (same sample and row).
+template <class T>
+int64_t MaskChannelStride(const ShiftSumProblem<T>& p) {
+  switch (p.mask_kind) {
+    case ShiftMask::kNone:
+    case ShiftMask::kHW: return 0;
+    case ShiftMask::kCHW:
+    case ShiftMask::kBCHW: return p.H * p.W;
+    case ShiftMask::kPhiCHW:
+    case ShiftMask::kPhiBCHW: return p.H_out * p.W_out + p.step;  // next plane, shifted
+  }
+  return 0;
 }
 
 // x rows of one channel. Channels-first rows are used in place; channels-last rows are
@@ -215,27 +229,47 @@ void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
       }
       return;
     }
+    const bool phi = p.PhiMask();
     ForTiles(begin, end, p.H_out, [&](int64_t b, int64_t r0, int64_t r1) {
       T* ytile = y + (b * p.H_out + r0) * p.W_out;
       std::fill(ytile, ytile + (r1 - r0) * p.W_out, T(0));
-      for (int64_t c = 0; c < p.C; ++c) {
-        // Along W the channel's rows of this tile are contiguous: request the next tile's.
+      if (!p.along_h) {  // every channel covers every row of the tile: one call
         const int64_t ahead = r1 + (kPrefetchTiles - 1) * kTileRows;
-        if (!p.along_h && ahead < p.H) {
-          PrefetchToL2(x + xr.Offset(b, c, ahead), std::min(kTileRows, p.H - ahead) * p.W);
-        }
-        // The tile rows this channel reaches: consecutive x rows, one call.
-        int64_t ra = r0, rb = r1;
-        if (p.along_h) {
-          ra = std::max(r0, p.Offset(c));
-          rb = std::min(r1, p.Offset(c) + p.H);
+        kernels::ShiftSumTile<T> tile{};
+        tile.y = ytile + p.Offset(0);
+        tile.y_row_stride = p.W_out;
+        tile.y_channel_step = p.step;
+        tile.x = x + xr.Offset(b, 0, r0);
+        tile.x_row_stride = p.W;
+        tile.x_channel_stride = p.H * p.W;
+        tile.m = AlignedMask(p, b, 0, r0);
+        tile.m_row_stride = phi ? p.W_out : p.W;
+        tile.m_channel_stride = MaskChannelStride(p);
+        tile.channels = p.C;
+        tile.rows = r1 - r0;
+        tile.n = p.W;
+        // The channel's rows kPrefetchTiles tiles ahead (contiguous along W).
+        tile.prefetch_offset = (ahead - r0) * p.W;
+        tile.prefetch_count = ahead < p.H ? std::min(kTileRows, p.H - ahead) * p.W : 0;
+        ShiftSumAccumulateTile(tile);
+      } else {
+        for (int64_t c = 0; c < p.C; ++c) {
+          // The tile rows this channel reaches: consecutive x rows, one call.
+          const int64_t ra = std::max(r0, p.Offset(c)), rb = std::min(r1, p.Offset(c) + p.H);
           if (ra >= rb) continue;
+          const int64_t h = SourceRow(p, c, ra);
+          kernels::ShiftSumTile<T> tile{};
+          tile.y = ytile + (ra - r0) * p.W_out;
+          tile.y_row_stride = p.W_out;
+          tile.x = x + xr.Offset(b, c, h);
+          tile.x_row_stride = p.W;
+          tile.m = AlignedMask(p, b, c, h);
+          tile.m_row_stride = phi ? p.W_out : p.W;
+          tile.channels = 1;
+          tile.rows = rb - ra;
+          tile.n = p.W;
+          ShiftSumAccumulateTile(tile);
         }
-        const int64_t h = SourceRow(p, c, ra);
-        const T* m = AlignedMask(p, b, c, h);
-        const bool phi = p.mask_kind == ShiftMask::kPhiCHW || p.mask_kind == ShiftMask::kPhiBCHW;
-        ShiftSumAccumulateRows(ytile + (ra - r0) * p.W_out + Place(p, c, h).col, p.W_out,
-                               x + xr.Offset(b, c, h), p.W, m, phi ? p.W_out : p.W, rb - ra, p.W);
       }
       if (p.scale != T(1)) ShiftSumScale(ytile, p.scale, (r1 - r0) * p.W_out);
     });

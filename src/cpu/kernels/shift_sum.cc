@@ -44,13 +44,20 @@ void AccumulateT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RESTRI
   }
 }
 
-// Stores v at y + i: streaming for the full-vector tag when y + i is aligned.
 template <class T>
-void AccumulateRowsT(T* y, int64_t y_stride, const T* x, int64_t x_stride, const T* m,
-                     int64_t m_stride, int64_t rows, int64_t n) {
-  for (int64_t r = 0; r < rows; ++r) {
-    AccumulateT(y + r * y_stride, x + r * x_stride, m ? m + r * m_stride : nullptr,
-                static_cast<size_t>(n));
+void AccumulateTileT(const ShiftSumTile<T>& t) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  for (int64_t c = 0; c < t.channels; ++c) {
+    const T* x = t.x + c * t.x_channel_stride;
+    const T* m = t.m ? t.m + c * t.m_channel_stride : nullptr;
+    T* y = t.y + c * t.y_channel_step;
+    for (int64_t i = 0; i < t.prefetch_count; i += kLine) {
+      __builtin_prefetch(x + t.prefetch_offset + i, 0, 2);  // into L2 (prefetcht1)
+    }
+    for (int64_t r = 0; r < t.rows; ++r) {
+      AccumulateT(y + r * t.y_row_stride, x + r * t.x_row_stride,
+                  m ? m + r * t.m_row_stride : nullptr, static_cast<size_t>(t.n));
+    }
   }
 }
 
@@ -143,13 +150,11 @@ void AccumulateF(float* y, const float* x, const float* m, int64_t n) {
 void AccumulateD(double* y, const double* x, const double* m, int64_t n) {
   AccumulateT(y, x, m, n);
 }
-void AccumulateRowsF(float* y, int64_t ys, const float* x, int64_t xs, const float* m, int64_t ms,
-                     int64_t rows, int64_t n) {
-  AccumulateRowsT(y, ys, x, xs, m, ms, rows, n);
+void AccumulateTileF(const ShiftSumTile<float>& tile) {
+  AccumulateTileT(tile);
 }
-void AccumulateRowsD(double* y, int64_t ys, const double* x, int64_t xs, const double* m,
-                     int64_t ms, int64_t rows, int64_t n) {
-  AccumulateRowsT(y, ys, x, xs, m, ms, rows, n);
+void AccumulateTileD(const ShiftSumTile<double>& tile) {
+  AccumulateTileT(tile);
 }
 void ScaledProductF(float* y, const float* x, const float* m, float s, int64_t n, bool stream) {
   stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);
@@ -205,8 +210,8 @@ namespace kernels {
 
 HWY_EXPORT(AccumulateF);
 HWY_EXPORT(AccumulateD);
-HWY_EXPORT(AccumulateRowsF);
-HWY_EXPORT(AccumulateRowsD);
+HWY_EXPORT(AccumulateTileF);
+HWY_EXPORT(AccumulateTileD);
 HWY_EXPORT(ScaledProductF);
 HWY_EXPORT(ScaledProductD);
 HWY_EXPORT(ScaleF);
@@ -231,14 +236,12 @@ void ShiftSumAccumulate<double>(double* y, const double* x, const double* m, int
   HWY_DYNAMIC_DISPATCH(AccumulateD)(y, x, m, n);
 }
 template <>
-void ShiftSumAccumulateRows<float>(float* y, int64_t ys, const float* x, int64_t xs, const float* m,
-                                   int64_t ms, int64_t rows, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AccumulateRowsF)(y, ys, x, xs, m, ms, rows, n);
+void ShiftSumAccumulateTile<float>(const ShiftSumTile<float>& tile) {
+  HWY_DYNAMIC_DISPATCH(AccumulateTileF)(tile);
 }
 template <>
-void ShiftSumAccumulateRows<double>(double* y, int64_t ys, const double* x, int64_t xs,
-                                    const double* m, int64_t ms, int64_t rows, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AccumulateRowsD)(y, ys, x, xs, m, ms, rows, n);
+void ShiftSumAccumulateTile<double>(const ShiftSumTile<double>& tile) {
+  HWY_DYNAMIC_DISPATCH(AccumulateTileD)(tile);
 }
 template <>
 void ShiftSumScaledProduct<float>(float* y, const float* x, const float* m, float s, int64_t n,

@@ -14,11 +14,29 @@ namespace kernels {
 template <class T>
 void ShiftSumAccumulate(T* y, const T* x, const T* m, int64_t n);
 
-// ShiftSumAccumulate over `rows` rows: row r uses y + r * y_stride, x + r * x_stride and
-// m + r * m_stride (one dispatch for a channel's rows of a tile).
+// A tile of the forward sum along W: for each channel c in [0, channels) and row r
+// in [0, rows), y_row(c, r)[i] += m_row(c, r)[i] * x_row(c, r)[i] for i in [0, n), where
+//   y_row(c, r) = y + r * y_row_stride + c * y_channel_step   (the channel's shift),
+//   x_row(c, r) = x + r * x_row_stride + c * x_channel_stride,
+//   m_row(c, r) = m + r * m_row_stride + c * m_channel_stride (m null: all ones).
+// Channels are summed in order 0, 1, ..., each over all rows before the next.
+// Before channel c, prefetch_count elements from x_row(c, 0) + prefetch_offset are
+// requested into L2 (0: none). One dispatch per tile, not one per channel: seed
+// 003's forward went from 0.78 to 0.83 of memcpy at 1 thread, 0.88 to 0.95 at 2.
 template <class T>
-void ShiftSumAccumulateRows(T* y, int64_t y_stride, const T* x, int64_t x_stride, const T* m,
-                            int64_t m_stride, int64_t rows, int64_t n);
+struct ShiftSumTile {
+  T* y;
+  int64_t y_row_stride, y_channel_step;
+  const T* x;
+  int64_t x_row_stride, x_channel_stride;
+  const T* m;
+  int64_t m_row_stride, m_channel_stride;
+  int64_t channels, rows, n;
+  int64_t prefetch_offset, prefetch_count;
+};
+
+template <class T>
+void ShiftSumAccumulateTile(const ShiftSumTile<T>& tile);
 
 // y[i] = s * m[i] * x[i]. `stream`: non-temporal stores (an output larger than the
 // last-level cache); the caller fences them (hwy::FlushStream) before its task ends.
