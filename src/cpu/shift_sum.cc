@@ -386,15 +386,24 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
         };
         if (p.channels_last) transpose(true);
         std::fill(res.begin(), res.end(), T(0));
-        for (int64_t c = 0; c < p.C; ++c) {
-          if (!p.channels_last && pf0 < pf1) {
-            PrefetchToL2(x + ((b * p.C + c) * p.H + pf0) * p.W, (pf1 - pf0) * p.W);
-          }
-          for (int64_t h = h0; h < h1; ++h) {
-            ShiftSumAccumulate(&res[(h - h0) * p.W_out + p.Offset(c)], xrow(c, h),
-                               AlignedMask(p, b, c, h), p.W);
-          }
+        kernels::ShiftSumTile<T> tile{};  // A x for the tile, as in ShiftSumForward
+        tile.y = res.data() + p.Offset(0);
+        tile.y_row_stride = p.W_out;
+        tile.y_channel_step = p.step;
+        tile.x = xrow(0, h0);
+        tile.x_row_stride = p.channels_last ? p.C * p.W : p.W;
+        tile.x_channel_stride = p.channels_last ? p.W : p.H * p.W;
+        tile.m = AlignedMask(p, b, 0, h0);
+        tile.m_row_stride = p.PhiMask() ? p.W_out : p.W;
+        tile.m_channel_stride = MaskChannelStride(p);
+        tile.channels = p.C;
+        tile.rows = h1 - h0;
+        tile.n = p.W;
+        if (!p.channels_last && pf0 < pf1) {
+          tile.prefetch_offset = (pf0 - h0) * p.W;
+          tile.prefetch_count = (pf1 - pf0) * p.W;
         }
+        ShiftSumAccumulateTile(tile);
         for (int64_t h = h0; h < h1; ++h) {
           T* rr = &res[(h - h0) * p.W_out];
           if (p.scale != T(1)) ShiftSumScale(rr, p.scale, p.W_out);
