@@ -421,6 +421,21 @@ void NormPlanesT(const float* x, float* y, size_t n, size_t plane, size_t offset
   if constexpr (kStream) hwy::FlushStream();
 }
 
+// y = act((x - mean) * scale + shift) for one vector.
+template <Activation kAct, bool kStream>
+HWY_INLINE void NormVector(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, hn::Vec<DF> mean,
+                           hn::Vec<DF> scale, hn::Vec<DF> shift) {
+  const DF d;
+  const auto v = Activate<kAct>(d, hn::MulAdd(hn::LoadU(d, x) - mean, scale, shift));
+  if constexpr (kStream) {
+    hn::Stream(v, d, y);
+  } else {
+    hn::StoreU(v, d, y);
+  }
+}
+
+constexpr size_t kTileFloats = 8192;  // 32 KiB
+
 template <Activation kAct, bool kStream>
 void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& p) {
   const DF d;
@@ -431,24 +446,35 @@ void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& 
   }
   if (C % N == 0) {
     // Whole vectors in every row (and with streaming every store aligned): walk tiles
-    // of rows one vector of channels at a time, so each vector's parameters are
-    // loaded once per tile instead of once per row.
-    constexpr size_t kTileRows = 32;
-    for (size_t r0 = 0; r0 < rows; r0 += kTileRows) {
-      const size_t r1 = std::min(rows, r0 + kTileRows);
-      for (size_t c = 0; c < C; c += N) {
-        const auto mean = hn::LoadU(d, p.mean + c);
-        const auto scale = hn::LoadU(d, p.scale + c);
-        const auto shift = hn::LoadU(d, p.shift + c);
+    // of rows four vectors of channels at a time, so those vectors' parameters stay
+    // in registers down the tile. A tile spans at most L1's 32 KiB, so the columns
+    // after the first find its lines there, and rows at a stride of 2 KiB and more
+    // do not crowd a column into a few L1 sets. With C = 4 vectors this is one walk
+    // in memory order.
+    const size_t tile_rows = std::max<size_t>(1, kTileFloats / C);
+    for (size_t r0 = 0; r0 < rows; r0 += tile_rows) {
+      const size_t r1 = std::min(rows, r0 + tile_rows);
+      size_t c = 0;
+      for (; c + 4 * N <= C; c += 4 * N) {
+        const auto m0 = hn::LoadU(d, p.mean + c), m1 = hn::LoadU(d, p.mean + c + N),
+                   m2 = hn::LoadU(d, p.mean + c + 2 * N), m3 = hn::LoadU(d, p.mean + c + 3 * N);
+        const auto s0 = hn::LoadU(d, p.scale + c), s1 = hn::LoadU(d, p.scale + c + N),
+                   s2 = hn::LoadU(d, p.scale + c + 2 * N), s3 = hn::LoadU(d, p.scale + c + 3 * N);
+        const auto b0 = hn::LoadU(d, p.shift + c), b1 = hn::LoadU(d, p.shift + c + N),
+                   b2 = hn::LoadU(d, p.shift + c + 2 * N), b3 = hn::LoadU(d, p.shift + c + 3 * N);
         for (size_t r = r0; r < r1; ++r) {
-          const auto v =
-              Activate<kAct>(d, hn::MulAdd(hn::LoadU(d, x + r * C + c) - mean, scale, shift));
-          if constexpr (kStream) {
-            hn::Stream(v, d, y + r * C + c);
-          } else {
-            hn::StoreU(v, d, y + r * C + c);
-          }
+          const size_t at = r * C + c;
+          NormVector<kAct, kStream>(x + at, y + at, m0, s0, b0);
+          NormVector<kAct, kStream>(x + at + N, y + at + N, m1, s1, b1);
+          NormVector<kAct, kStream>(x + at + 2 * N, y + at + 2 * N, m2, s2, b2);
+          NormVector<kAct, kStream>(x + at + 3 * N, y + at + 3 * N, m3, s3, b3);
         }
+      }
+      for (; c < C; c += N) {
+        const auto m = hn::LoadU(d, p.mean + c), s = hn::LoadU(d, p.scale + c),
+                   b = hn::LoadU(d, p.shift + c);
+        for (size_t r = r0; r < r1; ++r)
+          NormVector<kAct, kStream>(x + r * C + c, y + r * C + c, m, s, b);
       }
     }
   } else {
