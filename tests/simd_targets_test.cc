@@ -3,6 +3,7 @@
 // and checks each against the double reference.
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,46 @@ TEST(SimdTargets, BatchNormFoldIsTheDoubleFormulaOnEveryTarget) {
       const double s = gamma[c] / std::sqrt(static_cast<double>(var[c]) + eps);
       EXPECT_EQ(scale[c], static_cast<float>(s)) << c;
       EXPECT_EQ(shift[c], static_cast<float>(beta[c] - mean[c] * s)) << c;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// The running-variance check is vectorized per target: every position of a vector
+// and of the tail, every kind of bad value, and the first of two offenders is named.
+TEST(SimdTargets, BatchNormVarianceCheckNamesTheFirstOffenderOnEveryTarget) {
+  constexpr float kSentinel = 31.0f;
+  const int64_t C = 37;  // two 16-lane vectors and a tail of 5
+  const float nan = std::numeric_limits<float>::quiet_NaN(),
+              inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> gamma(C, 1.0f), beta(C, 0.0f), mean(C, 0.0f);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    // Valid at the edges of the range: -0, the smallest subnormal, FLT_MAX.
+    std::vector<float> var(C, 1.0f);
+    var[3] = -0.0f;
+    var[17] = std::numeric_limits<float>::denorm_min();
+    var[36] = std::numeric_limits<float>::max();
+    std::vector<float> scale(C), shift(C);
+    EXPECT_EQ(normkit_batch_norm_fold(C, gamma.data(), beta.data(), mean.data(), var.data(), 1e-5f,
+                                      scale.data(), shift.data()),
+              NORMKIT_SUCCESS);
+    for (float bad : {-1e-30f, -1.0f, nan, inf, -inf}) {
+      for (int64_t c = 0; c < C; ++c) {
+        std::vector<float> v(C, 1.0f);
+        v[c] = bad;
+        if (c + 7 < C) v[c + 7] = -2.0f;  // a later offender is not the one named
+        std::vector<float> sc(C, kSentinel), sh(C, kSentinel);
+        ASSERT_EQ(normkit_batch_norm_fold(C, gamma.data(), beta.data(), mean.data(), v.data(),
+                                          1e-5f, sc.data(), sh.data()),
+                  NORMKIT_ERROR_INVALID_ARGUMENT)
+            << bad << " at " << c;
+        const std::string want = "running_var[" + std::to_string(c) + "] = ";
+        EXPECT_NE(std::string(normkit_last_error()).find(want), std::string::npos)
+            << normkit_last_error();
+        EXPECT_EQ(sc, std::vector<float>(C, kSentinel));
+      }
     }
   }
   hwy::SetSupportedTargetsForTest(0);

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // C entry points of batch-norm inference and of folding it into scale / shift,
 // convolutions and linear layers.
-#include <cmath>
-#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -23,21 +21,10 @@ normkit_status ValidateBatchNormParams(const char* op, int64_t channels,
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_mean", bn.mean));
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_var", bn.var));
   NORMKIT_RETURN_IF_ERROR(CheckEps(op, bn.eps));
-  // A branch-free scan first (vectorized: it runs on every call), then the first
-  // offender for the message.
-  bool all_valid = true;
-  for (int64_t c = 0; c < channels; ++c) {
-    all_valid &= bn.var[c] >= 0.0f && bn.var[c] <= std::numeric_limits<float>::max();
-  }
-  if (all_valid) return NORMKIT_SUCCESS;
-  for (int64_t c = 0; c < channels; ++c) {
-    if (!std::isfinite(bn.var[c]) || bn.var[c] < 0.0f) {
-      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
-                  "%s: running_var[%lld] = %g, must be finite and >= 0", op,
-                  static_cast<long long>(c), static_cast<double>(bn.var[c]));
-    }
-  }
-  return NORMKIT_SUCCESS;
+  const int64_t c = fold::FirstInvalidVariance(channels, bn.var);
+  if (c == channels) return NORMKIT_SUCCESS;
+  return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: running_var[%lld] = %g, must be finite and >= 0",
+              op, static_cast<long long>(c), static_cast<double>(bn.var[c]));
 }
 
 // Batch norm on CUDA tensors: the parameters are device arrays. They are copied to the

@@ -29,6 +29,10 @@ void BatchNormScaleShift(int64_t channels, const BatchNormParams& bn, float* sca
   kernels::BatchNormFold({bn.gamma, bn.beta, bn.mean, bn.var, bn.eps, scale, shift}, channels);
 }
 
+int64_t FirstInvalidVariance(int64_t channels, const float* var) {
+  return kernels::FirstInvalidVariance(var, channels);
+}
+
 void FoldBatchNormIntoConv(const ConvShape& shape, float* weight, const float* bias,
                            float* folded_bias, const BatchNormParams& bn) {
   const int64_t O = shape.out_channels;

@@ -22,6 +22,10 @@ struct BatchNormParams {
 // outputs may alias gamma / beta element for element.
 void BatchNormScaleShift(int64_t channels, const BatchNormParams& bn, float* scale, float* shift);
 
+// The first channel whose running variance is negative, infinite or NaN, or
+// `channels` when all are valid.
+int64_t FirstInvalidVariance(int64_t channels, const float* var);
+
 enum class ConvWeightOrder { kOIHW, kIOHWTransposed };
 
 struct ConvShape {

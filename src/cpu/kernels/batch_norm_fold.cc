@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <limits>
 
 // clang-format off
 #undef HWY_TARGET_INCLUDE
@@ -51,6 +52,27 @@ void BatchNormFoldImpl(const BatchNormFoldJob& job, int64_t channels) {
   for (; c < channels; ++c) FoldOne(job, c);
 }
 
+inline bool ValidVariance(float v) {
+  return v >= 0.0f && v <= std::numeric_limits<float>::max();  // false for NaN
+}
+
+int64_t FirstInvalidVarianceImpl(const float* var, int64_t channels) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto zero = hn::Zero(d);
+  const auto max = hn::Set(d, std::numeric_limits<float>::max());
+  int64_t c = 0;
+  for (; c + lanes <= channels; c += lanes) {
+    const auto v = hn::LoadU(d, var + c);
+    const auto valid = hn::And(v >= zero, v <= max);  // comparisons with NaN are false
+    if (!hn::AllTrue(d, valid)) return c + hn::FindFirstTrue(d, hn::Not(valid));
+  }
+  for (; c < channels; ++c) {
+    if (!ValidVariance(var[c])) return c;
+  }
+  return channels;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
@@ -61,9 +83,14 @@ namespace normkit {
 namespace kernels {
 
 HWY_EXPORT(BatchNormFoldImpl);
+HWY_EXPORT(FirstInvalidVarianceImpl);
 
 void BatchNormFold(const BatchNormFoldJob& job, int64_t channels) {
   HWY_DYNAMIC_DISPATCH(BatchNormFoldImpl)(job, channels);
+}
+
+int64_t FirstInvalidVariance(const float* var, int64_t channels) {
+  return HWY_DYNAMIC_DISPATCH(FirstInvalidVarianceImpl)(var, channels);
 }
 
 }  // namespace kernels

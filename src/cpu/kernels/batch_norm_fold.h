@@ -23,6 +23,10 @@ struct BatchNormFoldJob {
 
 void BatchNormFold(const BatchNormFoldJob& job, int64_t channels);
 
+// The first c with var[c] not in [0, FLT_MAX] (negative, infinite or NaN), or
+// `channels` when there is none. Vectorized: it runs on every batch-norm call.
+int64_t FirstInvalidVariance(const float* var, int64_t channels);
+
 }  // namespace kernels
 }  // namespace normkit
 
