@@ -38,6 +38,13 @@ try:
 except Exception as e:  # noqa: BLE001
     ort = None
     print(f"peer skipped: ONNX Runtime ({e})")
+try:
+    import tempfile
+
+    import ncnn
+except Exception as e:  # noqa: BLE001
+    ncnn = None
+    print(f"peer skipped: ncnn ({e})")
 
 
 # ---------------------------------------------------------------- normkit via ctypes
@@ -53,6 +60,7 @@ def load_normkit():
     lib.normkit_rms_norm.argtypes = [vp, tp, f32p, ctypes.c_float, tp, f32p]
     pp = ctypes.POINTER(ShiftSumParams)
     lib.normkit_shift_sum.argtypes = [vp, tp, pp, tp]
+    lib.normkit_shift_sum_adjoint.argtypes = [vp, tp, pp, tp]
     lib.normkit_shift_sum_pinv.argtypes = [vp, tp, pp, ctypes.c_int32, vp, tp]
     lib.normkit_last_error.restype = ctypes.c_char_p
     lib.normkit_simd_target.restype = ctypes.c_char_p
@@ -131,6 +139,11 @@ def ort_session(nodes, inputs, outputs, initializers, threads, opset):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # ORT's pool threads spin after each run; on a 2-core machine they then take the
+    # cores of whoever is timed next (normkit's 2-thread 1x64x56x56 batch norm: 0.011 ms
+    # alone, 0.1-0.44 ms right after an ORT call). Without spinning ORT timed the same
+    # on these shapes (0.027-0.029 ms both ways).
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
@@ -151,6 +164,39 @@ def ort_peer(peers, name, nodes, shape, inits, threads, opset, x):
         print(f"  {name} skipped: {str(e).splitlines()[0][:120]}")
 
 
+# ---------------------------------------------------------------- ncnn helpers
+def ncnn_peer(peers, name, layer, weights, samples, threads):
+    """A one-layer ncnn net (`layer`: its .param line after the type and names) run on
+    each array of `samples` (ncnn's Mat has no batch axis: one extract per sample, as an
+    ncnn app runs a batch). Weights go to a .bin in the order the layer loads them."""
+    try:
+        d = tempfile.mkdtemp(prefix="ncnn-peer-")
+        kind = layer.split()[0]
+        with open(os.path.join(d, "m.param"), "w") as f:
+            f.write(f"7767517\n2 2\nInput in 0 1 in\n{kind} op 1 1 in out {' '.join(layer.split()[1:])}\n")
+        with open(os.path.join(d, "m.bin"), "wb") as f:
+            for wgt in weights:
+                f.write(np.ascontiguousarray(wgt, np.float32).tobytes())
+        net = ncnn.Net()
+        net.opt.num_threads = threads
+        if net.load_param(os.path.join(d, "m.param")) or net.load_model(os.path.join(d, "m.bin")):
+            raise RuntimeError(f"could not load a {kind} layer")
+        mats = [ncnn.Mat(np.ascontiguousarray(a)).clone() for a in samples]
+        res = {}
+
+        def run():
+            outs = []
+            for m in mats:
+                ex = net.create_extractor()
+                ex.input("in", m)
+                outs.append(ex.extract("out")[1])
+            res["o"] = outs
+
+        peers[name] = (run, lambda: np.stack([np.array(o) for o in res["o"]]), net)
+    except Exception as e:  # noqa: BLE001
+        print(f"  {name} skipped: {e}")
+
+
 def torch_view(x, layout):
     """x as an NCHW torch tensor (channels_last memory for NHWC), and the way back."""
     if layout == CHANNELS_FIRST:
@@ -167,7 +213,7 @@ def record(op, shape, layout, threads, nk_fn, nk_out, peers, bytes_moved):
     checked = {}
     nk_fn()
     want = np.array(nk_out(), copy=True)
-    for name, (fn, get) in list(peers.items()):
+    for name, (fn, get, *_) in list(peers.items()):
         try:
             fn()
             checked[name] = rel_diff(get(), want)
@@ -175,7 +221,7 @@ def record(op, shape, layout, threads, nk_fn, nk_out, peers, bytes_moved):
             print(f"  {name} skipped on {op} {shape}: {e}")
             peers.pop(name)
     fns = {"normkit": nk_fn, "memcpy": memcpy_closure(bytes_moved // 2)}
-    fns.update({name: fn for name, (fn, _) in peers.items()})
+    fns.update({name: v[0] for name, v in peers.items()})
     t = time_interleaved(fns)
     row = {"op": op, "shape": shape, "layout": layout, "threads": threads, "normkit": t["normkit"],
            "ratio": t["memcpy"] / t["normkit"], "peers": {n: (t[n], checked[n]) for n in peers}}
@@ -187,7 +233,9 @@ def record(op, shape, layout, threads, nk_fn, nk_out, peers, bytes_moved):
 
 
 def affine_cases(threads, rng):
-    for shape in [(16, 256, 64, 64), (1, 64, 56, 56), (1, 256, 14, 14)]:
+    # Seed 000's two shapes, seed 001's 32x256x64x64, the N = 1 edge shapes of issue 2.
+    for shape in [(64, 256, 64, 64), (16, 256, 64, 64), (32, 256, 64, 64), (1, 64, 56, 56), (1, 256, 14, 14),
+                  (1, 32, 112, 112), (1, 3, 224, 224)]:
         n, c, h, w = shape
         for layout in (CHANNELS_FIRST, CHANNELS_LAST):
             x = rng.standard_normal(shape if layout == CHANNELS_FIRST else (n, h, w, c)).astype(np.float32)
@@ -196,10 +244,18 @@ def affine_cases(threads, rng):
             mean, var = rng.standard_normal(c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32)
             xt, yt = descriptors(x, y, layout)
             lay = "NCHW" if layout == CHANNELS_FIRST else "NHWC"
+            # Seed 000 scales each sample's channels by its own parameters (N x C).
+            psc, psh = rng.standard_normal((n, c)).astype(np.float32), rng.standard_normal((n, c)).astype(np.float32)
             c_, p_sc, p_sh, p_mean, p_var = ctx(threads), fp(sc), fp(sh), fp(mean), fp(var)
-            for op in ("affine", "batch_norm"):
+            p_psc, p_psh = fp(psc), fp(psh)
+            ops = ("affine", "scale_only", "batch_norm") + (("affine_per_sample",) if n >= 16 else ())
+            for op in ops:
                 if op == "affine":
                     nk = lambda: ok(LIB.normkit_affine(c_, xt, p_sc, p_sh, 0, yt))  # noqa: E731
+                elif op == "affine_per_sample":
+                    nk = lambda: ok(LIB.normkit_affine(c_, xt, p_psc, p_psh, 1, yt))  # noqa: E731
+                elif op == "scale_only":  # seed 004: x * w, no shift
+                    nk = lambda: ok(LIB.normkit_affine(c_, xt, p_sc, None, 0, yt))  # noqa: E731
                 else:
                     nk = lambda: ok(LIB.normkit_batch_norm_inference(  # noqa: E731
                         c_, xt, p_sc, p_sh, p_mean, p_var, 1e-5, yt))
@@ -213,15 +269,39 @@ def affine_cases(threads, rng):
                         peers["torch x*w+b"] = (lambda: out.__setitem__("a", tx * tw + tb), lambda: back(out["a"]))
                         peers["torch addcmul"] = (lambda: out.__setitem__("b", torch.addcmul(tb, tx, tw)),
                                                   lambda: back(out["b"]))
+                    elif op == "scale_only":
+                        peers["torch x*w"] = (lambda: out.__setitem__("s", tx * tw), lambda: back(out["s"]))
+                    elif op == "affine_per_sample":  # the seed's x * w.view(N, C, 1, 1) + b.view(N, C, 1, 1)
+                        pw, pb = torch.from_numpy(psc).view(n, c, 1, 1), torch.from_numpy(psh).view(n, c, 1, 1)
+                        peers["torch x*w+b"] = (lambda: out.__setitem__("p", tx * pw + pb), lambda: back(out["p"]))
+                        peers["torch addcmul"] = (lambda: out.__setitem__("q", torch.addcmul(pb, tx, pw)),
+                                                  lambda: back(out["q"]))
                     else:
                         peers["torch F.batch_norm"] = (
                             lambda: out.__setitem__("c", F.batch_norm(tx, tm, tv, ts, tsh, False, 0.0, 1e-5)),
                             lambda: back(out["c"]))
+                        bn2d = torch.nn.BatchNorm2d(c, eps=1e-5).eval()
+                        with torch.no_grad():
+                            bn2d.weight.copy_(ts), bn2d.bias.copy_(tsh)
+                            bn2d.running_mean.copy_(tm), bn2d.running_var.copy_(tv)
+
+                        def run_bn2d(m=bn2d):
+                            with torch.no_grad():
+                                out["d"] = m(tx)
+                        peers["torch BatchNorm2d.eval()"] = (run_bn2d, lambda: back(out["d"]))
                 if ort is not None and layout == CHANNELS_FIRST:  # ORT CPU kernels are NCHW
                     if op == "affine":
                         nodes = [helper.make_node("Mul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])]
                         ort_peer(peers, "ORT Mul+Add", nodes, shape,
                                  [init("w", sc.reshape(1, c, 1, 1)), init("b", sh.reshape(1, c, 1, 1))], threads, 17, x)
+                    elif op == "affine_per_sample":
+                        nodes = [helper.make_node("Mul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])]
+                        ort_peer(peers, "ORT Mul+Add", nodes, shape,
+                                 [init("w", psc.reshape(n, c, 1, 1)), init("b", psh.reshape(n, c, 1, 1))], threads,
+                                 17, x)
+                    elif op == "scale_only":
+                        nodes = [helper.make_node("Mul", ["x", "w"], ["y"])]
+                        ort_peer(peers, "ORT Mul", nodes, shape, [init("w", sc.reshape(1, c, 1, 1))], threads, 17, x)
                     else:
                         nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-5)]
                         ort_peer(peers, "ORT BatchNormalization", nodes, shape,
@@ -230,7 +310,8 @@ def affine_cases(threads, rng):
 
 
 def norm_cases(threads, rng):
-    for shape, g in [((128, 256, 28, 28), 32), ((1, 64, 56, 56), 32), ((8, 64, 128, 128), 64)]:
+    for shape, g in [((128, 256, 28, 28), 32), ((32, 512, 56, 56), 32), ((1, 64, 56, 56), 32),
+                     ((1, 256, 14, 14), 32), ((1, 32, 112, 112), 8), ((8, 64, 128, 128), 64)]:
         n, c, h, w = shape
         op = "instance_norm" if g == c else f"group_norm G={g}"
         for layout in (CHANNELS_FIRST, CHANNELS_LAST):
@@ -252,6 +333,13 @@ def norm_cases(threads, rng):
                     peers["torch F.instance_norm"] = (
                         lambda: out.__setitem__("i", F.instance_norm(tx, weight=tg, bias=tb, eps=1e-5)),
                         lambda: back(out["i"]))
+            if ncnn is not None and layout == CHANNELS_FIRST:  # ncnn's Mat is c, h, w
+                if g == c:
+                    ncnn_peer(peers, "ncnn InstanceNorm", f"InstanceNorm 0={c} 1=0.00001 2=1", [gm, bt], x,
+                              threads)
+                else:
+                    ncnn_peer(peers, "ncnn GroupNorm", f"GroupNorm 0={g} 1={c} 2=0.00001 3=1", [gm, bt], x,
+                              threads)
             if ort is not None and layout == CHANNELS_FIRST:
                 if g == c:
                     nodes = [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5)]
@@ -292,27 +380,41 @@ def norm_cases(threads, rng):
             else:
                 nodes = [helper.make_node("RMSNormalization", ["x", "s"], ["y"], axis=-1, epsilon=1e-5)]
                 ort_peer(peers, "ORT RMSNormalization", nodes, x.shape, [init("s", gm)], threads, 23, x)
+        if ncnn is not None:  # rows of w = D floats, normalized over each row
+            if op == "layer_norm":
+                ncnn_peer(peers, "ncnn LayerNorm", f"LayerNorm 0={d} 1=0.00001 2=1", [gm, bt], [x], threads)
+            else:
+                ncnn_peer(peers, "ncnn RMSNorm", f"RMSNorm 0={d} 1=0.00001 2=1", [gm], [x], threads)
         record(op, f"{rows}x{d}", "rows", threads, nk, lambda: y, peers, 2 * x.nbytes)
 
 
 def shift_sum_cases(threads, rng):
-    b, c, h, w, s = 16, 28, 256, 256, 2
+    # Seed 003's shape, the C = 31 / S = 1 variant and a real-data size (issue 4).
+    for b, c, h, w, s in [(16, 28, 256, 256, 2), (16, 31, 256, 256, 1), (1, 28, 660, 660, 2), (2, 512, 256, 256, 2)]:
+        shift_sum_case(threads, rng, b, c, h, w, s)
+
+
+def shift_sum_case(threads, rng, b, c, h, w, s):
     wp = w + (c - 1) * s
     x = rng.random((b, c, h, w), dtype=np.float32)
     mask = rng.random((h, w), dtype=np.float32)
     mask[mask == 0] = 1e-12
     y = np.empty((b, 1, h, wp), np.float32)
     xp = np.empty_like(x)
+    xa = np.empty_like(x)
     p = ShiftSumParams()
     p.struct_size, p.axis, p.step, p.scale = ctypes.sizeof(ShiftSumParams), 0, s, 1.0
     p.mask_kind, p.mask = 1, mask.ctypes.data
     xt, yt = describe(x, x.shape, CHANNELS_FIRST), describe(y, y.shape, CHANNELS_FIRST)
-    xpt = describe(xp, xp.shape, CHANNELS_FIRST)
-    nk = lambda: ok(LIB.normkit_shift_sum(ctx(threads), xt, ctypes.byref(p), yt))  # noqa: E731
-    nk_pinv = lambda: ok(LIB.normkit_shift_sum_pinv(ctx(threads), yt, ctypes.byref(p), 1, None, xpt))  # noqa
-    peers, pinv_peers = {}, {}
+    xpt, xat = describe(xp, xp.shape, CHANNELS_FIRST), describe(xa, xa.shape, CHANNELS_FIRST)
+    c_, pp = ctx(threads), ctypes.byref(p)
+    nk = lambda: ok(LIB.normkit_shift_sum(c_, xt, pp, yt))  # noqa: E731
+    nk_adj = lambda: ok(LIB.normkit_shift_sum_adjoint(c_, yt, pp, xat))  # noqa: E731
+    nk_pinv = lambda: ok(LIB.normkit_shift_sum_pinv(c_, yt, pp, 1, None, xpt))  # noqa: E731
+    peers, adj_peers, pinv_peers = {}, {}, {}
     if torch is not None:
         tx, tm = torch.from_numpy(x), torch.from_numpy(mask).view(1, 1, h, w)
+        ty = torch.from_numpy(y)
         alpha = torch.zeros(1, 1, 1, wp)
         for i in range(c):
             alpha[..., i * s:i * s + w] += 1
@@ -338,16 +440,25 @@ def shift_sum_cases(threads, rng):
             yy.scatter_add_(1, idx, (tx * tm).reshape(b, c * h * w))
             out["scatter"] = yy.view(b, 1, h, wp)
 
+        def adjoint():  # A^T as the seed's codes write it: the windows, times the mask
+            out["adj"] = torch.cat([ty[..., i * s:i * s + w] for i in range(c)], dim=1) * tm
+
         def pinv():  # the seed's A_pinv
-            z = torch.from_numpy(y) / alpha
+            z = ty / alpha
             out["pinv"] = torch.cat([z[..., i * s:i * s + w] for i in range(c)], dim=1) / tm
 
         peers["torch loop (seed 1)"] = (loop, lambda: out["loop"].numpy())
-        peers["torch conv2d (seed 2)"] = (conv, lambda: out["conv"].numpy())
+        if c <= 64:  # a [1, C, 1, (C-1)S+1] kernel: seconds per call at C = 512
+            peers["torch conv2d (seed 2)"] = (conv, lambda: out["conv"].numpy())
+        else:
+            print(f"  torch conv2d (seed 2) skipped at C = {c}: too slow to time")
         peers["torch scatter_add (seed 3)"] = (scatter, lambda: out["scatter"].numpy())
+        adj_peers["torch slice+cat (A^T)"] = (adjoint, lambda: out["adj"].numpy())
         pinv_peers["torch A_pinv (seed)"] = (pinv, lambda: out["pinv"].numpy())
     shp = f"{b}x{c}x{h}x{w} S={s}"
     record("shift_sum A", shp, "NCHW", threads, nk, lambda: y, peers, x.nbytes + y.nbytes)
+    # y now holds A x: the adjoint and pinv below read it.
+    record("shift_sum A^T", shp, "NCHW", threads, nk_adj, lambda: xa, adj_peers, x.nbytes + y.nbytes)
     record("shift_sum pinv", shp, "NCHW", threads, nk_pinv, lambda: xp, pinv_peers, x.nbytes + y.nbytes)
 
 

@@ -14,7 +14,7 @@ fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)" --target normkit >/dev/null
 [ -x .venv-peers/bin/python ] || /usr/bin/python3 -m venv .venv-peers
-for pkg in numpy onnx onnxruntime matplotlib torch; do
+for pkg in numpy onnx onnxruntime matplotlib torch ncnn; do
   .venv-peers/bin/pip install -q "$pkg" || echo "peer package $pkg could not be installed: skipped"
 done
 NORMKIT_MACHINE="${NORMKIT_MACHINE:-$(hostname)}" .venv-peers/bin/python bench/peers/run_peers.py
