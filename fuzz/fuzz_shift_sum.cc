@@ -35,7 +35,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       !__builtin_mul_overflow(C - 1, S, &spread) && !__builtin_add_overflow(along, spread, &out) &&
       !__builtin_mul_overflow(out, params.axis == NORMKIT_SHIFT_ALONG_H ? W : H, &total) &&
       !__builtin_mul_overflow(total, B, &total) && !__builtin_mul_overflow(total, C, &total) &&
-      !__builtin_mul_overflow(total, int64_t{8}, &total);
+      !__builtin_mul_overflow(total, ElementBytes(dtype), &total);
   if (sane) (params.axis == NORMKIT_SHIFT_ALONG_H ? Hp : Wp) += spread;
   normkit_tensor y = MakeTensor(in, arena, dtype, 0, 4, &skip);
   if (sane && in.ConsumeIntegralInRange<int>(0, 7) != 7) {

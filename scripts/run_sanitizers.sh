@@ -48,7 +48,13 @@ for target in fuzz_affine fuzz_group_norm fuzz_shift_sum; do
   tar xzf fuzz/corpus/"$target".tar.gz -C "$work"
   "$dir/fuzz/$target" -max_total_time="$fuzz_seconds" -print_final_stats=1 \
     -artifact_prefix="$dir/$target-" "$work" \
-    > "$dir/$target.log" 2>&1 || { tail -40 "$dir/$target.log"; exit 1; }
+    > "$dir/$target.log" 2>&1 || {
+    # The report's head (what and where) and its tail (the input that did it).
+    sed -n '/==ERROR\|runtime error\|deadly signal\|Timeout\|out-of-memory/,$p' "$dir/$target.log" | head -40
+    echo "..."
+    tail -8 "$dir/$target.log"
+    exit 1
+  }
   echo "$target: $(grep -m1 stat::number_of_executed_units "$dir/$target.log" | awk '{print $2}') executions, no crash"
   rm -rf "$work"
 done

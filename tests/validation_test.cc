@@ -344,6 +344,230 @@ TEST(Validation, RowNormRules) {
             NORMKIT_SUCCESS);
 }
 
+// Shift-sum: x [2, 3, 4, 5], step 2 along W, so W' = 9 and y [2, 1, 4, 9]; an [H, W] mask.
+struct ShiftCall {
+  std::vector<float> x = RandomVector(2 * 3 * 4 * 5, 2);
+  std::vector<float> y = RandomVector(2 * 4 * 9, 3);
+  std::vector<float> mask = RandomVector(4 * 5, 4, 0.0f, 1.0f);
+  std::vector<float> normalizer = std::vector<float>(4 * 9, 1.0f);
+  std::vector<float> xs = std::vector<float>(2 * 3 * 4 * 9, kSentinel);  // shifted stack
+  std::vector<float> phi_s = std::vector<float>(4 * 9, kSentinel);
+  normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {2, 3, 4, 5});
+  normkit_tensor yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {2, 1, 4, 9});
+  normkit_tensor xst = Desc(xs.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {2, 3, 4, 9});
+  normkit_shift_sum_params params = Params(this);
+  const normkit_shift_sum_params* params_p = &params;
+  int32_t pinv_mode = NORMKIT_PINV_MOORE_PENROSE;
+  const float* normalizer_p = normalizer.data();
+  float* phi_s_p = phi_s.data();
+  double lambda = 0.5, gamma = 0.1;
+
+  static normkit_shift_sum_params Params(ShiftCall* c) {
+    normkit_shift_sum_params p;
+    normkit_shift_sum_params_init(&p, 2);
+    p.mask_kind = NORMKIT_MASK_HW;
+    p.mask = c->mask.data();
+    return p;
+  }
+};
+
+struct ShiftRule {
+  const char* name;
+  std::function<void(ShiftCall&)> breaks;
+  normkit_status status;
+  const char* message;
+};
+
+using ShiftOp = std::function<normkit_status(ShiftCall&)>;
+
+// Every shift-sum entry point, by name.
+const std::vector<std::pair<const char*, ShiftOp>>& ShiftOps() {
+  static const std::vector<std::pair<const char*, ShiftOp>> ops = {
+      {"shift_sum",
+       [](ShiftCall& c) { return normkit_shift_sum(nullptr, &c.xt, c.params_p, &c.yt); }},
+      {"shift_sum_adjoint",
+       [](ShiftCall& c) { return normkit_shift_sum_adjoint(nullptr, &c.yt, c.params_p, &c.xt); }},
+      {"shift_sum_pinv",
+       [](ShiftCall& c) {
+         return normkit_shift_sum_pinv(nullptr, &c.yt, c.params_p, c.pinv_mode, c.normalizer_p,
+                                       &c.xt);
+       }},
+      {"shift_sum_gap_step",
+       [](ShiftCall& c) {
+         return normkit_shift_sum_gap_step(nullptr, &c.xt, &c.yt, c.params_p, c.lambda, c.gamma,
+                                           c.normalizer_p);
+       }},
+      {"shift_sum_normalizer",
+       [](ShiftCall& c) {
+         return normkit_shift_sum_normalizer(nullptr, &c.xt, c.params_p, c.phi_s_p);
+       }},
+      {"shift", [](ShiftCall& c) { return normkit_shift(nullptr, &c.xt, c.params_p, &c.xst); }},
+      {"unshift", [](ShiftCall& c) { return normkit_unshift(nullptr, &c.xst, c.params_p, &c.xt); }},
+  };
+  return ops;
+}
+
+// Runs the broken call and checks status, message, and that no buffer changed.
+void ExpectShiftRejected(const char* op_name, const ShiftOp& op, const ShiftRule& rule) {
+  SCOPED_TRACE(std::string(op_name) + ": " + rule.name);
+  ShiftCall call;
+  rule.breaks(call);
+  const ShiftCall before = call;
+  EXPECT_EQ(op(call), rule.status) << normkit_last_error();
+  const std::string message = normkit_last_error();
+  EXPECT_NE(message.find(std::string(op_name) + ": "), std::string::npos) << message;
+  EXPECT_NE(message.find(rule.message), std::string::npos) << "message: " << message;
+  EXPECT_EQ(call.x, before.x) << "rejected call wrote into x";
+  EXPECT_EQ(call.y, before.y) << "rejected call wrote into y";
+  EXPECT_EQ(call.xs, before.xs) << "rejected call wrote into xs";
+  EXPECT_EQ(call.phi_s, before.phi_s) << "rejected call wrote into phi_s";
+}
+
+TEST(Validation, ShiftSumUnbrokenCallsSucceed) {
+  for (const auto& [name, op] : ShiftOps()) {
+    ShiftCall call;
+    EXPECT_EQ(op(call), NORMKIT_SUCCESS) << name << ": " << normkit_last_error();
+  }
+}
+
+// Rules on params and x, which every shift-sum entry point checks first.
+TEST(Validation, ShiftSumParamsAndXRules) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<ShiftRule> rules = {
+      {"params NULL", [](ShiftCall& c) { c.params_p = nullptr; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "params is NULL"},
+      {"params->struct_size too small", [](ShiftCall& c) { c.params.struct_size = 8; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "params->struct_size = 8"},
+      {"bad axis", [](ShiftCall& c) { c.params.axis = 5; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "params->axis = 5 is not a normkit_shift_axis"},
+      {"bad mask kind", [](ShiftCall& c) { c.params.mask_kind = 9; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "params->mask_kind = 9"},
+      {"mask without a kind", [](ShiftCall& c) { c.params.mask_kind = NORMKIT_MASK_NONE; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "params->mask is set but params->mask_kind is NONE"},
+      {"kind without a mask", [](ShiftCall& c) { c.params.mask = nullptr; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "params->mask is NULL but"},
+      {"scale zero", [](ShiftCall& c) { c.params.scale = 0.0; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "params->scale = 0"},
+      {"scale NaN", [&](ShiftCall& c) { c.params.scale = nan; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "params->scale = nan"},
+      {"x NULL data", [](ShiftCall& c) { c.xt.data = nullptr; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "x->data is NULL"},
+      {"x rank 3",
+       [](ShiftCall& c) {
+         c.xt.rank = 3;
+         c.xt.shape[2] = 20;
+       },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "x->rank = 3, expected 4"},
+      {"x float16", [](ShiftCall& c) { c.xt.dtype = NORMKIT_DTYPE_FLOAT16; },
+       NORMKIT_ERROR_UNSUPPORTED, "float32 and float64 only"},
+      {"step overflowing the shifted width", [](ShiftCall& c) { c.params.step = int64_t{1} << 62; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "makes the shifted sizes overflow"},
+      // y [1, 1, 1, 2^61 + 5] times C = 3 is 6.9e18 elements, which fit int64; the bytes do not.
+      {"step overflowing the shifted bytes",
+       [](ShiftCall& c) {
+         c.xt.shape[0] = 1;
+         c.xt.shape[2] = 1;
+         c.params.step = int64_t{1} << 60;
+       },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "makes the shifted sizes overflow"},
+      {"step INT64_MIN", [](ShiftCall& c) { c.params.step = std::numeric_limits<int64_t>::min(); },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "makes the shifted sizes overflow"},
+  };
+  for (const auto& [name, op] : ShiftOps()) {
+    for (const ShiftRule& rule : rules) ExpectShiftRejected(name, op, rule);
+  }
+}
+
+// Rules on y, and on what may overlap the output, for A, A^T, pinv and the GAP step.
+TEST(Validation, ShiftSumOperatorRules) {
+  const std::vector<ShiftRule> rules = {
+      {"y without the shifted width", [](ShiftCall& c) { c.yt.shape[3] = 5; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "y must be [B, 1, H', W'] = [2, 1, 4, 9]"},
+      {"y with C channels", [](ShiftCall& c) { c.yt.shape[1] = 3; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "y must be [B, 1, H', W']"},
+      {"y rank 3 channels-last",
+       [](ShiftCall& c) {
+         c.yt.rank = 3;
+         c.yt.shape[0] = 2, c.yt.shape[1] = 4, c.yt.shape[2] = 9;
+         c.yt.layout = NORMKIT_LAYOUT_CHANNELS_LAST;
+       },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "y must be [B, 1, H', W']"},
+      {"y float64", [](ShiftCall& c) { c.yt.dtype = NORMKIT_DTYPE_FLOAT64; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "y->dtype = float64 differs from x->dtype = float32"},
+      {"y NULL data", [](ShiftCall& c) { c.yt.data = nullptr; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "y->data is NULL"},
+      {"y inside x", [](ShiftCall& c) { c.yt.data = c.x.data() + 8; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "x overlaps y"},
+      {"x and y on different devices", [](ShiftCall& c) { c.yt.device = NORMKIT_DEVICE_CUDA; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "must live on one device"},
+  };
+  for (const auto& [name, op] : ShiftOps()) {
+    if (std::string(name) == "shift_sum_normalizer" || std::string(name) == "shift" ||
+        std::string(name) == "unshift") {
+      continue;
+    }
+    for (const ShiftRule& rule : rules) ExpectShiftRejected(name, op, rule);
+  }
+  const ShiftOp* forward = &ShiftOps()[0].second;
+  ExpectShiftRejected("shift_sum", *forward,
+                      {"mask inside y", [](ShiftCall& c) { c.params.mask = c.y.data() + 1; },
+                       NORMKIT_ERROR_INVALID_ARGUMENT, "params->mask overlaps the output y"});
+  for (int i = 1; i <= 3; ++i) {  // the ops that write x
+    ExpectShiftRejected(ShiftOps()[i].first, ShiftOps()[i].second,
+                        {"mask inside x", [](ShiftCall& c) { c.params.mask = c.x.data() + 100; },
+                         NORMKIT_ERROR_INVALID_ARGUMENT, "params->mask overlaps the output x"});
+  }
+  for (int i = 2; i <= 3; ++i) {  // pinv and the GAP step take a normalizer
+    ExpectShiftRejected(ShiftOps()[i].first, ShiftOps()[i].second,
+                        {"normalizer inside x", [](ShiftCall& c) { c.normalizer_p = c.x.data(); },
+                         NORMKIT_ERROR_INVALID_ARGUMENT, "normalizer overlaps the output x"});
+  }
+  ExpectShiftRejected("shift_sum_pinv", ShiftOps()[2].second,
+                      {"bad pinv mode", [](ShiftCall& c) { c.pinv_mode = 7; },
+                       NORMKIT_ERROR_INVALID_ARGUMENT, "mode = 7 is not a normkit_pinv_mode"});
+  const double inf = std::numeric_limits<double>::infinity();
+  ExpectShiftRejected(
+      "shift_sum_gap_step", ShiftOps()[3].second,
+      {"lambda infinite", [&](ShiftCall& c) { c.lambda = inf; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "lambda = inf and gamma = 0.1 must be finite"});
+  ExpectShiftRejected("shift_sum_gap_step", ShiftOps()[3].second,
+                      {"gamma NaN", [&](ShiftCall& c) { c.gamma = std::nan(""); },
+                       NORMKIT_ERROR_INVALID_ARGUMENT, "must be finite"});
+}
+
+TEST(Validation, ShiftSumNormalizerAndStackRules) {
+  const ShiftOp& normalizer = ShiftOps()[4].second;
+  ExpectShiftRejected("shift_sum_normalizer", normalizer,
+                      {"phi_s NULL", [](ShiftCall& c) { c.phi_s_p = nullptr; },
+                       NORMKIT_ERROR_INVALID_ARGUMENT, "phi_s is NULL"});
+  ExpectShiftRejected(
+      "shift_sum_normalizer", normalizer,
+      {"mask inside phi_s", [](ShiftCall& c) { c.params.mask = c.phi_s.data() + 3; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "params->mask overlaps the output phi_s"});
+  const std::vector<ShiftRule> stack_rules = {
+      {"xs without the shifted width", [](ShiftCall& c) { c.xst.shape[3] = 5; },
+       NORMKIT_ERROR_INVALID_ARGUMENT,
+       "xs must be x's dtype and layout with shape [B, C, H', W'] = "
+       "[2, 3, 4, 9]"},
+      {"xs in the other layout", [](ShiftCall& c) { c.xst.layout = NORMKIT_LAYOUT_CHANNELS_LAST; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "xs must be x's dtype and layout"},
+      {"xs NULL data", [](ShiftCall& c) { c.xst.data = nullptr; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "xs->data is NULL"},
+      {"xs over x",
+       [](ShiftCall& c) {
+         c.xs = std::vector<float>(2 * 3 * 4 * 9 + 120, kSentinel);
+         c.xst.data = c.xs.data();
+         c.xt.data = c.xs.data() + 100;
+       },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "x overlaps xs"},
+  };
+  for (int i = 5; i <= 6; ++i) {
+    for (const ShiftRule& rule : stack_rules) {
+      ExpectShiftRejected(ShiftOps()[i].first, ShiftOps()[i].second, rule);
+    }
+  }
+}
+
 TEST(Validation, StatusStrings) {
   EXPECT_STREQ(normkit_status_string(NORMKIT_SUCCESS), "success");
   EXPECT_STREQ(normkit_status_string(NORMKIT_ERROR_INVALID_ARGUMENT), "invalid argument");

@@ -114,14 +114,17 @@ normkit_status ValidateX(const char* op, const char* name, const normkit_tensor*
   int64_t y_elems = 0;
   if (params->step == INT64_MIN || !CheckedMul(call->C - 1, abs_step, &spread) ||
       __builtin_add_overflow(along, spread, &out) || !CheckedMul(out, across, &y_elems) ||
-      !CheckedMul(y_elems, call->B, &y_elems) || !CheckedMul(y_elems, call->C, &y_elems)) {
+      !CheckedMul(y_elems, call->B, &y_elems) || !CheckedMul(y_elems, call->C, &y_elems) ||
+      !CheckedMul(y_elems, call->elem_size(), &y_elems)) {
+    // The largest derived buffer (a [B, C, H', W'] mask or shifted stack) must have a byte
+    // size that fits int64, or the overlap checks below could not be computed.
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
                 "%s: step = %lld with C = %lld makes the shifted sizes overflow int64", op,
                 static_cast<long long>(params->step), static_cast<long long>(call->C));
   }
   call->H_out = params->axis == NORMKIT_SHIFT_ALONG_H ? out : call->H;
   call->W_out = params->axis == NORMKIT_SHIFT_ALONG_H ? call->W : out;
-  // Mask and normalizer sizes: at most B * C * H' * W', which fits (checked above).
+  // Mask and normalizer sizes: at most B * C * H' * W' elements, whose bytes fit (checked above).
   const int64_t plane = call->H * call->W, plane_out = call->H_out * call->W_out;
   switch (params->mask_kind) {
     case NORMKIT_MASK_NONE: call->mask_elems = 0; break;
