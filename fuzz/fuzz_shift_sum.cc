@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     params.struct_size = in.ConsumeIntegral<uint32_t>();
   // y shaped as the geometry wants (most of the time), over its own buffer.
   const int64_t B = x.shape[0], C = x.shape[1], H = x.shape[2], W = x.shape[3];
-  const int64_t S = params.step < 0 ? -params.step : params.step;
+  const int64_t S = params.step == INT64_MIN ? 0 : (params.step < 0 ? -params.step : params.step);
   int64_t spread = 0, Hp = H, Wp = W;
   // The geometry the library will compute whenever it accepts x and the step (the same
   // overflow rules as shift_sum_api.cc); every buffer below is sized exactly from it,

@@ -195,9 +195,16 @@ TEST(ShiftSum, AllOpsMatchReference) {
   const int32_t kinds[] = {NORMKIT_MASK_NONE, NORMKIT_MASK_HW,      NORMKIT_MASK_CHW,
                            NORMKIT_MASK_BCHW, NORMKIT_MASK_PHI_CHW, NORMKIT_MASK_PHI_BCHW};
   const std::vector<Geometry> shapes = {
-      {2, 3, 5, 19, 2, false, 0, 1.0},  {1, 1, 4, 7, 3, false, 0, 0.5},
-      {2, 4, 1, 33, -3, false, 0, 1.0}, {1, 5, 6, 17, -1, true, 0, 2.0 / 5},
-      {2, 3, 7, 9, 2, true, 0, 1.0},    {1, 6, 3, 40, 0, false, 0, 1.0}};
+      {2, 3, 5, 19, 2, false, 0, 1.0},
+      {1, 1, 4, 7, 3, false, 0, 0.5},
+      {2, 4, 1, 33, -3, false, 0, 1.0},
+      {1, 5, 6, 17, -1, true, 0, 2.0 / 5},
+      {2, 3, 7, 9, 2, true, 0, 1.0},
+      {1, 6, 3, 40, 0, false, 0, 1.0},
+      // One channel never moves, whatever the step (fuzzer: a Phi mask's channel
+      // stride once added INT64_MAX to the plane size).
+      {1, 1, 3, 22, INT64_MAX, false, 0, 1.0},
+      {2, 1, 5, 3, -INT64_MAX, true, 0, 1.0}};
   for (const Geometry& shape : shapes) {
     for (int32_t kind : kinds) {
       Geometry g = shape;

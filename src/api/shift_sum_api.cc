@@ -107,7 +107,9 @@ normkit_status ValidateX(const char* op, const char* name, const normkit_tensor*
   call->W = xv->shape[3];
   call->channels_last = xv->channels_last();
   call->params = params;
-  const int64_t abs_step = params->step < 0 ? -params->step : params->step;
+  // |INT64_MIN| does not exist: that step is rejected below, before anything uses it.
+  const int64_t abs_step =
+      params->step == INT64_MIN ? 0 : (params->step < 0 ? -params->step : params->step);
   int64_t spread = 0, out = 0;
   const int64_t along = params->axis == NORMKIT_SHIFT_ALONG_H ? call->H : call->W;
   const int64_t across = params->axis == NORMKIT_SHIFT_ALONG_H ? call->W : call->H;

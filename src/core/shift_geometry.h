@@ -46,6 +46,9 @@ struct ShiftSumProblem {
 // Fills the derived sizes (H_out, W_out, base) from B, C, H, W, step and along_h.
 template <class T>
 void FinishShiftSumProblem(ShiftSumProblem<T>* p) {
+  // One channel never moves: any step is 0, and no step arithmetic (the Phi mask's
+  // channel stride adds it to a plane size) can overflow on a huge one.
+  if (p->C == 1) p->step = 0;
   const int64_t spread = (p->C - 1) * (p->step < 0 ? -p->step : p->step);
   p->base = p->step < 0 ? spread : 0;
   p->H_out = p->along_h ? p->H + spread : p->H;
