@@ -7,7 +7,6 @@
 
 #include "core/parallel.h"
 #include "cpu/memory_plan.h"
-#include "hwy/cache_control.h"
 
 namespace normkit {
 namespace cpu {
@@ -45,8 +44,9 @@ struct ChannelScratch {
     pivot.resize(n);
     s1.resize(n);
     s2.resize(n);
+    run.resize(2 * n);
   }
-  std::vector<float> pivot;
+  std::vector<float> pivot, run;  // run: the kernel's float run sums
   std::vector<double> s1, s2;
 };
 
@@ -83,7 +83,8 @@ void BlockStats(GroupNormPlan& p, int64_t u, int64_t k) {
     for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) s.pivot[c] = pivot;
   }
   for (int pass = 0; pass < 2; ++pass) {
-    kernels::ChannelShiftedSums(xb, rows, p.C, s.pivot.data(), s.s1.data(), s.s2.data());
+    kernels::ChannelShiftedSums(xb, rows, p.C, s.pivot.data(), s.s1.data(), s.s2.data(),
+                                s.run.data());
     bool again = false;
     for (int64_t g = 0; g < p.G; ++g) {
       double s1 = 0.0, s2 = 0.0;
@@ -150,17 +151,6 @@ void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
                            p.stream);
 }
 
-// Asks for block k of unit u (if any) to be brought into cache while the current
-// block is reduced: the channels-last reduction walks a block column by column,
-// an order the hardware prefetchers do not follow from DRAM.
-void PrefetchBlock(const GroupNormPlan& p, int64_t u, int64_t k) {
-  if (k >= p.blocks) return;
-  const int64_t begin = k * p.block_elems;
-  const int64_t end = std::min(p.unit_elems, begin + p.block_elems);
-  const float* base = p.x + u * p.unit_elems;
-  for (int64_t i = begin; i < end; i += 16) hwy::Prefetch(base + i);
-}
-
 void ApplyBlock(const GroupNormPlan& p, int64_t u, int64_t k) {
   const int64_t begin = k * p.block_elems;
   ApplyRange(p, u, begin, std::min(p.unit_elems, begin + p.block_elems));
@@ -208,10 +198,7 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   // this choice (which does look at the threads) never changes a result bit.
   if (unit_bytes <= kFusedUnitBytes && p.units >= ctx.num_threads) {
     ParallelFor(ctx, p.units, [&](int64_t u) {
-      for (int64_t k = 0; k < p.blocks; ++k) {
-        PrefetchBlock(p, u, k + 1);
-        BlockStats(p, u, k);
-      }
+      for (int64_t k = 0; k < p.blocks; ++k) BlockStats(p, u, k);
       FinishUnit(p, u);
       ApplyRange(p, u, 0, p.unit_elems);
     });

@@ -153,10 +153,11 @@ double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
   return sum;
 }
 
-// Channels-last blocks walk vectors of channels down all rows (the block is
-// L1-resident), so the accumulators stay in registers. Channels past the last whole
-// vector go one lane at a time, through the same code with a 1-lane tag.
-// Shifted sums of one vector of channels (or one channel, with the 1-lane tag).
+// Channels-last rows of at most four vectors are walked a vector of channels at a
+// time down all rows of the block (a walk that stays within a few KiB), with the
+// accumulators in registers; wider rows go through ShiftedSumsRowStreams. Channels
+// past the last whole vector go one lane at a time, through the same code with a
+// 1-lane tag. Shifted sums of one vector of channels (or one channel, 1-lane tag).
 template <class D>
 HWY_INLINE void ShiftedSumsColumn(D d, const float* HWY_RESTRICT x, size_t R, size_t C, size_t c,
                                   const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
@@ -260,12 +261,127 @@ HWY_INLINE void ShiftedSumsFourColumns(const float* HWY_RESTRICT x, size_t R, si
 #endif
 }
 
+// s[c] += widen(run[c]) for c < C4 (whole vectors).
+HWY_INLINE void FlushRunSums(const float* HWY_RESTRICT run, size_t C4, double* HWY_RESTRICT s) {
+  const DF d;
+  const DD dd;
+  const size_t N = hn::Lanes(d);
+  for (size_t c = 0; c < C4; c += N) {
+#if HWY_TARGET == HWY_SCALAR
+    auto lo = hn::LoadU(dd, s + c), hi = lo;
+    AccumulateWide(hn::LoadU(d, run + c), lo, hi);
+    hn::StoreU(lo, dd, s + c);
+#else
+    const size_t h = hn::Lanes(dd);
+    auto lo = hn::LoadU(dd, s + c), hi = hn::LoadU(dd, s + c + h);
+    AccumulateWide(hn::LoadU(d, run + c), lo, hi);
+    hn::StoreU(lo, dd, s + c);
+    hn::StoreU(hi, dd, s + c + h);
+#endif
+  }
+}
+
+// Adds rows[0..kRows) (each C4 channels: a multiple of four vectors) minus the pivot,
+// and their squares, to the float run sums run1 / run2.
+template <size_t kRows>
+HWY_INLINE void AddRowsToRunSums(const float* const* rows, size_t C4,
+                                 const float* HWY_RESTRICT pivot, float* HWY_RESTRICT run1,
+                                 float* HWY_RESTRICT run2) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  for (size_t c = 0; c < C4; c += 4 * N) {
+    const auto p0 = hn::LoadU(d, pivot + c), p1 = hn::LoadU(d, pivot + c + N),
+               p2 = hn::LoadU(d, pivot + c + 2 * N), p3 = hn::LoadU(d, pivot + c + 3 * N);
+    auto a0 = hn::LoadU(d, run1 + c), a1 = hn::LoadU(d, run1 + c + N),
+         a2 = hn::LoadU(d, run1 + c + 2 * N), a3 = hn::LoadU(d, run1 + c + 3 * N);
+    auto b0 = hn::LoadU(d, run2 + c), b1 = hn::LoadU(d, run2 + c + N),
+         b2 = hn::LoadU(d, run2 + c + 2 * N), b3 = hn::LoadU(d, run2 + c + 3 * N);
+    for (size_t k = 0; k < kRows; ++k) {
+      const float* row = rows[k] + c;
+      const auto d0 = hn::LoadU(d, row) - p0;
+      const auto d1 = hn::LoadU(d, row + N) - p1;
+      const auto d2 = hn::LoadU(d, row + 2 * N) - p2;
+      const auto d3 = hn::LoadU(d, row + 3 * N) - p3;
+      a0 = a0 + d0;
+      a1 = a1 + d1;
+      a2 = a2 + d2;
+      a3 = a3 + d3;
+      b0 = hn::MulAdd(d0, d0, b0);
+      b1 = hn::MulAdd(d1, d1, b1);
+      b2 = hn::MulAdd(d2, d2, b2);
+      b3 = hn::MulAdd(d3, d3, b3);
+    }
+    hn::StoreU(a0, d, run1 + c), hn::StoreU(a1, d, run1 + c + N);
+    hn::StoreU(a2, d, run1 + c + 2 * N), hn::StoreU(a3, d, run1 + c + 3 * N);
+    hn::StoreU(b0, d, run2 + c), hn::StoreU(b1, d, run2 + c + N);
+    hn::StoreU(b2, d, run2 + c + 2 * N), hn::StoreU(b3, d, run2 + c + 3 * N);
+  }
+}
+
+// Channels [0, C4) of a block (C4 a multiple of four vectors), read as kRowStreams
+// sequential streams a quarter of the block apart, one row of each per step. Walking
+// the block column by column, or rows next to each other in turn, reads DRAM at half
+// speed on the machines we measured: the prefetchers follow a few distant streams,
+// not many close ones. Per channel, float run sums take kFlushVectors rows and are
+// carried in double, like the column walk's. run1 / run2: 2 * C4 floats of scratch.
+constexpr size_t kRowStreams = 4;
+
+HWY_INLINE void ShiftedSumsRowStreams(const float* HWY_RESTRICT x, size_t R, size_t C, size_t C4,
+                                      const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
+                                      double* HWY_RESTRICT s2, float* HWY_RESTRICT run1,
+                                      float* HWY_RESTRICT run2) {
+  const DF d;
+  const DD dd;
+  const size_t N = hn::Lanes(d);
+  const auto zero_runs = [&] {
+    for (size_t c = 0; c < C4; c += N) {
+      hn::StoreU(hn::Zero(d), d, run1 + c);
+      hn::StoreU(hn::Zero(d), d, run2 + c);
+    }
+  };
+  for (size_t c = 0; c < C4; c += hn::Lanes(dd)) {
+    hn::StoreU(hn::Zero(dd), dd, s1 + c);
+    hn::StoreU(hn::Zero(dd), dd, s2 + c);
+  }
+  zero_runs();
+  size_t in_run = 0;  // rows in the float run sums
+  const auto added = [&](size_t rows) {
+    in_run += rows;
+    if (in_run < kFlushVectors) return;
+    FlushRunSums(run1, C4, s1);
+    FlushRunSums(run2, C4, s2);
+    zero_runs();
+    in_run = 0;
+  };
+  const size_t D = R / kRowStreams;
+  for (size_t i = 0; i < D; ++i) {
+    const float* rows[kRowStreams];
+    for (size_t k = 0; k < kRowStreams; ++k) rows[k] = x + (k * D + i) * C;
+    AddRowsToRunSums<kRowStreams>(rows, C4, pivot, run1, run2);
+    added(kRowStreams);
+  }
+  for (size_t r = kRowStreams * D; r < R; ++r) {
+    const float* row = x + r * C;
+    AddRowsToRunSums<1>(&row, C4, pivot, run1, run2);
+    added(1);
+  }
+  if (in_run > 0) {
+    FlushRunSums(run1, C4, s1);
+    FlushRunSums(run2, C4, s2);
+  }
+}
+
 void ChannelShiftedSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
                             const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
-                            double* HWY_RESTRICT s2) {
+                            double* HWY_RESTRICT s2, float* HWY_RESTRICT scratch) {
   const size_t R = static_cast<size_t>(rows), C = static_cast<size_t>(channels);
   const size_t N = hn::Lanes(DF());
   size_t c = 0;
+  if (C > 4 * N) {
+    // Rows wider than four vectors: a column walk would interleave them.
+    c = C / (4 * N) * (4 * N);
+    ShiftedSumsRowStreams(x, R, C, c, pivot, s1, s2, scratch, scratch + C);
+  }
   for (; c + 4 * N <= C; c += 4 * N) ShiftedSumsFourColumns(x, R, C, c, pivot, s1, s2);
   for (; c + N <= C; c += N) ShiftedSumsColumn(DF(), x, R, C, c, pivot, s1, s2);
   const hn::CappedTag<float, 1> d1;
@@ -434,8 +550,6 @@ HWY_INLINE void NormVector(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, h
   }
 }
 
-constexpr size_t kTileFloats = 8192;  // 32 KiB
-
 template <Activation kAct, bool kStream>
 void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& p) {
   const DF d;
@@ -445,15 +559,12 @@ void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& 
     return NormRowsT<kAct, false>(x, y, rows, C, p);
   }
   if (C % N == 0) {
-    // Whole vectors in every row (and with streaming every store aligned): walk tiles
-    // of rows four vectors of channels at a time, so those vectors' parameters stay
-    // in registers down the tile. A tile spans at most L1's 32 KiB, so the columns
-    // after the first find its lines there, and rows at a stride of 2 KiB and more
-    // do not crowd a column into a few L1 sets. With C = 4 vectors this is one walk
-    // in memory order.
-    const size_t tile_rows = std::max<size_t>(1, kTileFloats / C);
-    for (size_t r0 = 0; r0 < rows; r0 += tile_rows) {
-      const size_t r1 = std::min(rows, r0 + tile_rows);
+    // Whole vectors in every row (and with streaming every store aligned). The rows
+    // go as kRowStreams sequential streams a quarter of the rows apart, one row of
+    // each per step (see ShiftedSumsRowStreams: a few distant streams read at memory
+    // speed, a tile walked column by column does not), four vectors of channels at a
+    // time so that their parameters are loaded once for the four rows.
+    const auto step = [&](const size_t* at, size_t count) {
       size_t c = 0;
       for (; c + 4 * N <= C; c += 4 * N) {
         const auto m0 = hn::LoadU(d, p.mean + c), m1 = hn::LoadU(d, p.mean + c + N),
@@ -462,19 +573,42 @@ void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& 
                    s2 = hn::LoadU(d, p.scale + c + 2 * N), s3 = hn::LoadU(d, p.scale + c + 3 * N);
         const auto b0 = hn::LoadU(d, p.shift + c), b1 = hn::LoadU(d, p.shift + c + N),
                    b2 = hn::LoadU(d, p.shift + c + 2 * N), b3 = hn::LoadU(d, p.shift + c + 3 * N);
-        for (size_t r = r0; r < r1; ++r) {
-          const size_t at = r * C + c;
-          NormVector<kAct, kStream>(x + at, y + at, m0, s0, b0);
-          NormVector<kAct, kStream>(x + at + N, y + at + N, m1, s1, b1);
-          NormVector<kAct, kStream>(x + at + 2 * N, y + at + 2 * N, m2, s2, b2);
-          NormVector<kAct, kStream>(x + at + 3 * N, y + at + 3 * N, m3, s3, b3);
+        for (size_t k = 0; k < count; ++k) {
+          const size_t o = at[k] + c;
+          NormVector<kAct, kStream>(x + o, y + o, m0, s0, b0);
+          NormVector<kAct, kStream>(x + o + N, y + o + N, m1, s1, b1);
+          NormVector<kAct, kStream>(x + o + 2 * N, y + o + 2 * N, m2, s2, b2);
+          NormVector<kAct, kStream>(x + o + 3 * N, y + o + 3 * N, m3, s3, b3);
         }
       }
       for (; c < C; c += N) {
         const auto m = hn::LoadU(d, p.mean + c), s = hn::LoadU(d, p.scale + c),
                    b = hn::LoadU(d, p.shift + c);
-        for (size_t r = r0; r < r1; ++r)
-          NormVector<kAct, kStream>(x + r * C + c, y + r * C + c, m, s, b);
+        for (size_t k = 0; k < count; ++k) {
+          NormVector<kAct, kStream>(x + at[k] + c, y + at[k] + c, m, s, b);
+        }
+      }
+    };
+    if (C <= 4 * N) {
+      // One group of four vectors or fewer per row: consecutive rows, whose walk down
+      // the columns stays within a few KiB, with the parameters loaded once per group.
+      constexpr size_t kRowsPerStep = 64;
+      size_t at[kRowsPerStep];
+      for (size_t r0 = 0; r0 < rows; r0 += kRowsPerStep) {
+        const size_t count = std::min(kRowsPerStep, rows - r0);
+        for (size_t k = 0; k < count; ++k) at[k] = (r0 + k) * C;
+        step(at, count);
+      }
+    } else {
+      const size_t D = rows / kRowStreams;
+      for (size_t i = 0; i < D; ++i) {
+        size_t at[kRowStreams];
+        for (size_t k = 0; k < kRowStreams; ++k) at[k] = (k * D + i) * C;
+        step(at, kRowStreams);
+      }
+      for (size_t r = kRowStreams * D; r < rows; ++r) {
+        const size_t at = r * C;
+        step(&at, 1);
       }
     }
   } else {
@@ -591,8 +725,8 @@ double SpanSumSquares(const float* x, int64_t n) {
 }
 
 void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const float* pivot,
-                        double* s1, double* s2) {
-  HWY_DYNAMIC_DISPATCH(ChannelShiftedSumsImpl)(x, rows, channels, pivot, s1, s2);
+                        double* s1, double* s2, float* scratch) {
+  HWY_DYNAMIC_DISPATCH(ChannelShiftedSumsImpl)(x, rows, channels, pivot, s1, s2, scratch);
 }
 
 void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, float mean,

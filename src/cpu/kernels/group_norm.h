@@ -30,8 +30,9 @@ double SpanSumSquares(const float* x, int64_t n);
 
 // Per-channel shifted sums about pivot[c], carried in double:
 // s1[c] = sum_r (x[r, c] - pivot[c]), s2[c] = sum_r (x[r, c] - pivot[c])^2.
+// scratch: 2 * channels floats.
 void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const float* pivot,
-                        double* s1, double* s2);
+                        double* s1, double* s2, float* scratch);
 
 // Whether shifted sums about a pivot lost too many digits to trust: true when the
 // pivot is further from the mean than one standard deviation, i.e. when
