@@ -23,6 +23,9 @@ struct GroupNormPlan {
   int64_t N, C, S, G, Cg;
   bool channels_last;
   bool stream;
+  // x larger than the last-level cache: its rows come from DRAM (even a fused unit's
+  // second read: measured, the apply's row streams beat its L1 tiles there too).
+  bool from_memory;
   GroupNormArgs args;
   int64_t units;
   int64_t unit_elems;
@@ -84,7 +87,7 @@ void BlockStats(GroupNormPlan& p, int64_t u, int64_t k) {
   }
   for (int pass = 0; pass < 2; ++pass) {
     kernels::ChannelShiftedSums(xb, rows, p.C, s.pivot.data(), s.s1.data(), s.s2.data(),
-                                s.run.data());
+                                s.run.data(), p.from_memory);
     bool again = false;
     for (int64_t g = 0; g < p.G; ++g) {
       double s1 = 0.0, s2 = 0.0;
@@ -139,7 +142,7 @@ void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
     const size_t nc = static_cast<size_t>(u * p.C);
     const kernels::NormRows rows{&p.mean[nc], &p.scale[nc], &p.shift[nc]};
     kernels::ApplyNormRows(p.x + off, p.y + off, (end - begin) / p.C, p.C, rows,
-                           static_cast<Activation>(p.args.activation), p.stream);
+                           static_cast<Activation>(p.args.activation), p.stream, p.from_memory);
     return;
   }
   // Channels-first: unit u is group g of sample n, channels g * Cg.. contiguous.
@@ -170,6 +173,7 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   p.Cg = p.C / p.G;
   p.channels_last = x.channels_last() && p.S > 1;  // with one position both layouts agree
   p.stream = x.data != y.data && y.bytes >= kStreamingStoreBytes;
+  p.from_memory = x.bytes >= kStreamingStoreBytes;
   p.args = args;
   if (p.channels_last) {
     p.units = p.N;

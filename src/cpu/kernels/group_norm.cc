@@ -373,12 +373,14 @@ HWY_INLINE void ShiftedSumsRowStreams(const float* HWY_RESTRICT x, size_t R, siz
 
 void ChannelShiftedSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
                             const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
-                            double* HWY_RESTRICT s2, float* HWY_RESTRICT scratch) {
+                            double* HWY_RESTRICT s2, float* HWY_RESTRICT scratch,
+                            bool from_memory) {
   const size_t R = static_cast<size_t>(rows), C = static_cast<size_t>(channels);
   const size_t N = hn::Lanes(DF());
   size_t c = 0;
-  if (C > 4 * N) {
-    // Rows wider than four vectors: a column walk would interleave them.
+  if (C > 4 * N && from_memory) {
+    // Rows wider than four vectors, from DRAM: a column walk would interleave them.
+    // From cache the column walk is faster (its sums stay in registers).
     c = C / (4 * N) * (4 * N);
     ShiftedSumsRowStreams(x, R, C, c, pivot, s1, s2, scratch, scratch + C);
   }
@@ -551,19 +553,21 @@ HWY_INLINE void NormVector(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, h
 }
 
 template <Activation kAct, bool kStream>
-void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& p) {
+void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& p,
+               bool from_memory) {
   const DF d;
   const size_t N = hn::Lanes(d);
   if (C % N == 0 && kStream && !IsAligned(d, y)) {
     // Rows would each need a peel and a tail to stream: plain stores instead.
-    return NormRowsT<kAct, false>(x, y, rows, C, p);
+    return NormRowsT<kAct, false>(x, y, rows, C, p, from_memory);
   }
   if (C % N == 0) {
-    // Whole vectors in every row (and with streaming every store aligned). The rows
-    // go as kRowStreams sequential streams a quarter of the rows apart, one row of
-    // each per step (see ShiftedSumsRowStreams: a few distant streams read at memory
-    // speed, a tile walked column by column does not), four vectors of channels at a
-    // time so that their parameters are loaded once for the four rows.
+    // Whole vectors in every row (and with streaming every store aligned). A step
+    // applies four vectors of channels at a time, their parameters loaded once, to a
+    // few rows: consecutive ones from cache (below), or from DRAM one row of each of
+    // kRowStreams sequential streams a quarter of the rows apart (see
+    // ShiftedSumsRowStreams: a few distant streams read at memory speed, a tile
+    // walked column by column does not).
     const auto step = [&](const size_t* at, size_t count) {
       size_t c = 0;
       for (; c + 4 * N <= C; c += 4 * N) {
@@ -589,13 +593,15 @@ void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& 
         }
       }
     };
-    if (C <= 4 * N) {
-      // One group of four vectors or fewer per row: consecutive rows, whose walk down
-      // the columns stays within a few KiB, with the parameters loaded once per group.
-      constexpr size_t kRowsPerStep = 64;
-      size_t at[kRowsPerStep];
-      for (size_t r0 = 0; r0 < rows; r0 += kRowsPerStep) {
-        const size_t count = std::min(kRowsPerStep, rows - r0);
+    if (C <= 4 * N || !from_memory) {
+      // Rows of four vectors or fewer, or rows in cache: steps of consecutive rows
+      // spanning at most 32 KiB (L1), whose walk down the columns finds its lines
+      // there, with the parameters loaded once per four vectors of a step.
+      constexpr size_t kMaxRowsPerStep = 64;
+      const size_t rows_per_step = std::clamp<size_t>(8192 / C, 1, kMaxRowsPerStep);
+      size_t at[kMaxRowsPerStep];
+      for (size_t r0 = 0; r0 < rows; r0 += rows_per_step) {
+        const size_t count = std::min(rows_per_step, rows - r0);
         for (size_t k = 0; k < count; ++k) at[k] = (r0 + k) * C;
         step(at, count);
       }
@@ -668,8 +674,10 @@ struct NormPlanesFn {
 };
 template <Activation kAct, bool kStream>
 struct NormRowsFn {
-  static void Run(const float* x, float* y, int64_t rows, int64_t C, const NormRows& p) {
-    NormRowsT<kAct, kStream>(x, y, static_cast<size_t>(rows), static_cast<size_t>(C), p);
+  static void Run(const float* x, float* y, int64_t rows, int64_t C, const NormRows& p,
+                  bool from_memory) {
+    NormRowsT<kAct, kStream>(x, y, static_cast<size_t>(rows), static_cast<size_t>(C), p,
+                             from_memory);
   }
 };
 
@@ -680,8 +688,8 @@ void ApplyNormPlanesImpl(const float* x, float* y, int64_t n, int64_t plane, int
 }
 
 void ApplyNormRowsImpl(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
-                       Activation act, bool stream) {
-  DispatchActivation<NormRowsFn>(act, stream, x, y, rows, channels, p);
+                       Activation act, bool stream, bool from_memory) {
+  DispatchActivation<NormRowsFn>(act, stream, x, y, rows, channels, p, from_memory);
 }
 
 void ApplyRowNormImpl(const float* x, float* y, int64_t count, float mean, float rstd, float offset,
@@ -725,8 +733,9 @@ double SpanSumSquares(const float* x, int64_t n) {
 }
 
 void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const float* pivot,
-                        double* s1, double* s2, float* scratch) {
-  HWY_DYNAMIC_DISPATCH(ChannelShiftedSumsImpl)(x, rows, channels, pivot, s1, s2, scratch);
+                        double* s1, double* s2, float* scratch, bool from_memory) {
+  HWY_DYNAMIC_DISPATCH(ChannelShiftedSumsImpl)
+  (x, rows, channels, pivot, s1, s2, scratch, from_memory);
 }
 
 void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, float mean,
@@ -736,8 +745,8 @@ void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t
 }
 
 void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
-                   Activation act, bool stream) {
-  HWY_DYNAMIC_DISPATCH(ApplyNormRowsImpl)(x, y, rows, channels, p, act, stream);
+                   Activation act, bool stream, bool from_memory) {
+  HWY_DYNAMIC_DISPATCH(ApplyNormRowsImpl)(x, y, rows, channels, p, act, stream, from_memory);
 }
 
 void ApplyRowNorm(const float* x, float* y, int64_t n, float mean, float rstd, float offset,

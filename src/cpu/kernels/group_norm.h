@@ -30,9 +30,11 @@ double SpanSumSquares(const float* x, int64_t n);
 
 // Per-channel shifted sums about pivot[c], carried in double:
 // s1[c] = sum_r (x[r, c] - pivot[c]), s2[c] = sum_r (x[r, c] - pivot[c])^2.
-// scratch: 2 * channels floats.
+// scratch: 2 * channels floats. from_memory: x comes from DRAM rather than cache,
+// which picks the order rows are read in (the sums are the same either way only up
+// to rounding; the choice must depend on the shape alone).
 void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const float* pivot,
-                        double* s1, double* s2, float* scratch);
+                        double* s1, double* s2, float* scratch, bool from_memory);
 
 // Whether shifted sums about a pivot lost too many digits to trust: true when the
 // pivot is further from the mean than one standard deviation, i.e. when
@@ -73,8 +75,9 @@ struct NormRows {
   const float* scale;
   const float* shift;
 };
+// from_memory: x comes from DRAM rather than cache (picks the order rows are read in).
 void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
-                   Activation act, bool stream);
+                   Activation act, bool stream, bool from_memory);
 
 // One row of a [rows, D] layer / RMS norm:
 //   y[d] = ((x[d] - mean) * rstd + offset) * gamma[d] + beta[d]
