@@ -244,6 +244,36 @@ TEST(GroupNorm, NamedFormsEqualGroupNorm) {
 
 // Bitwise identical outputs and statistics for 1, 2, 3 and 8 threads, in place or not,
 // for fused (small groups) and split (one large group) plans in both layouts.
+// The fused SiLU against v / (1 + e^-v) in double, at the very pre-activation values
+// v the kernel computed (the same call without the activation), over v in about
+// [-277, 277]: the clamped exponential's ends, the sign change, and everything between.
+TEST(GroupNorm, SiluWithinAFewUlpsOverItsRange) {
+  const int64_t S = int64_t{1} << 18;
+  std::vector<float> x(S), v(S), s(S);
+  for (int64_t i = 0; i < S; ++i) x[i] = -1.0f + 2.0f * static_cast<float>(i) / (S - 1);
+  const float gamma = 160.0f, beta = 0.5f;
+  normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {1, 1, S});
+  normkit_tensor vt = Desc(v.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {1, 1, S});
+  normkit_tensor st = Desc(s.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {1, 1, S});
+  ASSERT_EQ(normkit_group_norm(nullptr, &xt, 1, &gamma, &beta, 1e-5f, NORMKIT_ACTIVATION_NONE, &vt,
+                               nullptr, nullptr),
+            NORMKIT_SUCCESS);
+  ASSERT_EQ(normkit_group_norm(nullptr, &xt, 1, &gamma, &beta, 1e-5f, NORMKIT_ACTIVATION_SILU, &st,
+                               nullptr, nullptr),
+            NORMKIT_SUCCESS);
+  ASSERT_LT(v.front(), -250.0f);
+  ASSERT_GT(v.back(), 250.0f);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < S; ++i) {
+    const double vi = v[i], want = vi / (1.0 + std::exp(-vi));
+    // 8 units of 2^-24 relative; below ~1e-35 (v < -75) the clamp leaves a tiny value.
+    if (std::fabs(s[i] - want) > 8 * 0x1p-24 * std::fabs(want) + 1e-35 && ++bad <= 5) {
+      ADD_FAILURE() << "silu(" << vi << ") = " << s[i] << ", want " << want;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
 // Channels-last tensors larger than the last-level cache read their rows in another
 // order (a few distant streams) than cached ones: a sample split over threads, and
 // samples of one fused task each; rows wider than four vectors, with a tail.
