@@ -9,6 +9,7 @@
 #include <Eigen/Dense>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -83,6 +84,19 @@ inline void ExpectNear(const std::vector<float>& got, const std::vector<double>&
     }
   }
   EXPECT_EQ(bad, 0) << what;
+}
+
+// Keeps the first result of a series (thread counts, say) in `first` and requires each
+// later one to be bitwise identical to it.
+inline void ExpectSameBitsAsFirst(std::vector<float>* first, const std::vector<float>& got,
+                                  int threads) {
+  if (first->empty()) {
+    *first = got;
+    return;
+  }
+  ASSERT_EQ(first->size(), got.size());
+  EXPECT_EQ(std::memcmp(first->data(), got.data(), got.size() * sizeof(float)), 0)
+      << "threads=" << threads;
 }
 
 }  // namespace normkit_test

@@ -200,6 +200,27 @@ HWY_INLINE void ShiftedSumsColumn(D d, const float* HWY_RESTRICT x, size_t R, si
   }
 }
 
+// Adds the four vectors at `row` minus their pivots p0..p3 to a0..a3 and the squares
+// of those differences to b0..b3.
+template <class V>
+HWY_INLINE void AddShiftedFour(const float* HWY_RESTRICT row, V p0, V p1, V p2, V p3, V& a0, V& a1,
+                               V& a2, V& a3, V& b0, V& b1, V& b2, V& b3) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  const auto d0 = hn::LoadU(d, row) - p0;
+  const auto d1 = hn::LoadU(d, row + N) - p1;
+  const auto d2 = hn::LoadU(d, row + 2 * N) - p2;
+  const auto d3 = hn::LoadU(d, row + 3 * N) - p3;
+  a0 = a0 + d0;
+  a1 = a1 + d1;
+  a2 = a2 + d2;
+  a3 = a3 + d3;
+  b0 = hn::MulAdd(d0, d0, b0);
+  b1 = hn::MulAdd(d1, d1, b1);
+  b2 = hn::MulAdd(d2, d2, b2);
+  b3 = hn::MulAdd(d3, d3, b3);
+}
+
 // Four vectors of channels at once: four independent chains hide the add latency
 // that a single column walked down the rows would wait on.
 HWY_INLINE void ShiftedSumsFourColumns(const float* HWY_RESTRICT x, size_t R, size_t C, size_t c,
@@ -220,19 +241,7 @@ HWY_INLINE void ShiftedSumsFourColumns(const float* HWY_RESTRICT x, size_t R, si
     auto b0 = hn::Zero(d), b1 = hn::Zero(d), b2 = hn::Zero(d), b3 = hn::Zero(d);
     const size_t run_end = std::min(R, r + kFlushVectors);
     for (; r < run_end; ++r) {
-      const float* row = x + r * C + c;
-      const auto d0 = hn::LoadU(d, row) - p0;
-      const auto d1 = hn::LoadU(d, row + N) - p1;
-      const auto d2 = hn::LoadU(d, row + 2 * N) - p2;
-      const auto d3 = hn::LoadU(d, row + 3 * N) - p3;
-      a0 = a0 + d0;
-      a1 = a1 + d1;
-      a2 = a2 + d2;
-      a3 = a3 + d3;
-      b0 = hn::MulAdd(d0, d0, b0);
-      b1 = hn::MulAdd(d1, d1, b1);
-      b2 = hn::MulAdd(d2, d2, b2);
-      b3 = hn::MulAdd(d3, d3, b3);
+      AddShiftedFour(x + r * C + c, p0, p1, p2, p3, a0, a1, a2, a3, b0, b1, b2, b3);
     }
     AccumulateWide(a0, u0l, u0h);
     AccumulateWide(a1, u1l, u1h);
@@ -297,19 +306,7 @@ HWY_INLINE void AddRowsToRunSums(const float* const* rows, size_t C4,
     auto b0 = hn::LoadU(d, run2 + c), b1 = hn::LoadU(d, run2 + c + N),
          b2 = hn::LoadU(d, run2 + c + 2 * N), b3 = hn::LoadU(d, run2 + c + 3 * N);
     for (size_t k = 0; k < kRows; ++k) {
-      const float* row = rows[k] + c;
-      const auto d0 = hn::LoadU(d, row) - p0;
-      const auto d1 = hn::LoadU(d, row + N) - p1;
-      const auto d2 = hn::LoadU(d, row + 2 * N) - p2;
-      const auto d3 = hn::LoadU(d, row + 3 * N) - p3;
-      a0 = a0 + d0;
-      a1 = a1 + d1;
-      a2 = a2 + d2;
-      a3 = a3 + d3;
-      b0 = hn::MulAdd(d0, d0, b0);
-      b1 = hn::MulAdd(d1, d1, b1);
-      b2 = hn::MulAdd(d2, d2, b2);
-      b3 = hn::MulAdd(d3, d3, b3);
+      AddShiftedFour(rows[k] + c, p0, p1, p2, p3, a0, a1, a2, a3, b0, b1, b2, b3);
     }
     hn::StoreU(a0, d, run1 + c), hn::StoreU(a1, d, run1 + c + N);
     hn::StoreU(a2, d, run1 + c + 2 * N), hn::StoreU(a3, d, run1 + c + 3 * N);
