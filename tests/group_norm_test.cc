@@ -2,6 +2,8 @@
 // Group norm (and its instance / channel layer norm forms) against the double
 // reference: layouts, ranks 2..5, group sizes, fused activations, in place, threads,
 // ill-conditioned and degenerate groups, NaN isolation, bitwise determinism.
+#include "cpu/group_norm.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -135,16 +137,37 @@ TEST(GroupNorm, LargeMeanSmallVariance) {
   }
 }
 
-// The statistics pivot on the first values of a block; outliers there force the
-// second pass about the mean, which must still give the exact result.
+// The statistics pivot on values sampled from a block (kernels::SampledSpanOffset,
+// kernels::SampledRow). Here the sampled values are outliers and all the others are
+// equal, so the pivot is far from the mean and float sums of the squared deviations
+// about it round the same way every time: a single pass is off by ~1e-4. The second
+// pass, about the mean the first one found, must give the exact result.
 TEST(GroupNorm, OutliersWhereThePivotIsSampled) {
   for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
-    const std::vector<int64_t> shape = {2, 16, 20, 21};
-    const int64_t N = 2, C = 16, S = 420, G = 4;
     const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST;
+    // One statistics block per group (per sample channels-last), one sampled row
+    // channels-last: as few sampled values next to the block as possible.
+    const int64_t N = 2, C = 32, G = cl ? 2 : 8, Cg = C / G;
+    const int64_t S = normkit::cpu::kStatsBlockElems / (cl ? C : Cg);
+    const std::vector<int64_t> shape = {N, C, S};
     std::vector<float> x = RandomVector(Numel(shape), 71), y(x.size());
-    for (int64_t i = 0; i < 80; ++i) x[i] = 3.0e3f;  // channels-first: group 0's head
-    for (int64_t c = 0; c < C; ++c) x[c] = 5.0e3f;   // channels-last: the first row
+    if (cl) {
+      // Sample 0, all its groups.
+      const int64_t samples = normkit::cpu::PivotSamples(S, Cg);
+      for (int64_t i = 0; i < S * C; ++i) x[i] = 0.1f;
+      for (int64_t j = 0; j < samples; ++j) {
+        for (int64_t c = 0; c < C; ++c) {
+          x[normkit::kernels::SampledRow(j, samples, S) * C + c] = 3.0e3f;
+        }
+      }
+    } else {
+      // Group 0 of sample 0; the vectors at the sampled offsets (16 lanes at most).
+      for (int64_t i = 0; i < Cg * S; ++i) x[i] = 0.1f;
+      for (size_t j = 0; j < normkit::kernels::kPivotVectors; ++j) {
+        const int64_t at = normkit::kernels::SampledSpanOffset(j, Cg * S);
+        for (int64_t i = 0; i < 16; ++i) x[at + i] = 3.0e3f;
+      }
+    }
     normkit_tensor xt = Desc(x.data(), layout, shape), yt = Desc(y.data(), layout, shape);
     ASSERT_EQ(normkit_group_norm(nullptr, &xt, G, nullptr, nullptr, 1e-5f, NORMKIT_ACTIVATION_NONE,
                                  &yt, nullptr, nullptr),

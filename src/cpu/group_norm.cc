@@ -74,15 +74,17 @@ void BlockStats(GroupNormPlan& p, int64_t u, int64_t k) {
     return;
   }
   // Groups strided across rows: per-channel shifted sums about a pivot per group
-  // (the mean of the group's channels in the block's first row) add up to the
-  // group's. Groups whose pivot was too far from their mean get a second pass.
+  // (the mean of the group's channels in a few sampled rows) add up to the group's.
+  // Groups whose pivot was too far from their mean get a second pass.
   thread_local ChannelScratch s;  // reused by every block a thread runs
   s.Resize(p.C);
   const double count = static_cast<double>(rows * p.Cg);
+  const int64_t samples = PivotSamples(rows, p.Cg);
+  kernels::SampledRowSums(xb, rows, p.C, samples, s.pivot.data());
   for (int64_t g = 0; g < p.G; ++g) {
-    double first = 0.0;
-    for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) first += xb[c];
-    const float pivot = static_cast<float>(first / static_cast<double>(p.Cg));
+    double sum = 0.0;
+    for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) sum += s.pivot[c];
+    const float pivot = static_cast<float>(sum / static_cast<double>(samples * p.Cg));
     for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) s.pivot[c] = pivot;
   }
   for (int pass = 0; pass < 2; ++pass) {

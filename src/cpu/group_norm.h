@@ -4,6 +4,7 @@
 #ifndef NORMKIT_CPU_GROUP_NORM_H_
 #define NORMKIT_CPU_GROUP_NORM_H_
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/context.h"
@@ -38,6 +39,16 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
 // 32 KiB apart; 32x512x56x56 NHWC at 1 thread went from 0.80 to 0.84-0.95 of memcpy
 // against 64 KiB blocks).
 constexpr int64_t kStatsBlockElems = 32768;
+
+// Channels-last statistics pivot on the mean of a group's values in this many rows
+// of a block (kernels::SampledRow): at least kPivotValues values, so that the pivot
+// of random data is rarely a standard deviation from the mean (a first-row pivot
+// was, for 1 or 2 channels a group, in almost every block of 32 groups and more,
+// and each such block took a second pass).
+constexpr int64_t kPivotValues = 16;
+inline int64_t PivotSamples(int64_t rows, int64_t channels_per_group) {
+  return std::min(rows, (kPivotValues + channels_per_group - 1) / channels_per_group);
+}
 
 // A group (channels-first) or sample (channels-last) up to this size is normalized
 // by one task, statistics then output while it stays in L2: one pass over DRAM.

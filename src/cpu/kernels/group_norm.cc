@@ -62,23 +62,25 @@ HWY_INLINE double SumLanes(hn::Vec<DD> v) {
 // float lane sums at most 16 terms, the long sums are carried in double.
 constexpr size_t kFlushVectors = 16;
 
-// A pivot for the shifted sums: the mean of the first few values. Only its distance
-// from the true mean (in units of the spread) matters, and SpanMoments checks it.
-// Summed in vectors: a chain of 64 scalar adds cost more than the statistics of a
-// 1.5K-element group.
+// A pivot for the shifted sums: the mean of kPivotVectors vectors spread over the
+// span (SampledSpanOffset). Only its distance from the true mean (in units of the
+// spread) matters, and SpanMoments checks it; spread rather than the first values,
+// which in an image plane are its top border. Vector loads: a chain of 64 scalar
+// adds cost more than the statistics of a 1.5K-element group.
 HWY_INLINE float SamplePivot(const float* x, size_t n) {
   const DF d;
   const size_t N = hn::Lanes(d);
-  const size_t k = std::min<size_t>(n, 64);
-  size_t i = 0;
-  float sum = 0.0f;
-  if (k >= N) {
-    auto acc = hn::LoadU(d, x);
-    for (i = N; i + N <= k; i += N) acc = acc + hn::LoadU(d, x + i);
-    sum = hn::GetLane(hn::SumOfLanes(d, acc));
+  if (n < kPivotVectors * N) {
+    const size_t k = std::min<size_t>(n, 64);
+    float sum = 0.0f;
+    for (size_t i = 0; i < k; ++i) sum += x[i];
+    return sum / static_cast<float>(k);
   }
-  for (; i < k; ++i) sum += x[i];
-  return sum / static_cast<float>(k);
+  auto acc = hn::Zero(d);
+  for (size_t j = 0; j < kPivotVectors; ++j) {
+    acc = acc + hn::LoadU(d, x + SampledSpanOffset(j, static_cast<int64_t>(n)));
+  }
+  return hn::GetLane(hn::SumOfLanes(d, acc)) / static_cast<float>(kPivotVectors * N);
 }
 
 // s1 = sum(x - p), s2 = sum((x - p)^2) over x[0, n): float within a flush run,
@@ -385,6 +387,28 @@ void ChannelShiftedSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t c
   for (; c + N <= C; c += N) ShiftedSumsColumn(DF(), x, R, C, c, pivot, s1, s2);
   const hn::CappedTag<float, 1> d1;
   for (; c < C; ++c) ShiftedSumsColumn(d1, x, R, C, c, pivot, s1, s2);
+}
+
+void SampledRowSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
+                        int64_t samples, float* HWY_RESTRICT out) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  const size_t C = static_cast<size_t>(channels);
+  size_t c = 0;
+  for (; c + N <= C; c += N) {
+    auto acc = hn::Zero(d);
+    for (int64_t j = 0; j < samples; ++j) {
+      acc = acc + hn::LoadU(d, x + static_cast<size_t>(SampledRow(j, samples, rows)) * C + c);
+    }
+    hn::StoreU(acc, d, out + c);
+  }
+  for (; c < C; ++c) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < samples; ++j) {
+      acc += x[static_cast<size_t>(SampledRow(j, samples, rows)) * C + c];
+    }
+    out[c] = acc;
+  }
 }
 
 // e^-v for v clamped to [-88, 87] (normal results): 2^k * P(f) with k = round(-v / ln2)
@@ -720,6 +744,7 @@ namespace kernels {
 HWY_EXPORT(SpanMomentsImpl);
 HWY_EXPORT(SpanSumSquaresImpl);
 HWY_EXPORT(ChannelShiftedSumsImpl);
+HWY_EXPORT(SampledRowSumsImpl);
 HWY_EXPORT(ApplyNormPlanesImpl);
 HWY_EXPORT(ApplyNormRowsImpl);
 HWY_EXPORT(ApplyRowNormImpl);
@@ -736,6 +761,10 @@ void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const fl
                         double* s1, double* s2, float* scratch, bool from_memory) {
   HWY_DYNAMIC_DISPATCH(ChannelShiftedSumsImpl)
   (x, rows, channels, pivot, s1, s2, scratch, from_memory);
+}
+
+void SampledRowSums(const float* x, int64_t rows, int64_t channels, int64_t samples, float* out) {
+  HWY_DYNAMIC_DISPATCH(SampledRowSumsImpl)(x, rows, channels, samples, out);
 }
 
 void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, float mean,

@@ -5,6 +5,7 @@
 #ifndef NORMKIT_CPU_KERNELS_GROUP_NORM_H_
 #define NORMKIT_CPU_KERNELS_GROUP_NORM_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/moments.h"
@@ -17,6 +18,13 @@ enum class Activation : int { kNone = 0, kRelu = 1, kSilu = 2 };
 
 using ::normkit::MergeMoments;
 using ::normkit::Moments;
+
+// SpanMoments' pivot is the mean of kPivotVectors vectors of the span (spans of
+// at least that many vectors) loaded at these offsets.
+constexpr size_t kPivotVectors = 4;
+inline int64_t SampledSpanOffset(size_t j, int64_t n) {
+  return static_cast<int64_t>(j) * (n / static_cast<int64_t>(kPivotVectors));
+}
 
 // Moments of x[0, n) (the span should be cache-resident) from shifted sums
 // s1 = sum(x - p), s2 = sum((x - p)^2) about a pivot p sampled from the span,
@@ -35,6 +43,17 @@ double SpanSumSquares(const float* x, int64_t n);
 // to rounding; the choice must depend on the shape alone).
 void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const float* pivot,
                         double* s1, double* s2, float* scratch, bool from_memory);
+
+// The rows a block's statistics pivots are sampled from: `samples` rows spread evenly
+// over the block, the first one included. Spread rather than consecutive: neighbouring
+// positions of an image are alike, and a pivot more than a standard deviation from the
+// mean costs the block a second pass.
+inline int64_t SampledRow(int64_t j, int64_t samples, int64_t rows) {
+  return j * rows / samples;
+}
+
+// out[c] = sum over j < samples of x[SampledRow(j, samples, rows), c], in float.
+void SampledRowSums(const float* x, int64_t rows, int64_t channels, int64_t samples, float* out);
 
 // Whether shifted sums about a pivot lost too many digits to trust: true when the
 // pivot is further from the mean than one standard deviation, i.e. when
