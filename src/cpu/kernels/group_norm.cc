@@ -70,11 +70,16 @@ constexpr size_t kFlushVectors = 16;
 HWY_INLINE float SamplePivot(const float* x, size_t n) {
   const DF d;
   const size_t N = hn::Lanes(d);
-  if (n < kPivotVectors * N) {
-    const size_t k = std::min<size_t>(n, 64);
+  if (n < kPivotVectors * N) {  // short spans: their first whole vectors, then lanes
+    size_t i = 0;
     float sum = 0.0f;
-    for (size_t i = 0; i < k; ++i) sum += x[i];
-    return sum / static_cast<float>(k);
+    if (n >= N) {
+      auto acc = hn::LoadU(d, x);
+      for (i = N; i + N <= n; i += N) acc = acc + hn::LoadU(d, x + i);
+      sum = hn::GetLane(hn::SumOfLanes(d, acc));
+    }
+    for (; i < n; ++i) sum += x[i];
+    return sum / static_cast<float>(n);
   }
   auto acc = hn::Zero(d);
   for (size_t j = 0; j < kPivotVectors; ++j) {
