@@ -80,6 +80,8 @@ void BlockStats(GroupNormPlan& p, int64_t u, int64_t k) {
   s.Resize(p.C);
   const double count = static_cast<double>(rows * p.Cg);
   const int64_t samples = PivotSamples(rows, p.Cg);
+  // s.pivot holds the per-channel sample sums first; each group's are read, then
+  // overwritten by the group's pivot (groups own disjoint channels).
   kernels::SampledRowSums(xb, rows, p.C, samples, s.pivot.data());
   for (int64_t g = 0; g < p.G; ++g) {
     double sum = 0.0;
