@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hwy/targets.h"
 #include "shift_sum_reference.h"
 #include "test_util.h"
 
@@ -225,6 +226,110 @@ TEST(ShiftSum, SeedChannelCounts) {
       CheckAllOps<float>(g, true, 2);
     }
   }
+}
+
+// Every op's outputs in one layout (x-shaped outputs in that layout): forward, adjoint,
+// both pseudo-inverses and the GAP step.
+template <class T>
+std::vector<std::vector<T>> AllOutputs(const Geometry& g, bool cl, const std::vector<T>& x_first,
+                                       const std::vector<T>& y, const std::vector<T>& mask) {
+  const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+  const int64_t nx = g.B * g.C * g.H * g.W;
+  // x in the layout under test.
+  std::vector<T> x(nx);
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t w = 0; w < g.W; ++w)
+          x[g.XIndex(b, c, h, w, cl)] = x_first[g.XIndex(b, c, h, w, false)];
+  normkit_shift_sum_params params;
+  normkit_shift_sum_params_init(&params, g.S);
+  params.axis = g.along_h ? NORMKIT_SHIFT_ALONG_H : NORMKIT_SHIFT_ALONG_W;
+  params.scale = g.scale;
+  params.mask_kind = g.mask_kind;
+  params.mask = g.mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.data();
+  const std::vector<int64_t> xshape = {g.B, g.C, g.H, g.W}, yshape = {g.B, g.Hout(), g.Wout()};
+  std::vector<std::vector<T>> out(5, std::vector<T>(nx, T(-9)));
+  out[0].assign(y.size(), T(-9));
+  normkit_tensor xt = TensorOf(x.data(), layout, xshape);
+  normkit_tensor yt = TensorOf(const_cast<T*>(y.data()), NORMKIT_LAYOUT_CHANNELS_FIRST, yshape);
+  normkit_tensor ft = TensorOf(out[0].data(), NORMKIT_LAYOUT_CHANNELS_FIRST, yshape);
+  EXPECT_EQ(normkit_shift_sum(nullptr, &xt, &params, &ft), NORMKIT_SUCCESS);
+  normkit_tensor o1 = TensorOf(out[1].data(), layout, xshape);
+  EXPECT_EQ(normkit_shift_sum_adjoint(nullptr, &yt, &params, &o1), NORMKIT_SUCCESS);
+  normkit_tensor o2 = TensorOf(out[2].data(), layout, xshape);
+  EXPECT_EQ(normkit_shift_sum_pinv(nullptr, &yt, &params, NORMKIT_PINV_MOORE_PENROSE, nullptr, &o2),
+            NORMKIT_SUCCESS);
+  normkit_tensor o3 = TensorOf(out[3].data(), layout, xshape);
+  EXPECT_EQ(
+      normkit_shift_sum_pinv(nullptr, &yt, &params, NORMKIT_PINV_DIVIDE_BY_MASK, nullptr, &o3),
+      NORMKIT_SUCCESS);
+  out[4] = x;
+  normkit_tensor o4 = TensorOf(out[4].data(), layout, xshape);
+  EXPECT_EQ(normkit_shift_sum_gap_step(nullptr, &o4, &yt, &params, 0.7, 0.25, nullptr),
+            NORMKIT_SUCCESS);
+  // x-shaped outputs back to channels-first order.
+  for (int k = 1; k < 5; ++k) {
+    std::vector<T> first(nx);
+    for (int64_t b = 0; b < g.B; ++b)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t h = 0; h < g.H; ++h)
+          for (int64_t w = 0; w < g.W; ++w)
+            first[g.XIndex(b, c, h, w, false)] = out[k][g.XIndex(b, c, h, w, cl)];
+    out[k] = first;
+  }
+  return out;
+}
+
+// Channels-last x is transposed to channel planes and back around the channels-first
+// kernels, so both layouts must give the same bits: any misplaced element of a
+// transposed tile (or of its channel and pixel tails) shows here exactly.
+template <class T>
+void ExpectLayoutsAgree(const Geometry& g) {
+  SCOPED_TRACE(Name(g, true) + (sizeof(T) == 8 ? " double" : " float"));
+  const Data<T> x = Random<T>(g.B * g.C * g.H * g.W, 31),
+                y = Random<T>(g.B * g.Hout() * g.Wout(), 32);
+  Data<T> mask = Random<T>(std::max<int64_t>(g.MaskElems(), 1), 33, 0.0, 1.0);
+  for (size_t i = 0; i < mask.v.size(); i += 5) mask.v[i] = T(0);
+  const auto first = AllOutputs<T>(g, false, x.v, y.v, mask.v);
+  const auto last = AllOutputs<T>(g, true, x.v, y.v, mask.v);
+  const char* ops[] = {"forward", "adjoint", "pinv", "pinv divide-by-mask", "gap step"};
+  for (int k = 0; k < 5; ++k) {
+    ASSERT_EQ(first[k].size(), last[k].size());
+    EXPECT_EQ(std::memcmp(first[k].data(), last[k].data(), first[k].size() * sizeof(T)), 0)
+        << ops[k];
+  }
+}
+
+TEST(ShiftSum, ChannelsLastMatchesChannelsFirstBitwise) {
+  const std::vector<Geometry> shapes = {
+      {2, 28, 3, 37, 2, false, 0, 2.0 / 28}, {1, 31, 2, 70, 1, false, 0, 1.0},
+      {1, 7, 4, 13, -3, false, 0, 0.5},      {2, 4, 2, 8, 1, false, 0, 1.0},
+      {1, 3, 2, 6, 2, false, 0, 1.0},        {2, 9, 3, 11, -2, true, 0, 0.3}};
+  for (Geometry g : shapes) {
+    for (int32_t kind = NORMKIT_MASK_NONE; kind <= NORMKIT_MASK_PHI_BCHW; ++kind) {
+      g.mask_kind = kind;
+      ExpectLayoutsAgree<float>(g);
+      ExpectLayoutsAgree<double>(g);
+    }
+  }
+}
+
+// The channels-last transposition is written per SIMD target (128-bit tiles, scalar
+// on the scalar target): run the channels-last ops on every target against the
+// reference, with channel and pixel counts that leave tails.
+TEST(ShiftSum, ChannelsLastOnEveryTarget) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const Geometry& g : {Geometry{2, 7, 3, 13, 2, false, NORMKIT_MASK_HW, 0.5},
+                              Geometry{1, 9, 2, 11, -1, false, NORMKIT_MASK_PHI_CHW, 1.0},
+                              Geometry{1, 6, 3, 10, 2, true, NORMKIT_MASK_CHW, 1.0}}) {
+      CheckAllOps<float>(g, true, 2);
+      CheckAllOps<double>(g, true, 1);
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 // <A x, y> = <x, A^T y> in float64, for every mask form, both axes and layouts.

@@ -20,9 +20,11 @@ using kernels::ShiftSumAddSquares;
 using kernels::ShiftSumAxpy;
 using kernels::ShiftSumDivide;
 using kernels::ShiftSumDivideByMask;
+using kernels::ShiftSumFromPlanes;
 using kernels::ShiftSumResidual;
 using kernels::ShiftSumScale;
 using kernels::ShiftSumScaledProduct;
+using kernels::ShiftSumToPlanes;
 
 // Bytes of x a task should cover: large enough to amortize the task, small enough to
 // balance two or more threads on the smallest seed shapes.
@@ -74,6 +76,12 @@ const T* AlignedMask(const ShiftSumProblem<T>& p, int64_t b, int64_t c, int64_t 
   return nullptr;
 }
 
+// Elements of y between where consecutive channels of one x row land.
+template <class T>
+int64_t YChannelStride(const ShiftSumProblem<T>& p) {
+  return p.along_h ? p.step * p.W_out : p.step;
+}
+
 // Elements between the aligned masks of consecutive channels (same sample and row).
 template <class T>
 int64_t MaskChannelStride(const ShiftSumProblem<T>& p) {
@@ -83,13 +91,32 @@ int64_t MaskChannelStride(const ShiftSumProblem<T>& p) {
     case ShiftMask::kCHW:
     case ShiftMask::kBCHW: return p.H * p.W;
     case ShiftMask::kPhiCHW:
-    case ShiftMask::kPhiBCHW: return p.H_out * p.W_out + p.step;  // next plane, shifted
+    case ShiftMask::kPhiBCHW: return p.H_out * p.W_out + YChannelStride(p);  // next plane, shifted
   }
   return 0;
 }
 
+// Channels-last x row (b, h): its [W, C] block.
+template <class T>
+int64_t ChannelsLastRow(const ShiftSumProblem<T>& p, int64_t b, int64_t h) {
+  return (b * p.H + h) * p.W * p.C;
+}
+
+// How far ahead (elements) ShiftSumToPlanes prefetches channels-last x row (b, h):
+// kPlanesPrefetchBytes, but never past the end of x.
+constexpr int64_t kPlanesPrefetchBytes = int64_t{64} << 10;
+
+template <class T>
+int64_t PlanesPrefetchAhead(const ShiftSumProblem<T>& p, int64_t b, int64_t h) {
+  const int64_t left = p.B * p.H * p.W * p.C - ChannelsLastRow(p, b, h + 1);
+  return std::min<int64_t>(kPlanesPrefetchBytes / static_cast<int64_t>(sizeof(T)), left);
+}
+
 // x rows of one channel. Channels-first rows are used in place; channels-last rows are
-// gathered from (and scattered back to) the [W, C] row block through a small buffer.
+// gathered from (and scattered back to) the [W, C] row block through a small buffer,
+// one strided scalar walk per channel: only the paths along H use it, where the rows of
+// one y row come from C different x rows (along W, channels-last rows are transposed
+// to planes whole: ShiftSumToPlanes / ShiftSumFromPlanes).
 template <class T>
 struct XRows {
   const ShiftSumProblem<T>& p;
@@ -106,10 +133,6 @@ struct XRows {
     if (!p.channels_last) return src;
     for (int64_t w = 0; w < p.W; ++w) buffer[w] = src[w * p.C];
     return buffer.data();
-  }
-  // Where to compute row (b, c, h) before Commit() stores it.
-  T* Target(T* x, int64_t b, int64_t c, int64_t h) {
-    return p.channels_last ? buffer.data() : x + Offset(b, c, h);
   }
   void Commit(T* x, int64_t b, int64_t c, int64_t h) {
     if (!p.channels_last) return;
@@ -159,16 +182,24 @@ const T* NormalizerRowOrGiven(const ShiftSumProblem<T>& p, const T* given, int64
   return scratch;
 }
 
-// x rows of (b, h) from a y-shaped array: x_c = s * mask_c * window_c(src).
+// x rows of (b, h) from a y-shaped array: x_c = s * mask_c * window_c(src). The
+// windows of consecutive channels are YChannelStride apart, so channels-last rows are
+// one transposition of those windows (read as planes).
 template <class T>
-void AdjointRows(const ShiftSumProblem<T>& p, XRows<T>& xr, const T* src, int64_t b, int64_t h,
-                 T* x, bool stream) {
+void AdjointRows(const ShiftSumProblem<T>& p, const T* src, int64_t b, int64_t h, T* x,
+                 bool stream) {
+  if (p.channels_last) {
+    const Placement at = Place(p, 0, h);
+    ShiftSumFromPlanes(src + (b * p.H_out + at.r) * p.W_out + at.col, YChannelStride(p),
+                       AlignedMask(p, b, 0, h), MaskChannelStride(p), p.scale, p.W, p.C,
+                       x + ChannelsLastRow(p, b, h));
+    return;
+  }
   for (int64_t c = 0; c < p.C; ++c) {
     const Placement at = Place(p, c, h);
-    T* dst = xr.Target(x, b, c, h);
-    ShiftSumScaledProduct(dst, src + (b * p.H_out + at.r) * p.W_out + at.col,
-                          AlignedMask(p, b, c, h), p.scale, p.W, stream && !p.channels_last);
-    xr.Commit(x, b, c, h);
+    ShiftSumScaledProduct(x + ((b * p.C + c) * p.H + h) * p.W,
+                          src + (b * p.H_out + at.r) * p.W_out + at.col, AlignedMask(p, b, c, h),
+                          p.scale, p.W, stream);
   }
 }
 
@@ -199,12 +230,6 @@ constexpr int64_t kTileRows = 2;
 constexpr int64_t kPrefetchTiles = 3;                      // how many tiles ahead the prefetch runs
 constexpr int64_t kGapPrefetchBytes = int64_t{128} << 10;  // GAP: bytes of x ahead
 
-template <class T>
-void PrefetchToL2(const T* p, int64_t n) {
-  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
-  for (int64_t i = 0; i < n; i += kLine) __builtin_prefetch(p + i, 0, 2);
-}
-
 // Calls tile(b, r0, r1) over rows [begin, end) of a [B, rows_per_sample] range, in
 // tiles of at most kTileRows rows that never cross a sample.
 template <class Tile>
@@ -223,12 +248,14 @@ template <class T>
 void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* y) {
   ForRowRanges(ctx, p.B * p.H_out, XRowBytes(p), [&](int64_t begin, int64_t end) {
     XRows<T> xr(p);
-    if (p.channels_last) {  // [W, C] row blocks are contiguous already
+    if (p.channels_last && p.along_h) {  // a y row sums rows of C different x rows
       for (int64_t row = begin; row < end; ++row) {
         ForwardRow(p, xr, x, row / p.H_out, row % p.H_out, y + row * p.W_out);
       }
       return;
     }
+    // Channels-last x rows of a tile, transposed to channel planes (in L1 / L2).
+    std::vector<T> planes(p.channels_last ? static_cast<size_t>(kTileRows * p.C * p.W) : 0);
     const bool phi = p.PhiMask();
     ForTiles(begin, end, p.H_out, [&](int64_t b, int64_t r0, int64_t r1) {
       T* ytile = y + (b * p.H_out + r0) * p.W_out;
@@ -239,18 +266,28 @@ void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
         tile.y = ytile + p.Offset(0);
         tile.y_row_stride = p.W_out;
         tile.y_channel_step = p.step;
-        tile.x = x + xr.Offset(b, 0, r0);
-        tile.x_row_stride = p.W;
-        tile.x_channel_stride = p.H * p.W;
+        if (p.channels_last) {
+          for (int64_t h = r0; h < r1; ++h) {
+            ShiftSumToPlanes(x + ChannelsLastRow(p, b, h), p.W, p.C, &planes[(h - r0) * p.C * p.W],
+                             p.W, PlanesPrefetchAhead(p, b, h));
+          }
+          tile.x = planes.data();
+          tile.x_row_stride = p.C * p.W;
+          tile.x_channel_stride = p.W;
+        } else {
+          tile.x = x + xr.Offset(b, 0, r0);
+          tile.x_row_stride = p.W;
+          tile.x_channel_stride = p.H * p.W;
+          // The channel's rows kPrefetchTiles tiles ahead (contiguous along W).
+          tile.prefetch_offset = (ahead - r0) * p.W;
+          tile.prefetch_count = ahead < p.H ? std::min(kTileRows, p.H - ahead) * p.W : 0;
+        }
         tile.m = AlignedMask(p, b, 0, r0);
         tile.m_row_stride = phi ? p.W_out : p.W;
         tile.m_channel_stride = MaskChannelStride(p);
         tile.channels = p.C;
         tile.rows = r1 - r0;
         tile.n = p.W;
-        // The channel's rows kPrefetchTiles tiles ahead (contiguous along W).
-        tile.prefetch_offset = (ahead - r0) * p.W;
-        tile.prefetch_count = ahead < p.H ? std::min(kTileRows, p.H - ahead) * p.W : 0;
         ShiftSumAccumulateTile(tile);
       } else {
         for (int64_t c = 0; c < p.C; ++c) {
@@ -279,11 +316,8 @@ void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
 template <class T>
 void ShiftSumAdjoint(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* y, T* x) {
   ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
-    XRows<T> xr(p);
     const bool stream = StreamX(p);
-    for (int64_t row = begin; row < end; ++row) {
-      AdjointRows(p, xr, y, row / p.H, row % p.H, x, stream);
-    }
+    for (int64_t row = begin; row < end; ++row) AdjointRows(p, y, row / p.H, row % p.H, x, stream);
     if (stream) hwy::FlushStream();
   });
 }
@@ -325,20 +359,23 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
     return;
   }
   ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
-    XRows<T> xr(p);
+    std::vector<T> planes(p.channels_last ? static_cast<size_t>(p.C * p.W) : 0);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H, h = row % p.H;
       for (int64_t c = 0; c < p.C; ++c) {
         const Placement at = Place(p, c, h);
         const T* zrow = &z[(b * p.H_out + at.r) * p.W_out + at.col];
-        T* dst = xr.Target(x, b, c, h);
+        T* dst = p.channels_last ? &planes[c * p.W] : x + ((b * p.C + c) * p.H + h) * p.W;
         const T* m = AlignedMask(p, b, c, h);
         if (m) {
           ShiftSumDivideByMask(dst, zrow, m, p.W);
         } else {
           std::copy(zrow, zrow + p.W, dst);
         }
-        xr.Commit(x, b, c, h);
+      }
+      if (p.channels_last) {
+        ShiftSumFromPlanes(planes.data(), p.W, static_cast<const T*>(nullptr), 0, T(1), p.W, p.C,
+                           x + ChannelsLastRow(p, b, h));
       }
     }
   });
@@ -357,34 +394,21 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
       std::vector<T> block(p.channels_last ? static_cast<size_t>(kTileRows * p.C * p.W) : 0);
       const int64_t ahead = std::max<int64_t>(kTileRows, kGapPrefetchBytes / XRowBytes(p));
       ForTiles(begin, end, p.H, [&](int64_t b, int64_t h0, int64_t h1) {
-        // The rows `ahead` below, requested a channel at a time as the sums go (see
-        // ShiftSumForward; one burst of C rows of requests is partly dropped).
+        // Channels-first: the rows `ahead` below, requested a channel at a time as the
+        // sums go (see ShiftSumForward; one burst of C rows of requests is partly
+        // dropped). Channels-last: each [W, C] row block is transposed to planes once
+        // (prefetching as it goes), updated, and transposed back.
         const int64_t pf0 = h0 + ahead, pf1 = std::min(h1 + ahead, p.H);
-        if (p.channels_last) {
-          for (int64_t h = pf0; h < pf1; ++h)
-            PrefetchToL2(x + (b * p.H + h) * p.W * p.C, p.W * p.C);
-        }
-        // Channels-last: transpose each [W, C] row block once, update, transpose back.
         const auto xrow = [&](int64_t c, int64_t h) -> T* {
           return p.channels_last ? &block[((h - h0) * p.C + c) * p.W]
                                  : x + ((b * p.C + c) * p.H + h) * p.W;
         };
-        const auto transpose = [&](bool to_block) {
+        if (p.channels_last) {
           for (int64_t h = h0; h < h1; ++h) {
-            T* xb = x + (b * p.H + h) * p.W * p.C;
-            for (int64_t w = 0; w < p.W; ++w) {
-              for (int64_t c = 0; c < p.C; ++c) {
-                T& blk = block[((h - h0) * p.C + c) * p.W + w];
-                if (to_block) {
-                  blk = xb[w * p.C + c];
-                } else {
-                  xb[w * p.C + c] = blk;
-                }
-              }
-            }
+            ShiftSumToPlanes(x + ChannelsLastRow(p, b, h), p.W, p.C, xrow(0, h), p.W,
+                             PlanesPrefetchAhead(p, b, h));
           }
-        };
-        if (p.channels_last) transpose(true);
+        }
         std::fill(res.begin(), res.end(), T(0));
         kernels::ShiftSumTile<T> tile{};  // A x for the tile, as in ShiftSumForward
         tile.y = res.data() + p.Offset(0);
@@ -417,7 +441,12 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
                          AlignedMask(p, b, c, h), step_scale, p.W);
           }
         }
-        if (p.channels_last) transpose(false);
+        if (p.channels_last) {
+          for (int64_t h = h0; h < h1; ++h) {
+            ShiftSumFromPlanes(xrow(0, h), p.W, static_cast<const T*>(nullptr), 0, T(1), p.W, p.C,
+                               x + ChannelsLastRow(p, b, h));
+          }
+        }
       });
     });
     return;

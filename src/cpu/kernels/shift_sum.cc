@@ -88,6 +88,96 @@ void ScaledProductT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RES
   for (; i < n; ++i) one(d1, i);
 }
 
+// Tiles of the channels-last <-> planes transposition: 128-bit vectors, K lanes, K x K.
+#if HWY_TARGET != HWY_SCALAR
+template <class T>
+using D128 = hn::Full128<T>;
+
+// Transposes the K x K tile held in r[0..K) (r[i] = row i).
+HWY_INLINE void TransposeTile(D128<float> d, hn::Vec<D128<float>> (&r)[4]) {
+  const auto t0 = hn::InterleaveLower(d, r[0], r[1]);  // r00 r10 r01 r11
+  const auto t1 = hn::InterleaveLower(d, r[2], r[3]);  // r20 r30 r21 r31
+  const auto t2 = hn::InterleaveUpper(d, r[0], r[1]);  // r02 r12 r03 r13
+  const auto t3 = hn::InterleaveUpper(d, r[2], r[3]);  // r22 r32 r23 r33
+  r[0] = hn::ConcatLowerLower(d, t1, t0);
+  r[1] = hn::ConcatUpperUpper(d, t1, t0);
+  r[2] = hn::ConcatLowerLower(d, t3, t2);
+  r[3] = hn::ConcatUpperUpper(d, t3, t2);
+}
+HWY_INLINE void TransposeTile(D128<double> d, hn::Vec<D128<double>> (&r)[2]) {
+  const auto t0 = hn::InterleaveLower(d, r[0], r[1]);
+  r[1] = hn::InterleaveUpper(d, r[0], r[1]);
+  r[0] = t0;
+}
+#endif
+
+template <class T>
+void ToPlanesT(const T* HWY_RESTRICT x, int64_t pixels, int64_t channels, T* HWY_RESTRICT planes,
+               int64_t plane_stride, int64_t prefetch_ahead) {
+  int64_t w = 0;
+#if HWY_TARGET != HWY_SCALAR
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  const D128<T> d;
+  constexpr int64_t K = 16 / sizeof(T);
+  for (; w + K <= pixels; w += K) {
+    const T* xw = x + w * channels;  // K pixels: K * channels contiguous values
+    if (prefetch_ahead > 0) {
+      for (int64_t i = 0; i < K * channels; i += kLine)
+        __builtin_prefetch(xw + prefetch_ahead + i, 0, 2);
+    }
+    int64_t c = 0;
+    for (; c + K <= channels; c += K) {
+      hn::Vec<D128<T>> r[K];
+      for (int64_t k = 0; k < K; ++k) r[k] = hn::LoadU(d, xw + k * channels + c);
+      TransposeTile(d, r);
+      for (int64_t k = 0; k < K; ++k) hn::StoreU(r[k], d, planes + (c + k) * plane_stride + w);
+    }
+    for (; c < channels; ++c) {
+      for (int64_t k = 0; k < K; ++k) planes[c * plane_stride + w + k] = xw[k * channels + c];
+    }
+  }
+#else
+  (void)prefetch_ahead;
+#endif
+  for (; w < pixels; ++w) {
+    for (int64_t c = 0; c < channels; ++c) planes[c * plane_stride + w] = x[w * channels + c];
+  }
+}
+
+template <class T>
+void FromPlanesT(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s, int64_t pixels,
+                 int64_t channels, T* HWY_RESTRICT x) {
+  const auto one = [&](int64_t w, int64_t c) {
+    const T v = s * a[c * a_stride + w];
+    x[w * channels + c] = m ? v * m[c * m_stride + w] : v;
+  };
+  int64_t w = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const D128<T> d;
+  constexpr int64_t K = 16 / sizeof(T);
+  const auto sv = hn::Set(d, s);
+  for (; w + K <= pixels; w += K) {
+    T* xw = x + w * channels;
+    int64_t c = 0;
+    for (; c + K <= channels; c += K) {
+      hn::Vec<D128<T>> r[K];
+      for (int64_t k = 0; k < K; ++k) {
+        r[k] = sv * hn::LoadU(d, a + (c + k) * a_stride + w);
+        if (m) r[k] = r[k] * hn::LoadU(d, m + (c + k) * m_stride + w);
+      }
+      TransposeTile(d, r);
+      for (int64_t k = 0; k < K; ++k) hn::StoreU(r[k], d, xw + k * channels + c);
+    }
+    for (; c < channels; ++c) {
+      for (int64_t k = 0; k < K; ++k) one(w + k, c);
+    }
+  }
+#endif
+  for (; w < pixels; ++w) {
+    for (int64_t c = 0; c < channels; ++c) one(w, c);
+  }
+}
+
 template <class T>
 void ScaleT(T* HWY_RESTRICT y, T s, size_t n) {
   ForRow<T>(n,
@@ -162,6 +252,22 @@ void ScaledProductF(float* y, const float* x, const float* m, float s, int64_t n
 void ScaledProductD(double* y, const double* x, const double* m, double s, int64_t n, bool stream) {
   stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);
 }
+void ToPlanesF(const float* x, int64_t pixels, int64_t channels, float* planes,
+               int64_t plane_stride, int64_t prefetch_ahead) {
+  ToPlanesT(x, pixels, channels, planes, plane_stride, prefetch_ahead);
+}
+void ToPlanesD(const double* x, int64_t pixels, int64_t channels, double* planes,
+               int64_t plane_stride, int64_t prefetch_ahead) {
+  ToPlanesT(x, pixels, channels, planes, plane_stride, prefetch_ahead);
+}
+void FromPlanesF(const float* a, int64_t a_stride, const float* m, int64_t m_stride, float s,
+                 int64_t pixels, int64_t channels, float* x) {
+  FromPlanesT(a, a_stride, m, m_stride, s, pixels, channels, x);
+}
+void FromPlanesD(const double* a, int64_t a_stride, const double* m, int64_t m_stride, double s,
+                 int64_t pixels, int64_t channels, double* x) {
+  FromPlanesT(a, a_stride, m, m_stride, s, pixels, channels, x);
+}
 void ScaleF(float* y, float s, int64_t n) {
   ScaleT(y, s, n);
 }
@@ -214,6 +320,10 @@ HWY_EXPORT(AccumulateTileF);
 HWY_EXPORT(AccumulateTileD);
 HWY_EXPORT(ScaledProductF);
 HWY_EXPORT(ScaledProductD);
+HWY_EXPORT(ToPlanesF);
+HWY_EXPORT(ToPlanesD);
+HWY_EXPORT(FromPlanesF);
+HWY_EXPORT(FromPlanesD);
 HWY_EXPORT(ScaleF);
 HWY_EXPORT(ScaleD);
 HWY_EXPORT(AddSquaresF);
@@ -252,6 +362,27 @@ template <>
 void ShiftSumScaledProduct<double>(double* y, const double* x, const double* m, double s, int64_t n,
                                    bool stream) {
   HWY_DYNAMIC_DISPATCH(ScaledProductD)(y, x, m, s, n, stream);
+}
+template <>
+void ShiftSumToPlanes<float>(const float* x, int64_t pixels, int64_t channels, float* planes,
+                             int64_t plane_stride, int64_t prefetch_ahead) {
+  HWY_DYNAMIC_DISPATCH(ToPlanesF)(x, pixels, channels, planes, plane_stride, prefetch_ahead);
+}
+template <>
+void ShiftSumToPlanes<double>(const double* x, int64_t pixels, int64_t channels, double* planes,
+                              int64_t plane_stride, int64_t prefetch_ahead) {
+  HWY_DYNAMIC_DISPATCH(ToPlanesD)(x, pixels, channels, planes, plane_stride, prefetch_ahead);
+}
+template <>
+void ShiftSumFromPlanes<float>(const float* a, int64_t a_stride, const float* m, int64_t m_stride,
+                               float s, int64_t pixels, int64_t channels, float* x) {
+  HWY_DYNAMIC_DISPATCH(FromPlanesF)(a, a_stride, m, m_stride, s, pixels, channels, x);
+}
+template <>
+void ShiftSumFromPlanes<double>(const double* a, int64_t a_stride, const double* m,
+                                int64_t m_stride, double s, int64_t pixels, int64_t channels,
+                                double* x) {
+  HWY_DYNAMIC_DISPATCH(FromPlanesD)(a, a_stride, m, m_stride, s, pixels, channels, x);
 }
 template <>
 void ShiftSumScale<float>(float* y, float s, int64_t n) {

@@ -43,6 +43,26 @@ void ShiftSumAccumulateTile(const ShiftSumTile<T>& tile);
 template <class T>
 void ShiftSumScaledProduct(T* y, const T* x, const T* m, T s, int64_t n, bool stream);
 
+// Channels-last x rows as channel planes and back: x is [pixels, channels] (one row of
+// a [B, H, W, C] tensor), a plane holds one channel's pixels contiguously, so the
+// channels-first kernels above run on it. Both walk x in memory order, in 128-bit tiles
+// of 4 floats x 4 pixels (2 x 2 doubles) transposed in registers.
+
+// planes[c * plane_stride + w] = x[w * channels + c]. prefetch_ahead > 0: as the walk
+// goes, the x elements that far ahead are requested into L2 (a later row: one sequential
+// stream, which the hardware prefetchers alone keep too short here); the caller keeps
+// x + pixels * channels + prefetch_ahead within its tensor.
+template <class T>
+void ShiftSumToPlanes(const T* x, int64_t pixels, int64_t channels, T* planes, int64_t plane_stride,
+                      int64_t prefetch_ahead);
+
+// x[w * channels + c] = (s * a[c * a_stride + w]) * m[c * m_stride + w] (m null: 1; the
+// same two roundings as ShiftSumScaledProduct). Strides may be 0 or negative: the
+// adjoint reads the planes as windows of one y row, a_stride = the shift step.
+template <class T>
+void ShiftSumFromPlanes(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s,
+                        int64_t pixels, int64_t channels, T* x);
+
 // y[i] *= s
 template <class T>
 void ShiftSumScale(T* y, T s, int64_t n);
