@@ -303,9 +303,15 @@ void ExpectLayoutsAgree(const Geometry& g) {
 
 TEST(ShiftSum, ChannelsLastMatchesChannelsFirstBitwise) {
   const std::vector<Geometry> shapes = {
-      {2, 28, 3, 37, 2, false, 0, 2.0 / 28}, {1, 31, 2, 70, 1, false, 0, 1.0},
-      {1, 7, 4, 13, -3, false, 0, 0.5},      {2, 4, 2, 8, 1, false, 0, 1.0},
-      {1, 3, 2, 6, 2, false, 0, 1.0},        {2, 9, 3, 11, -2, true, 0, 0.3}};
+      {2, 28, 3, 37, 2, false, 0, 2.0 / 28},
+      {1, 31, 2, 70, 1, false, 0, 1.0},
+      {1, 7, 4, 13, -3, false, 0, 0.5},
+      {2, 4, 2, 8, 1, false, 0, 1.0},
+      {1, 3, 2, 6, 2, false, 0, 1.0},
+      {2, 9, 3, 11, -2, true, 0, 0.3},
+      // Rows wide enough that the forward transposes a slice of channels at a time.
+      {1, 13, 3, 600, -1, false, 0, 1.0},
+      {1, 7, 2, 1100, 2, false, 0, 0.5}};
   for (Geometry g : shapes) {
     for (int32_t kind = NORMKIT_MASK_NONE; kind <= NORMKIT_MASK_PHI_BCHW; ++kind) {
       g.mask_kind = kind;

@@ -48,13 +48,14 @@ void ShiftSumScaledProduct(T* y, const T* x, const T* m, T s, int64_t n, bool st
 // channels-first kernels above run on it. Both walk x in memory order, in 128-bit tiles
 // of 4 floats x 4 pixels (2 x 2 doubles) transposed in registers.
 
-// planes[c * plane_stride + w] = x[w * channels + c]. prefetch_ahead > 0: as the walk
-// goes, the x elements that far ahead are requested into L2 (a later row: one sequential
-// stream, which the hardware prefetchers alone keep too short here); the caller keeps
-// x + pixels * channels + prefetch_ahead within its tensor.
+// planes[c * plane_stride + w] = x[w * pixel_stride + c] for w < pixels, c < channels
+// (pixel_stride > channels: a slice of each pixel's channels). prefetch_ahead > 0: as
+// the walk goes, the x elements that far ahead are requested into L2 (a later row: one
+// sequential stream, which the hardware prefetchers alone follow too late here); the
+// caller keeps x + pixels * pixel_stride + prefetch_ahead within its tensor.
 template <class T>
-void ShiftSumToPlanes(const T* x, int64_t pixels, int64_t channels, T* planes, int64_t plane_stride,
-                      int64_t prefetch_ahead);
+void ShiftSumToPlanes(const T* x, int64_t pixels, int64_t channels, int64_t pixel_stride, T* planes,
+                      int64_t plane_stride, int64_t prefetch_ahead);
 
 // x[w * channels + c] = (s * a[c * a_stride + w]) * m[c * m_stride + w] (m null: 1; the
 // same two roundings as ShiftSumScaledProduct). Strides may be 0 or negative: the
