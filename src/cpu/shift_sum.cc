@@ -519,8 +519,19 @@ void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, 
   // xs has x's layout with (H', W') spatial dims; each xs row (b, c, r) is zeros plus
   // at most one x row.
   ForRowRanges(ctx, p.B * p.H_out, XRowBytes(p), [&](int64_t begin, int64_t end) {
+    // Channels-last along W: the x row as planes placed at their shifts in zeroed
+    // [C, W'] planes, transposed back into the xs row.
+    std::vector<T> planes(p.channels_last && !p.along_h ? static_cast<size_t>(p.C * p.W_out) : 0);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H_out, r = row % p.H_out;
+      if (!planes.empty()) {
+        std::fill(planes.begin(), planes.end(), T(0));
+        ShiftSumToPlanes(x + ChannelsLastRow(p, b, r), p.W, p.C, p.C, &planes[p.Offset(0)],
+                         p.W_out + p.step, 0);
+        ShiftSumFromPlanes(planes.data(), p.W_out, static_cast<const T*>(nullptr), 0, T(1), p.W_out,
+                           p.C, xs + row * p.W_out * p.C);
+        continue;
+      }
       if (p.channels_last) {
         T* block = xs + row * p.W_out * p.C;
         std::fill(block, block + p.W_out * p.C, T(0));
@@ -548,8 +559,17 @@ void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, 
 template <class T>
 void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* xs, T* x) {
   ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
+    // Channels-last along W: the xs row as [C, W'] planes, each channel's window
+    // transposed back into the x row.
+    std::vector<T> planes(p.channels_last && !p.along_h ? static_cast<size_t>(p.C * p.W_out) : 0);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H, h = row % p.H;
+      if (!planes.empty()) {
+        ShiftSumToPlanes(xs + row * p.W_out * p.C, p.W_out, p.C, p.C, planes.data(), p.W_out, 0);
+        ShiftSumFromPlanes(&planes[p.Offset(0)], p.W_out + p.step, static_cast<const T*>(nullptr),
+                           0, T(1), p.W, p.C, x + ChannelsLastRow(p, b, h));
+        continue;
+      }
       for (int64_t c = 0; c < p.C; ++c) {
         const Placement at = Place(p, c, h);
         if (p.channels_last) {
