@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Outputs large enough for streaming (non-temporal) stores, at misaligned addresses:
 // the peel, body and tail of every streaming path against the double references.
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "norm_reference.h"
@@ -53,6 +55,57 @@ TEST(Streaming, GroupNormMisalignedOutput) {
                                         gamma.data(), beta.data(), 1e-5, act),
                      "group_norm streamed");
     }
+  }
+}
+
+// Shift-sum adjoint and pseudo-inverses into a channels-last x of 25+ MB: streamed
+// 128-bit tile rows when x is aligned and C a multiple of 4, plain stores otherwise.
+// x[b, h, w, c] = (s * y[b, h, w + c*S]) * M[h, w] exactly (the kernels' two roundings).
+TEST(Streaming, ShiftSumChannelsLastAdjoint) {
+  for (const auto& [C, offset] : std::vector<std::pair<int64_t, int64_t>>{{8, 0}, {8, 1}, {6, 0}}) {
+    const int64_t B = 2, H = 130, W = 6301 / C * 4, S = 2, Wo = W + (C - 1) * S;
+    SCOPED_TRACE("C=" + std::to_string(C) + " offset=" + std::to_string(offset));
+    const std::vector<float> y = RandomVector(B * H * Wo, 41), m = RandomVector(H * W, 42);
+    std::vector<float> xbuf(B * H * W * C + offset, -9.0f);
+    float* x = xbuf.data() + offset;
+    ASSERT_GE(B * H * W * C * 4, int64_t{24} << 20);
+    normkit_shift_sum_params params;
+    normkit_shift_sum_params_init(&params, S);
+    params.scale = 0.25;
+    params.mask_kind = NORMKIT_MASK_HW;
+    params.mask = m.data();
+    const int64_t yshape[3] = {B, H, Wo}, xshape[4] = {B, C, H, W};
+    normkit_tensor yt, xt;
+    normkit_tensor_init(&yt, const_cast<float*>(y.data()), NORMKIT_DTYPE_FLOAT32,
+                        NORMKIT_LAYOUT_CHANNELS_FIRST, 3, yshape);
+    normkit_tensor_init(&xt, x, NORMKIT_DTYPE_FLOAT32, NORMKIT_LAYOUT_CHANNELS_LAST, 4, xshape);
+    ASSERT_EQ(normkit_shift_sum_adjoint(nullptr, &yt, &params, &xt), NORMKIT_SUCCESS);
+    int64_t wrong = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w)
+          for (int64_t c = 0; c < C; ++c) {
+            const float v = 0.25f * y[(b * H + h) * Wo + w + c * S];
+            wrong += x[((b * H + h) * W + w) * C + c] != v * m[h * W + w];
+          }
+    EXPECT_EQ(wrong, 0);
+    // Divide-by-mask pinv streams through the same kernel: 0 where the mask is 0.
+    ASSERT_EQ(
+        normkit_shift_sum_pinv(nullptr, &yt, &params, NORMKIT_PINV_DIVIDE_BY_MASK, nullptr, &xt),
+        NORMKIT_SUCCESS);
+    wrong = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w)
+          for (int64_t c = 0; c < C; ++c) {
+            const int64_t v = w + c * S;
+            int64_t count = 0;  // channels covering column v
+            for (int64_t k = 0; k < C; ++k) count += v - k * S >= 0 && v - k * S < W;
+            const float z = y[(b * H + h) * Wo + v] / (0.25f * static_cast<float>(count));
+            const float mv = m[h * W + w];
+            wrong += x[((b * H + h) * W + w) * C + c] != (mv == 0.0f ? 0.0f : z / mv);
+          }
+    EXPECT_EQ(wrong, 0);
   }
 }
 

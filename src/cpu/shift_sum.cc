@@ -192,7 +192,7 @@ void AdjointRows(const ShiftSumProblem<T>& p, const T* src, int64_t b, int64_t h
     const Placement at = Place(p, 0, h);
     ShiftSumFromPlanes(src + (b * p.H_out + at.r) * p.W_out + at.col, YChannelStride(p),
                        AlignedMask(p, b, 0, h), MaskChannelStride(p), p.scale, p.W, p.C,
-                       x + ChannelsLastRow(p, b, h));
+                       x + ChannelsLastRow(p, b, h), stream);
     return;
   }
   for (int64_t c = 0; c < p.C; ++c) {
@@ -396,6 +396,7 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
   }
   ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
     std::vector<T> planes(p.channels_last ? static_cast<size_t>(p.C * p.W) : 0);
+    const bool stream = p.channels_last && StreamX(p);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H, h = row % p.H;
       for (int64_t c = 0; c < p.C; ++c) {
@@ -411,9 +412,10 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
       }
       if (p.channels_last) {
         ShiftSumFromPlanes(planes.data(), p.W, static_cast<const T*>(nullptr), 0, T(1), p.W, p.C,
-                           x + ChannelsLastRow(p, b, h));
+                           x + ChannelsLastRow(p, b, h), stream);
       }
     }
+    if (stream) hwy::FlushStream();
   });
 }
 

@@ -149,7 +149,7 @@ void ToPlanesT(const T* HWY_RESTRICT x, int64_t pixels, int64_t channels, int64_
   }
 }
 
-template <class T>
+template <bool kStream, class T>
 void FromPlanesT(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s, int64_t pixels,
                  int64_t channels, T* HWY_RESTRICT x) {
   const auto one = [&](int64_t w, int64_t c) {
@@ -171,7 +171,7 @@ void FromPlanesT(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s
         if (m) r[k] = r[k] * hn::LoadU(d, m + (c + k) * m_stride + w);
       }
       TransposeTile(d, r);
-      for (int64_t k = 0; k < K; ++k) hn::StoreU(r[k], d, xw + k * channels + c);
+      for (int64_t k = 0; k < K; ++k) Put<kStream>(d, r[k], xw + k * channels + c);
     }
     for (; c < channels; ++c) {
       for (int64_t k = 0; k < K; ++k) one(w + k, c);
@@ -181,6 +181,22 @@ void FromPlanesT(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s
   for (; w < pixels; ++w) {
     for (int64_t c = 0; c < channels; ++c) one(w, c);
   }
+}
+
+// Streaming stores need every tile row aligned: x on a 16-byte boundary and whole tiles
+// of channels (then the rows of a pixel's channels fill whole lines as the walk goes).
+template <class T>
+void FromPlanesAny(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s, int64_t pixels,
+                   int64_t channels, T* x, bool stream) {
+#if HWY_TARGET != HWY_SCALAR
+  if (stream && reinterpret_cast<uintptr_t>(x) % 16 == 0 && channels % kTileLanes<T> == 0) {
+    FromPlanesT<true>(a, a_stride, m, m_stride, s, pixels, channels, x);
+    return;
+  }
+#else
+  (void)stream;
+#endif
+  FromPlanesT<false>(a, a_stride, m, m_stride, s, pixels, channels, x);
 }
 
 template <class T>
@@ -266,12 +282,12 @@ void ToPlanesD(const double* x, int64_t pixels, int64_t channels, int64_t pixel_
   ToPlanesT(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch_ahead);
 }
 void FromPlanesF(const float* a, int64_t a_stride, const float* m, int64_t m_stride, float s,
-                 int64_t pixels, int64_t channels, float* x) {
-  FromPlanesT(a, a_stride, m, m_stride, s, pixels, channels, x);
+                 int64_t pixels, int64_t channels, float* x, bool stream) {
+  FromPlanesAny(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
 }
 void FromPlanesD(const double* a, int64_t a_stride, const double* m, int64_t m_stride, double s,
-                 int64_t pixels, int64_t channels, double* x) {
-  FromPlanesT(a, a_stride, m, m_stride, s, pixels, channels, x);
+                 int64_t pixels, int64_t channels, double* x, bool stream) {
+  FromPlanesAny(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
 }
 void ScaleF(float* y, float s, int64_t n) {
   ScaleT(y, s, n);
@@ -383,14 +399,14 @@ void ShiftSumToPlanes<double>(const double* x, int64_t pixels, int64_t channels,
 }
 template <>
 void ShiftSumFromPlanes<float>(const float* a, int64_t a_stride, const float* m, int64_t m_stride,
-                               float s, int64_t pixels, int64_t channels, float* x) {
-  HWY_DYNAMIC_DISPATCH(FromPlanesF)(a, a_stride, m, m_stride, s, pixels, channels, x);
+                               float s, int64_t pixels, int64_t channels, float* x, bool stream) {
+  HWY_DYNAMIC_DISPATCH(FromPlanesF)(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
 }
 template <>
 void ShiftSumFromPlanes<double>(const double* a, int64_t a_stride, const double* m,
                                 int64_t m_stride, double s, int64_t pixels, int64_t channels,
-                                double* x) {
-  HWY_DYNAMIC_DISPATCH(FromPlanesD)(a, a_stride, m, m_stride, s, pixels, channels, x);
+                                double* x, bool stream) {
+  HWY_DYNAMIC_DISPATCH(FromPlanesD)(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
 }
 template <>
 void ShiftSumScale<float>(float* y, float s, int64_t n) {

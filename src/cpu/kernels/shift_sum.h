@@ -60,9 +60,10 @@ void ShiftSumToPlanes(const T* x, int64_t pixels, int64_t channels, int64_t pixe
 // x[w * channels + c] = (s * a[c * a_stride + w]) * m[c * m_stride + w] (m null: 1; the
 // same two roundings as ShiftSumScaledProduct). Strides may be 0 or negative: the
 // adjoint reads the planes as windows of one y row, a_stride = the shift step.
+// `stream`: non-temporal stores where x's alignment allows them (the caller fences).
 template <class T>
 void ShiftSumFromPlanes(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s,
-                        int64_t pixels, int64_t channels, T* x);
+                        int64_t pixels, int64_t channels, T* x, bool stream = false);
 
 // y[i] *= s
 template <class T>
