@@ -237,7 +237,7 @@ void RunRowNorm(const std::vector<int64_t>& shape, bool rms, int threads) {
 // seed's [H, W] mask and s = 2/C; A checked against a direct double sum on sampled rows,
 // pinv by A(A+ y) = y. Bytes: x and y once each (GAP: x read and written once).
 void RunShiftSum(const char* source, int64_t B, int64_t C, int64_t H, int64_t W, int64_t S,
-                 int threads) {
+                 normkit_layout layout, int threads) {
   const int64_t Wp = W + (C - 1) * S, nx = B * C * H * W, ny = B * H * Wp;
   const Workload w{source, {B, C, H, W}};
   Buffer x = MakeBuffer(nx, 51), y = MakeBuffer(ny, 52), y2 = MakeBuffer(ny, 53),
@@ -251,8 +251,8 @@ void RunShiftSum(const char* source, int64_t B, int64_t C, int64_t H, int64_t W,
   params.scale = 2.0 / static_cast<double>(C);
   params.mask_kind = NORMKIT_MASK_HW;
   params.mask = mask.get();
-  normkit_tensor xt = Desc(x.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, {B, C, H, W});
-  normkit_tensor xpt = Desc(xp.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, {B, C, H, W});
+  normkit_tensor xt = Desc(x.get(), layout, {B, C, H, W});
+  normkit_tensor xpt = Desc(xp.get(), layout, {B, C, H, W});
   normkit_tensor yt = Desc(y.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, {B, 1, H, Wp});
   normkit_tensor y2t = Desc(y2.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, {B, 1, H, Wp});
   const auto check = [](normkit_status st) {
@@ -269,7 +269,10 @@ void RunShiftSum(const char* source, int64_t B, int64_t C, int64_t H, int64_t W,
         for (int64_t c = 0; c < C; ++c) {
           const int64_t wi = v - c * S;
           if (wi < 0 || wi >= W) continue;
-          const double t = params.scale * mask[h * W + wi] * x[((b * C + c) * H + h) * W + wi];
+          const int64_t xi = layout == NORMKIT_LAYOUT_CHANNELS_LAST
+                                 ? ((b * H + h) * W + wi) * C + c
+                                 : ((b * C + c) * H + h) * W + wi;
+          const double t = params.scale * mask[h * W + wi] * x[xi];
           want += t;
           mag += std::fabs(t);
         }
@@ -285,15 +288,14 @@ void RunShiftSum(const char* source, int64_t B, int64_t C, int64_t H, int64_t W,
   const auto copy_ref = [&](int64_t elems) {
     return [&, elems] { ParallelCopy(threads, ref.get(), x.get(), elems); };
   };
-  PrintRow("shift_sum A", w, NORMKIT_LAYOUT_CHANNELS_FIRST, false, threads,
+  PrintRow("shift_sum A", w, layout, false, threads,
            TimePair(forward, copy_ref((nx + ny) / 2), fwd_bytes), fwd_bytes, ok);
   const auto adjoint = [&] { check(normkit_shift_sum_adjoint(ctx, &yt, &params, &xpt)); };
-  PrintRow("shift_sum adjoint", w, NORMKIT_LAYOUT_CHANNELS_FIRST, false, threads,
+  PrintRow("shift_sum adjoint", w, layout, false, threads,
            TimePair(adjoint, copy_ref((nx + ny) / 2), fwd_bytes), fwd_bytes, ok);
   // pinv: A(A+ y) must give y back wherever some channel covers the position (all here).
   const auto pinv = [&] {
-    check(normkit_shift_sum_pinv(ctx, &yt, &params, NORMKIT_PINV_MOORE_PENROSE, phi_s.get(),
-                                 &xpt));
+    check(normkit_shift_sum_pinv(ctx, &yt, &params, NORMKIT_PINV_MOORE_PENROSE, phi_s.get(), &xpt));
   };
   pinv();
   check(normkit_shift_sum(ctx, &xpt, &params, &y2t));
@@ -301,14 +303,14 @@ void RunShiftSum(const char* source, int64_t B, int64_t C, int64_t H, int64_t W,
   for (int64_t i = 0; i < ny; i += 97) {
     if (!(std::fabs(y2[i] - y[i]) <= 1e-4 * (1 + std::fabs(y[i])))) pinv_ok = false;
   }
-  PrintRow("shift_sum pinv", w, NORMKIT_LAYOUT_CHANNELS_FIRST, false, threads,
+  PrintRow("shift_sum pinv", w, layout, false, threads,
            TimePair(pinv, copy_ref((nx + ny) / 2), fwd_bytes), fwd_bytes, pinv_ok);
   const auto gap = [&] {
     check(normkit_shift_sum_gap_step(ctx, &xt, &yt, &params, 1e-3, 0.5, phi_s.get()));
   };
   const int64_t gap_bytes = 2 * nx * static_cast<int64_t>(sizeof(float));
-  PrintRow("shift_sum GAP step", w, NORMKIT_LAYOUT_CHANNELS_FIRST, true, threads,
-           TimePair(gap, copy_ref(nx), gap_bytes), gap_bytes, true);
+  PrintRow("shift_sum GAP step", w, layout, true, threads, TimePair(gap, copy_ref(nx), gap_bytes),
+           gap_bytes, true);
   if (!pinv_ok) std::printf("  pinv: A(A+ y) != y\n");
   normkit_context_destroy(ctx);
 }
@@ -404,8 +406,12 @@ int main(int argc, char** argv) {
                                          {"real", 1, 28, 660, 660, 2},
                                          {"pnp", 16, 31, 256, 256, 1}};
   for (const auto& s : shift_workloads) {
-    RunShiftSum(s.source, s.B, s.C, s.H, s.W, s.S, 1);
-    if (all > 1) RunShiftSum(s.source, s.B, s.C, s.H, s.W, s.S, all);
+    // Channels-last x on the seed's own shape only (the first workload).
+    for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      if (layout == NORMKIT_LAYOUT_CHANNELS_LAST && &s != &shift_workloads.front()) continue;
+      RunShiftSum(s.source, s.B, s.C, s.H, s.W, s.S, layout, 1);
+      if (all > 1) RunShiftSum(s.source, s.B, s.C, s.H, s.W, s.S, layout, all);
+    }
   }
   RunFoldCheck();
   std::printf("\n%s: %d check(s) failed\n",
