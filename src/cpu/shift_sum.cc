@@ -215,28 +215,36 @@ int64_t XRowBytes(const ShiftSumProblem<T>& p) {
   return p.C * p.W * static_cast<int64_t>(sizeof(T));
 }
 
-// Channels-first x is summed a tile of a few y rows at a time, channel by channel:
+// Channels-first x is summed a tile of y rows at a time, channel by channel:
 // - each channel is one contiguous run of tile_rows * W values;
-// - a y row is revisited only after the other rows of the tile, so the misaligned
-//   stores of channel c have reached L1 before channel c + 1 loads the same (shifted)
-//   span; row by row, each load would wait on a failed store-to-load forward;
-// - the run of each channel kPrefetchTiles tiles ahead is requested into L2
+// - the run of each channel kForwardPrefetchTiles tiles ahead is requested into L2
 //   (prefetcht1) while this tile's run is summed: C interleaved streams are more than
 //   the hardware prefetchers follow, and prefetching into L1 only clogs its fill
 //   buffers. One thread, seed 003's shape: 11.6 GB/s without, 17-20 GB/s with.
+// The forward takes one row per tile, 4 rows ahead: against 2 rows, 3 tiles ahead,
+// seed 003's forward went from 0.73-0.74 to 0.80-0.85 of memcpy at 1 thread, the
+// 660x660 image from 0.60-0.69 to 0.72-0.86; in cache no change. (Shorter runs per
+// request seem to suit the DRAM better: a standalone loop over the same 28 streams
+// read 12-15 GB/s with 2 KiB requests, 15-19 with 1 KiB.) Prefetching 10 rows ahead
+// is worse (0.57-0.59 on 660x660), and so are tiles whose y is in L2 (a whole sample:
+// 0.52-0.61).
+// The GAP step and the channels-last forward keep 2-row tiles (with 1, C = 512 lost:
+// channels-last forward 0.41 -> 0.24, GAP step 0.72 -> 0.58).
 // Every y element still sums its channels in order c = 0, 1, ..., so the result is
 // the same bit for bit whatever the tile.
 constexpr int64_t kTileRows = 2;
-constexpr int64_t kPrefetchTiles = 3;                      // how many tiles ahead the prefetch runs
+constexpr int64_t kForwardTileRows = 1;                    // channels-first forward
+constexpr int64_t kForwardPrefetchTiles = 4;               // how many tiles ahead its prefetch runs
 constexpr int64_t kGapPrefetchBytes = int64_t{128} << 10;  // GAP: bytes of x ahead
 
 // Calls tile(b, r0, r1) over rows [begin, end) of a [B, rows_per_sample] range, in
-// tiles of at most kTileRows rows that never cross a sample.
+// tiles of at most tile_rows rows that never cross a sample.
 template <class Tile>
-void ForTiles(int64_t begin, int64_t end, int64_t rows_per_sample, const Tile& tile) {
+void ForTiles(int64_t begin, int64_t end, int64_t rows_per_sample, int64_t tile_rows,
+              const Tile& tile) {
   for (int64_t row = begin; row < end;) {
     const int64_t b = row / rows_per_sample, r0 = row % rows_per_sample;
-    const int64_t r1 = std::min({rows_per_sample, r0 + kTileRows, r0 + (end - row)});
+    const int64_t r1 = std::min({rows_per_sample, r0 + tile_rows, r0 + (end - row)});
     tile(b, r0, r1);
     row += r1 - r0;
   }
@@ -257,7 +265,7 @@ void ForwardChannelsLast(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t 
   const int64_t slice = std::min(p.C, std::max<int64_t>(4, kPlanesSliceBytes / per_channel));
   std::vector<T> planes(static_cast<size_t>(kTileRows * slice * p.W));
   const bool phi = p.PhiMask();
-  ForTiles(begin, end, p.H_out, [&](int64_t b, int64_t r0, int64_t r1) {
+  ForTiles(begin, end, p.H_out, kTileRows, [&](int64_t b, int64_t r0, int64_t r1) {
     T* ytile = y + (b * p.H_out + r0) * p.W_out;
     std::fill(ytile, ytile + (r1 - r0) * p.W_out, T(0));
     for (int64_t c0 = 0; c0 < p.C; c0 += slice) {
@@ -303,11 +311,11 @@ void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
       return;
     }
     const bool phi = p.PhiMask();
-    ForTiles(begin, end, p.H_out, [&](int64_t b, int64_t r0, int64_t r1) {
+    ForTiles(begin, end, p.H_out, kForwardTileRows, [&](int64_t b, int64_t r0, int64_t r1) {
       T* ytile = y + (b * p.H_out + r0) * p.W_out;
       std::fill(ytile, ytile + (r1 - r0) * p.W_out, T(0));
       if (!p.along_h) {  // every channel covers every row of the tile: one call
-        const int64_t ahead = r1 + (kPrefetchTiles - 1) * kTileRows;
+        const int64_t ahead = r1 + (kForwardPrefetchTiles - 1) * kForwardTileRows;
         kernels::ShiftSumTile<T> tile{};
         tile.y = ytile + p.Offset(0);
         tile.y_row_stride = p.W_out;
@@ -315,9 +323,9 @@ void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
         tile.x = x + xr.Offset(b, 0, r0);
         tile.x_row_stride = p.W;
         tile.x_channel_stride = p.H * p.W;
-        // The channel's rows kPrefetchTiles tiles ahead (contiguous along W).
+        // The channel's rows kForwardPrefetchTiles tiles ahead (contiguous along W).
         tile.prefetch_offset = (ahead - r0) * p.W;
-        tile.prefetch_count = ahead < p.H ? std::min(kTileRows, p.H - ahead) * p.W : 0;
+        tile.prefetch_count = ahead < p.H ? std::min(kForwardTileRows, p.H - ahead) * p.W : 0;
         tile.m = AlignedMask(p, b, 0, r0);
         tile.m_row_stride = phi ? p.W_out : p.W;
         tile.m_channel_stride = MaskChannelStride(p);
@@ -431,7 +439,7 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
       std::vector<T> prow(static_cast<size_t>(p.W_out));
       std::vector<T> block(p.channels_last ? static_cast<size_t>(kTileRows * p.C * p.W) : 0);
       const int64_t ahead = std::max<int64_t>(kTileRows, kGapPrefetchBytes / XRowBytes(p));
-      ForTiles(begin, end, p.H, [&](int64_t b, int64_t h0, int64_t h1) {
+      ForTiles(begin, end, p.H, kTileRows, [&](int64_t b, int64_t h0, int64_t h1) {
         // Channels-first: the rows `ahead` below, requested a channel at a time as the
         // sums go (see ShiftSumForward; one burst of C rows of requests is partly
         // dropped). Channels-last: each [W, C] row block is transposed to planes once
