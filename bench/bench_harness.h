@@ -16,10 +16,11 @@
 namespace normkit_bench {
 
 // `bytes`: what the op must move (x read once, y written once). The reference moves
-// `ref_elems` floats: memcpy out of place, x = a*x + b in place.
+// `ref_elems` floats: memcpy out of place, x = a*x + b in place. With read_elems > 0,
+// also ratio_to_read: the time of a plain parallel sum over read_src, over the op's.
 inline void RunAgainstCopy(benchmark::State& state, const std::function<void()>& run_op,
                            int threads, const float* x, int64_t ref_elems, bool in_place,
-                           int64_t bytes) {
+                           int64_t bytes, const float* read_src = nullptr, int64_t read_elems = 0) {
   Buffer ref = MakeBuffer(ref_elems, 3);
   const auto run_ref = [&] {
     if (in_place) {
@@ -28,15 +29,21 @@ inline void RunAgainstCopy(benchmark::State& state, const std::function<void()>&
       ParallelCopy(threads, ref.get(), x, ref_elems);
     }
   };
+  volatile float sink = 0;
+  const auto run_read = [&] { sink = sink + ParallelReadSum(threads, read_src, read_elems); };
   run_op();
   run_ref();
-  double op_total = 0, ref_total = 0;
+  double op_total = 0, ref_total = 0, read_total = 0;
   for (auto _ : state) {
     const double t_op = Seconds(run_op);
     ref_total += Seconds(run_ref);
+    if (read_elems > 0) read_total += Seconds(run_read);
     op_total += t_op;
     state.SetIterationTime(t_op);
   }
+  // Optional second reference: a plain read of read_elems floats at read_src (for the
+  // shift-sum forward, x: at 1.0 the op runs as fast as reading its input).
+  if (read_elems > 0) state.counters["ratio_to_read"] = read_total / op_total;
   state.SetBytesProcessed(state.iterations() * bytes);
   state.counters["GB/s"] = static_cast<double>(bytes) * state.iterations() / op_total / 1e9;
   state.counters["ref_GB/s"] = static_cast<double>(bytes) * state.iterations() / ref_total / 1e9;
