@@ -58,6 +58,59 @@ TEST(SimdTargets, EverySupportedTargetMatchesReference) {
 
 // The batch-norm fold is exact IEEE double arithmetic on every target: the same bits
 // as the plain formula, vector body and scalar tail alike.
+// Channels-first planes of one to four vectors take the table-lookup walk (blocks of
+// lcm(S, lanes) elements); around it, planes shorter than a vector and longer than
+// four. Small C makes the block's planes wrap around the parameters; an odd offset
+// misaligns the stores; three threads start ranges inside blocks.
+TEST(SimdTargets, AffineShortPlanesOnEveryTarget) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (int64_t S :
+         {3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 20, 24, 31, 32, 33, 40, 49, 50, 63, 64, 65, 100}) {
+      for (const auto& nc :
+           std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 3}, {3, 17}, {2, 1024}}) {
+        const int64_t N = nc.first, C = nc.second, numel = N * C * S;
+        const std::vector<int64_t> shape = {N, C, S};
+        const std::vector<float> x = RandomVector(numel, 17), scale = RandomVector(N * C, 18),
+                                 shift = RandomVector(N * C, 19);
+        for (bool per_sample : {false, true}) {
+          for (int terms : {1, 2, 3}) {
+            const float* sp = terms & 1 ? scale.data() : nullptr;
+            const float* bp = terms & 2 ? shift.data() : nullptr;
+            for (int64_t misalign : {0, 1}) {
+              SCOPED_TRACE("S=" + std::to_string(S) + " N=" + std::to_string(N) +
+                           " C=" + std::to_string(C) + " per_sample=" + std::to_string(per_sample) +
+                           " terms=" + std::to_string(terms) +
+                           " misalign=" + std::to_string(misalign));
+              std::vector<float> buf(numel + 16);
+              float* y = buf.data() + misalign;
+              normkit_tensor xt = Desc(const_cast<float*>(x.data()), NORMKIT_LAYOUT_CHANNELS_FIRST,
+                                       shape),
+                             yt = Desc(y, NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+              Context ctx(3);
+              ASSERT_EQ(normkit_affine(ctx.ctx, &xt, sp, bp,
+                                       per_sample ? NORMKIT_PARAMS_PER_SAMPLE_CHANNEL
+                                                  : NORMKIT_PARAMS_PER_CHANNEL,
+                                       &yt),
+                        NORMKIT_SUCCESS);
+              const auto want = ReferenceAffine(x, N, C, S, false, sp, bp, per_sample);
+              std::vector<float> ax(x), as(scale), ab(shift);
+              for (auto* v : {&ax, &as, &ab})
+                for (auto& e : *v) e = std::fabs(e);
+              ExpectNear(std::vector<float>(y, y + numel), want,
+                         ReferenceAffine(ax, N, C, S, false, sp ? as.data() : nullptr,
+                                         bp ? ab.data() : nullptr, per_sample),
+                         "affine");
+            }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(SimdTargets, BatchNormFoldIsTheDoubleFormulaOnEveryTarget) {
   const int64_t C = 45;
   const std::vector<float> gamma = RandomVector(C, 11), beta = RandomVector(C, 12),

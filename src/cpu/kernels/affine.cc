@@ -3,6 +3,8 @@
 // at run time to the best one the CPU supports.
 #include "cpu/kernels/affine.h"
 
+#include <numeric>
+
 // clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/kernels/affine.cc"
@@ -88,6 +90,79 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
   if constexpr (kStream) hwy::FlushStream();
 }
 
+// Channels-first planes of one to kShortPlaneVectors vectors (7x7 at 16 lanes): the
+// walk above spends more instructions per plane than the plane has vectors. A block
+// of lcm(S, lanes) elements holds whole planes (at most `lanes`) and whole vectors,
+// so with vectors on lane multiples of the flat index, the parameters of vector k of
+// a block are the block's plane values in a fixed order: one table lookup each, from
+// indices built once per range. 1x1024x7x7 in place, one thread: 0.65-0.72 of the
+// in-place reference -> 0.87-0.91. (Kept out of BroadcastRange: inside it, the
+// 14x14 walk measured 5-10% slower.)
+constexpr int64_t kShortPlaneVectors = 4;
+
+bool UseShortPlanes(int64_t plane_size, bool stream) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
+  return HWY_TARGET != HWY_SCALAR && !stream && plane_size >= lanes &&
+         plane_size <= kShortPlaneVectors * lanes;
+}
+
+#if HWY_TARGET != HWY_SCALAR
+template <bool kScale, bool kShift>
+void ShortPlanesRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  constexpr int64_t kMaxLanes = static_cast<int64_t>(hn::MaxLanes(d));
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t S = job.plane_size, P = job.param_count;
+  const float* x = job.x;  // may equal y (in place)
+  float* y = job.y;
+  const auto one = [&](int64_t i) {  // peel and tail: at most lanes - 1 each
+    const int64_t p = (i / S) % P;
+    AffineOne<kScale, kShift>(x + i, y + i, kScale ? job.scale[p] : 0.0f,
+                              kShift ? job.shift[p] : 0.0f);
+  };
+  int64_t i = begin;
+  for (; i < end && i % lanes != 0; ++i) one(i);     // stores aligned when the tensor is
+  const int64_t L = S / std::gcd(S, lanes) * lanes;  // block: L / S planes, L / lanes vectors
+  alignas(64) int32_t plane_of[kShortPlaneVectors * kMaxLanes * kMaxLanes];
+  for (int64_t j = 0, plane = 0, off = 0; j < L; ++j) {  // j / S without a division each
+    plane_of[j] = static_cast<int32_t>(plane);
+    if (++off == S) {
+      off = 0;
+      ++plane;
+    }
+  }
+  int64_t phase = i % L;                  // where i is in its block
+  int64_t first_plane = (i - phase) / S;  // the block's first plane
+  hn::Vec<decltype(d)> block_scale = hn::Zero(d), block_shift = hn::Zero(d);
+  const auto load_block = [&] {  // the parameters of the block's planes, wrapping at P
+    const int64_t p0 = first_plane % P;
+    alignas(64) float buf[kMaxLanes];
+    const auto load = [&](const float* values) {
+      if (p0 + lanes <= P) return hn::LoadU(d, values + p0);
+      for (int64_t k = 0; k < lanes; ++k) buf[k] = values[(p0 + k) % P];
+      return hn::Load(d, buf);
+    };
+    if constexpr (kScale) block_scale = load(job.scale);
+    if constexpr (kShift) block_shift = load(job.shift);
+  };
+  load_block();
+  for (; end - i >= lanes; i += lanes) {
+    const auto planes = hn::IndicesFromVec(d, hn::Load(di, plane_of + phase));
+    const auto vs = kScale ? hn::TableLookupLanes(block_scale, planes) : hn::Zero(d);
+    const auto vb = kShift ? hn::TableLookupLanes(block_shift, planes) : hn::Zero(d);
+    hn::StoreU(ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i), vs, vb), d, y + i);
+    phase += lanes;
+    if (phase == L) {
+      phase = 0;
+      first_plane += L / S;
+      load_block();
+    }
+  }
+  for (; i < end; ++i) one(i);
+}
+#endif
+
 template <bool kScale, bool kShift, bool kStream>
 void PeriodicRange(const AffinePeriodicJob& job, int64_t begin, int64_t end) {
   int64_t i = begin;
@@ -128,6 +203,9 @@ void DispatchTerms(const Job& job, int64_t begin, int64_t end) {
 template <bool kScale, bool kShift, bool kStream>
 struct BroadcastFn {
   static void Run(const AffineBroadcastJob& job, int64_t b, int64_t e) {
+#if HWY_TARGET != HWY_SCALAR
+    if (UseShortPlanes(job.plane_size, kStream)) return ShortPlanesRange<kScale, kShift>(job, b, e);
+#endif
     BroadcastRange<kScale, kShift, kStream>(job, b, e);
   }
 };
