@@ -221,9 +221,9 @@ int64_t XRowBytes(const ShiftSumProblem<T>& p) {
 //   (prefetcht1) while this tile's run is summed: C interleaved streams are more than
 //   the hardware prefetchers follow, and prefetching into L1 only clogs its fill
 //   buffers. One thread, seed 003's shape: 11.6 GB/s without, 17-20 GB/s with.
-// The forward takes one row per tile, 4 rows ahead: against 2 rows, 3 tiles ahead,
-// seed 003's forward went from 0.73-0.74 to 0.80-0.85 of memcpy at 1 thread, the
-// 660x660 image from 0.60-0.69 to 0.72-0.86; in cache no change. (Shorter runs per
+// The forward takes one row per tile, 4 rows ahead: against 2 rows, 3 tiles ahead
+// (alternating builds), seed 003's forward went from 0.68-0.76 to 0.78-0.81 of memcpy
+// at 1 thread, the 660x660 image from 0.65-0.72 to 0.73-0.76; in cache no change. (Shorter runs per
 // request seem to suit the DRAM better: a standalone loop over the same 28 streams
 // read 12-15 GB/s with 2 KiB requests, 15-19 with 1 KiB.) Prefetching 10 rows ahead
 // is worse (0.57-0.59 on 660x660), and so are tiles whose y is in L2 (a whole sample:
