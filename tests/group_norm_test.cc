@@ -5,6 +5,7 @@
 #include "cpu/group_norm.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -322,6 +323,41 @@ TEST(GroupNorm, ChannelsLastFromMemory) {
                                    NORMKIT_ACTIVATION_NONE, &yt, nullptr, nullptr),
                 NORMKIT_SUCCESS);
       ExpectSameBitsAsFirst(&first, y, threads);
+    }
+  }
+}
+
+// Groups of up to 8 KiB go in chains, one per thread, each group's statistics read
+// during the previous group's output pass (the chain's first group reads its own).
+// Where chains start follows the thread count, so 1, 2, 3 and 8 threads put the
+// separate and the chained statistics on different groups: the bits must not move.
+// y is 64-byte aligned (the chained pass needs whole vectors from each group's
+// start) or one float off (the separate passes); x large enough to run threaded.
+TEST(GroupNorm, ChainedGroupsGiveTheSameBitsWhereverChainsStart) {
+  const std::vector<int64_t> shape = {4, 256, 14, 14};
+  const int64_t N = 4, C = 256, S = 196, G = 32, numel = Numel(shape);
+  std::vector<float> x = RandomVector(numel, 51);
+  for (int64_t i = 0; i < numel; i += 7) x[i] += 40.0f;  // some groups' pivots land far
+  const std::vector<float> gamma = RandomVector(C, 52), beta = RandomVector(C, 53);
+  const NormReference want = ReferenceGroupNorm(x, N, C, S, G, false, gamma.data(), beta.data(),
+                                                1e-5, NORMKIT_ACTIVATION_RELU);
+  for (int64_t misalign : {0, 1}) {
+    std::vector<float> first;
+    for (int threads : {1, 2, 3, 8}) {
+      SCOPED_TRACE("threads=" + std::to_string(threads) + " misalign=" + std::to_string(misalign));
+      std::vector<float> buf(numel + 32);
+      float* y = buf.data();
+      while (reinterpret_cast<uintptr_t>(y) % 64 != 0) ++y;
+      y += misalign;
+      Context ctx(threads);
+      normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape),
+                     yt = Desc(y, NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+      ASSERT_EQ(normkit_group_norm(ctx.ctx, &xt, G, gamma.data(), beta.data(), 1e-5f,
+                                   NORMKIT_ACTIVATION_RELU, &yt, nullptr, nullptr),
+                NORMKIT_SUCCESS);
+      const std::vector<float> got(y, y + numel);
+      ExpectNormNear(got, want, "group_norm");
+      ExpectSameBitsAsFirst(&first, got, threads);
     }
   }
 }

@@ -2,11 +2,14 @@
 // Runs the kernels on every SIMD target this CPU supports (not only the best one)
 // and checks each against the double reference.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "cpu/kernels/group_norm.h"
 #include "hwy/highway.h"
 #include "hwy/targets.h"
 #include "norm_reference.h"
@@ -174,6 +177,62 @@ TEST(SimdTargets, BatchNormVarianceCheckNamesTheFirstOffenderOnEveryTarget) {
 
 // Group norm and the row norms on every target: the double accumulation, the 1-lane
 // channel tails and the activation code differ per target.
+// Group norm chains (cpu::kChainedUnitBytes) take a group's statistics from the
+// output pass of the group before it. Those must be SpanMoments' bits and that output
+// ApplyNormPlanes' bits, or results would depend on where chains start (the thread
+// count). Spans cover tails of a vector and of a pair, a partial flush run, planes
+// shorter than a vector, a mean 1e4 standard deviations from the sampled pivot (the
+// second pass), every activation, in place, and an unaligned y (the unchained path).
+TEST(SimdTargets, GroupNormChainGivesTheSeparatePassesBitsOnEveryTarget) {
+  using normkit::kernels::Activation;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (int64_t n : {1, 5, 16, 31, 32, 33, 100, 1292, 1568, 2051}) {
+      for (int64_t plane : {int64_t{1}, int64_t{3}, int64_t{7}, int64_t{49}, n}) {
+        if (n % plane != 0) continue;
+        for (bool far_pivot : {false, true}) {
+          std::vector<float> x = RandomVector(2 * n, 91 + static_cast<uint32_t>(n));
+          if (far_pivot) {
+            for (int64_t i = n; i < 2 * n; ++i) x[i] = 1.0e4f + 1.0e-2f * x[i];
+            for (size_t j = 0; j < normkit::kernels::kPivotVectors; ++j) {
+              const int64_t at = normkit::kernels::SampledSpanOffset(j, n);
+              for (int64_t k = at; k < std::min(n, at + 16); ++k) x[n + k] = 2.0e4f;
+            }
+          }
+          const int64_t planes = n / plane;
+          const std::vector<float> scale = RandomVector(planes, 92),
+                                   shift = RandomVector(planes, 93);
+          const normkit::Moments want = normkit::kernels::SpanMoments(x.data() + n, n);
+          for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSilu}) {
+            for (int mode = 0; mode < 3; ++mode) {  // 0 aligned, 1 unaligned, 2 in place
+              SCOPED_TRACE("n=" + std::to_string(n) + " plane=" + std::to_string(plane) +
+                           " far=" + std::to_string(far_pivot) + " act=" +
+                           std::to_string(static_cast<int>(act)) + " mode=" + std::to_string(mode));
+              std::vector<float> xb = x, want_y(n), buf(n + 32);
+              float* y = buf.data();
+              while (reinterpret_cast<uintptr_t>(y) % 64 != 0) ++y;
+              if (mode == 1) ++y;
+              if (mode == 2) y = xb.data();
+              normkit::kernels::ApplyNormPlanes(x.data(), want_y.data(), n, plane, 0, 0.25f,
+                                                scale.data(), shift.data(), act, false);
+              const normkit::Moments got = normkit::kernels::ApplyNormPlanesThenMoments(
+                  xb.data(), y, n, plane, 0.25f, scale.data(), shift.data(), act, xb.data() + n);
+              EXPECT_EQ(std::memcmp(&got.count, &want.count, sizeof(double)), 0);
+              EXPECT_EQ(std::memcmp(&got.mean, &want.mean, sizeof(double)), 0)
+                  << got.mean << " vs " << want.mean;
+              EXPECT_EQ(std::memcmp(&got.m2, &want.m2, sizeof(double)), 0)
+                  << got.m2 << " vs " << want.m2;
+              EXPECT_EQ(std::memcmp(y, want_y.data(), sizeof(float) * n), 0);
+            }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(SimdTargets, NormalizationsMatchReferenceOnEveryTarget) {
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   for (int64_t target : targets) {

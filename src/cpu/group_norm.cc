@@ -158,6 +158,16 @@ void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
                            p.stream);
 }
 
+// Channels-first: normalizes unit u whole and returns the moments of unit u + 1.
+Moments ApplyThenNextMoments(const GroupNormPlan& p, int64_t u) {
+  const int64_t n = u / p.G, g = u % p.G;
+  const int64_t off = u * p.unit_elems;
+  const size_t nc = static_cast<size_t>(n * p.C + g * p.Cg);
+  return kernels::ApplyNormPlanesThenMoments(
+      p.x + off, p.y + off, p.unit_elems, p.S, p.mean[nc], &p.scale[nc], &p.shift[nc],
+      static_cast<Activation>(p.args.activation), p.x + off + p.unit_elems);
+}
+
 void ApplyBlock(const GroupNormPlan& p, int64_t u, int64_t k) {
   const int64_t begin = k * p.block_elems;
   ApplyRange(p, u, begin, std::min(p.unit_elems, begin + p.block_elems));
@@ -204,6 +214,25 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   const int64_t unit_bytes = p.unit_elems * static_cast<int64_t>(sizeof(float));
   // Block moments are merged in the same order whichever way the work is split, so
   // this choice (which does look at the threads) never changes a result bit.
+  if (!p.channels_last && !p.stream && unit_bytes <= kChainedUnitBytes &&
+      p.units >= 2 * ctx.num_threads) {
+    // A chain's first group has statistics of its own; each other group's come from
+    // the output pass of the one before it, to the same bits (blocks == 1 here).
+    const int64_t chains = ctx.num_threads;
+    ParallelFor(ctx, chains, [&](int64_t t) {
+      const int64_t first = t * p.units / chains, end = (t + 1) * p.units / chains;
+      BlockStats(p, first, 0);
+      for (int64_t u = first; u < end; ++u) {
+        FinishUnit(p, u);
+        if (u + 1 == end) {
+          ApplyRange(p, u, 0, p.unit_elems);
+        } else {
+          *PartialOf(p, u + 1, 0) = ApplyThenNextMoments(p, u);
+        }
+      }
+    });
+    return;
+  }
   if (unit_bytes <= kFusedUnitBytes && p.units >= ctx.num_threads) {
     ParallelFor(ctx, p.units, [&](int64_t u) {
       for (int64_t k = 0; k < p.blocks; ++k) BlockStats(p, u, k);

@@ -88,6 +88,13 @@ inline Moments FromShiftedSums(double count, float pivot, double s1, double s2) 
 void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, float mean,
                      const float* scale, const float* shift, Activation act, bool stream);
 
+// ApplyNormPlanes (offset 0, no streaming) over n elements of one group, and the
+// moments of the n elements at `next` (the next group, not overlapping y), read
+// while y is written: SpanMoments(next, n) to the bit, on every SIMD target.
+Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane, float mean,
+                                   const float* scale, const float* shift, Activation act,
+                                   const float* next);
+
 // Channels-last rows of `channels` floats, parameters per channel (rows of `channels`).
 struct NormRows {
   const float* mean;
