@@ -62,8 +62,7 @@ TEST(Context, CarriesACudaStream) {
   ASSERT_EQ(normkit_context_set_cuda_stream(ctx.ctx, nullptr), NORMKIT_SUCCESS);
   EXPECT_EQ(normkit_context_cuda_stream(ctx.ctx), nullptr);
   EXPECT_EQ(normkit_context_cuda_stream(nullptr), nullptr);  // the default context's
-  EXPECT_EQ(normkit_context_set_cuda_stream(nullptr, &fake_stream),
-            NORMKIT_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(normkit_context_set_cuda_stream(nullptr, &fake_stream), NORMKIT_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(normkit_last_error()).find("context is NULL"), std::string::npos);
   EXPECT_GE(normkit_cuda_device_count(), 0);
 }

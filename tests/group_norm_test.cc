@@ -331,8 +331,8 @@ TEST(GroupNorm, ChannelsLastFromMemory) {
 // during the previous group's output pass (the chain's first group reads its own).
 // Where chains start follows the thread count, so 1, 2, 3 and 8 threads put the
 // separate and the chained statistics on different groups: the bits must not move.
-// y is 64-byte aligned (the chained pass needs whole vectors from each group's
-// start) or one float off (the separate passes); x large enough to run threaded.
+// y is 64-byte aligned or one float off (the chained pass then stores unaligned);
+// x is large enough to run threaded.
 TEST(GroupNorm, ChainedGroupsGiveTheSameBitsWhereverChainsStart) {
   const std::vector<int64_t> shape = {4, 256, 14, 14};
   const int64_t N = 4, C = 256, S = 196, G = 32, numel = Numel(shape);

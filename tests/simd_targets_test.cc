@@ -182,7 +182,7 @@ TEST(SimdTargets, BatchNormVarianceCheckNamesTheFirstOffenderOnEveryTarget) {
 // ApplyNormPlanes' bits, or results would depend on where chains start (the thread
 // count). Spans cover tails of a vector and of a pair, a partial flush run, planes
 // shorter than a vector, a mean 1e4 standard deviations from the sampled pivot (the
-// second pass), every activation, in place, and an unaligned y (the unchained path).
+// second pass), every activation, in place, and y aligned or one float off.
 TEST(SimdTargets, GroupNormChainGivesTheSeparatePassesBitsOnEveryTarget) {
   using normkit::kernels::Activation;
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {

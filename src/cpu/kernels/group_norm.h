@@ -88,9 +88,10 @@ inline Moments FromShiftedSums(double count, float pivot, double s1, double s2) 
 void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, float mean,
                      const float* scale, const float* shift, Activation act, bool stream);
 
-// ApplyNormPlanes (offset 0, no streaming) over n elements of one group, and the
-// moments of the n elements at `next` (the next group, not overlapping y), read
-// while y is written: SpanMoments(next, n) to the bit, on every SIMD target.
+// ApplyNormPlanes (offset 0, no streaming; the same output bits) over n elements of
+// one group, and the moments of the n elements at `next` (the next group, not
+// overlapping y), read while y is written: SpanMoments(next, n) to the bit, on every
+// SIMD target. Any alignment of y.
 Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane, float mean,
                                    const float* scale, const float* shift, Activation act,
                                    const float* next);
