@@ -153,10 +153,8 @@ HWY_INLINE void SpanShiftedSums(const float* HWY_RESTRICT x, size_t n, float p, 
   acc.Finish(x + i, n - i, s1_out, s2_out);
 }
 
-// One pass of shifted sums about a sampled pivot; a second pass about the mean
-// found by the first when the pivot was too far from it to keep the digits.
-// Moments of x[0, n) from its shifted sums about p, with the second pass when p was
-// too far from the mean.
+// Moments of x[0, n) from its shifted sums about p, with a second pass about the
+// mean they found when p was too far from it to keep the digits.
 HWY_INLINE Moments MomentsAbout(const float* HWY_RESTRICT x, size_t n, float p, double s1,
                                 double s2) {
   const double dn = static_cast<double>(n);
@@ -167,6 +165,7 @@ HWY_INLINE Moments MomentsAbout(const float* HWY_RESTRICT x, size_t n, float p, 
   return FromShiftedSums(dn, p, s1, s2);
 }
 
+// One pass of shifted sums about a sampled pivot (and the second when needed).
 Moments SpanMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
   if (count <= 0) return Moments();
   const size_t n = static_cast<size_t>(count);
