@@ -97,13 +97,17 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
 // a block are the block's plane values in a fixed order: one table lookup each, from
 // indices built once per range. 1x1024x7x7 in place, one thread: 0.65-0.76 of the
 // in-place reference -> 0.83-0.91. (Kept out of BroadcastRange: inside it, the
-// 14x14 walk measured 5-10% slower.)
+// 14x14 walk measured 5-10% slower.) Planes of whole vectors (S = 16, 32, 64 at 16
+// lanes) have no vector to splice and stay on the walk above: the table walk took
+// them to 0.26-0.60 of memcpy from 0.65-1.45 (32x1024x16, seed 001, 1 thread:
+// 0.32 against 0.83-0.86).
 #if HWY_TARGET != HWY_SCALAR
 constexpr int64_t kShortPlaneVectors = 4;
 
 bool UseShortPlanes(int64_t plane_size, bool stream) {
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<float>()));
-  return !stream && plane_size >= lanes && plane_size <= kShortPlaneVectors * lanes;
+  return !stream && plane_size % lanes != 0 && plane_size > lanes &&
+         plane_size < kShortPlaneVectors * lanes;
 }
 
 template <bool kScale, bool kShift>
