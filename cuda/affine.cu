@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA affine: y = x * scale + shift, per channel or per sample and channel, either
-// layout. Each block owns a fixed chunk of one sample (chunks from the shape only), so
-// results never depend on the launch; one fused multiply-add per element, as on CPU.
+// layout; one fused multiply-add per element, as on CPU, so every launch shape gives the
+// same bits. Tensors below 2^31 elements run the flat kernel: 4 floats per load where
+// the layout allows it, 4 loads in flight per thread before any store (a memory-bound
+// kernel needs that many bytes in flight to reach copy speed), and the parameter index
+// from 32-bit multiply-high divisions. Larger tensors take the 64-bit chunked kernel.
+
+#include <vector>
 
 #include "cuda/affine_math.h"
 #include "cuda/ops.h"
@@ -10,6 +15,74 @@
 namespace normkit {
 namespace cuda {
 namespace {
+
+constexpr int kUnroll = 4;
+constexpr uint32_t kFlatBlockItems = kBlockThreads * kUnroll;
+
+__device__ float Param(const float* p, uint32_t i, float absent) {
+  return p != nullptr ? p[i] : absent;
+}
+
+// Items (float4 vectors, or floats) [block * kFlatBlockItems, +kFlatBlockItems), thread t
+// taking t, t + kBlockThreads, ...; `count` items in the tensor.
+template <bool kVector>
+__global__ void AffineFlatKernel(const float* x, float* y, const float* scale, const float* shift,
+                                 AffineIndex ix, uint32_t count) {
+  const uint32_t first = blockIdx.x * kFlatBlockItems + threadIdx.x;
+  if constexpr (kVector) {
+    const auto* xv = reinterpret_cast<const float4*>(x);
+    auto* yv = reinterpret_cast<float4*>(y);
+    float4 v[kUnroll];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const uint32_t i = first + j * kBlockThreads;
+      if (i < count) v[j] = xv[i];
+    }
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const uint32_t i = first + j * kBlockThreads;
+      if (i >= count) break;
+      const uint32_t p = ix.Param(4 * i);
+      const uint32_t step = ix.channels_last ? 1 : 0;  // lanes are channels c..c+3, or one
+      float4 r;
+      r.x = fmaf(v[j].x, Param(scale, p, 1.0f), Param(shift, p, 0.0f));
+      r.y = fmaf(v[j].y, Param(scale, p + step, 1.0f), Param(shift, p + step, 0.0f));
+      r.z = fmaf(v[j].z, Param(scale, p + 2 * step, 1.0f), Param(shift, p + 2 * step, 0.0f));
+      r.w = fmaf(v[j].w, Param(scale, p + 3 * step, 1.0f), Param(shift, p + 3 * step, 0.0f));
+      yv[i] = r;
+    }
+  } else {
+    float v[kUnroll];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const uint32_t i = first + j * kBlockThreads;
+      if (i < count) v[j] = x[i];
+    }
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const uint32_t i = first + j * kBlockThreads;
+      if (i >= count) break;
+      const uint32_t p = ix.Param(i);
+      y[i] = fmaf(v[j], Param(scale, p, 1.0f), Param(shift, p, 0.0f));
+    }
+  }
+}
+
+// scale = gamma / sqrt(var + eps), shift = beta - mean * scale in double, rounded once to
+// float: fold::BatchNormScaleShift's formula, with the _rn intrinsics so that nvcc
+// cannot contract it into an FMA the CPU does not use.
+__global__ void BatchNormFoldKernel(const float* gamma, const float* beta, const float* mean,
+                                    const float* var, float eps, int64_t C, float* scale,
+                                    float* shift) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const double g = gamma != nullptr ? gamma[c] : 1.0;
+  const double b = beta != nullptr ? beta[c] : 0.0;
+  const double s =
+      __ddiv_rn(g, __dsqrt_rn(__dadd_rn(static_cast<double>(var[c]), static_cast<double>(eps))));
+  scale[c] = static_cast<float>(s);
+  shift[c] = static_cast<float>(__dsub_rn(b, __dmul_rn(static_cast<double>(mean[c]), s)));
+}
 
 __global__ void AffineKernel(const float* x, float* y, const float* scale, const float* shift,
                              AffineShape shape) {
@@ -23,15 +96,33 @@ normkit_status Affine(const char* op, const normkit_context* ctx, const TensorVi
                       bool per_sample) {
   DeviceScope scope(x.device_index);
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
+  const int64_t numel = x.batch * x.channels * x.spatial;
+  const cudaStream_t stream = StreamOf(ctx);
+  const auto* xd = static_cast<const float*>(x.data);
+  auto* yd = static_cast<float*>(y.data);
+  if (numel < kMaxIndex32) {
+    const AffineIndex ix = AffineIndex::Of(x.channels, x.spatial, per_sample, x.channels_last());
+    const bool vector = AffineVectorizable(x.channels, x.spatial, x.channels_last(), xd, yd);
+    const auto count = static_cast<uint32_t>(vector ? numel / 4 : numel);
+    const unsigned blocks = (count + kFlatBlockItems - 1) / kFlatBlockItems;
+    if (vector) {
+      AffineFlatKernel<true><<<blocks, kBlockThreads, 0, stream>>>(xd, yd, scale, shift, ix, count);
+    } else {
+      AffineFlatKernel<false>
+          <<<blocks, kBlockThreads, 0, stream>>>(xd, yd, scale, shift, ix, count);
+    }
+    return LaunchStatus(op);
+  }
   const AffineShape shape = AffineShape::Of(x.channels, x.spatial, per_sample, x.channels_last());
-  AffineKernel<<<static_cast<unsigned>(x.batch * shape.chunks), kBlockThreads, 0, StreamOf(ctx)>>>(
-      static_cast<const float*>(x.data), static_cast<float*>(y.data), scale, shift, shape);
+  AffineKernel<<<static_cast<unsigned>(x.batch * shape.chunks), kBlockThreads, 0, stream>>>(
+      xd, yd, scale, shift, shape);
   return LaunchStatus(op);
 }
 
-normkit_status AffineHostParams(const char* op, const normkit_context* ctx, const TensorView& x,
-                                const TensorView& y, const float* host_scale,
-                                const float* host_shift) {
+normkit_status BatchNormInference(const char* op, const normkit_context* ctx, const TensorView& x,
+                                  const TensorView& y, const float* gamma, const float* beta,
+                                  const float* mean, const float* var, float eps,
+                                  const std::function<normkit_status(const float*)>& validate) {
   DeviceScope scope(x.device_index);
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
   const cudaStream_t stream = StreamOf(ctx);
@@ -40,14 +131,14 @@ normkit_status AffineHostParams(const char* op, const normkit_context* ctx, cons
   void* buffer = nullptr;
   NORMKIT_RETURN_IF_ERROR(scratch.Allocate(op, 2 * C * sizeof(float), &buffer));
   auto* params = static_cast<float*>(buffer);
-  // Pageable sources: cudaMemcpyAsync returns once the host buffers are staged.
-  cudaError_t error =
-      cudaMemcpyAsync(params, host_scale, C * sizeof(float), cudaMemcpyHostToDevice, stream);
-  if (error == cudaSuccess) {
-    error =
-        cudaMemcpyAsync(params + C, host_shift, C * sizeof(float), cudaMemcpyHostToDevice, stream);
-  }
-  if (error != cudaSuccess) return CudaFail(op, "uploading the folded scale / shift", error);
+  BatchNormFoldKernel<<<static_cast<unsigned>((C + kBlockThreads - 1) / kBlockThreads),
+                        kBlockThreads, 0, stream>>>(gamma, beta, mean, var, eps, C, params,
+                                                    params + C);
+  NORMKIT_RETURN_IF_ERROR(LaunchStatus(op));
+  std::vector<float> host_var(static_cast<size_t>(C));
+  NORMKIT_RETURN_IF_ERROR(
+      CopyToHost(op, ctx, x.device_index, C * sizeof(float), {{var, host_var.data()}}));
+  NORMKIT_RETURN_IF_ERROR(validate(host_var.data()));
   return Affine(op, ctx, x, y, params, params + C, false);
 }
 

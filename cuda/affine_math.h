@@ -12,7 +12,8 @@
 namespace normkit {
 namespace cuda {
 
-// A block owns kAffineChunkElems consecutive elements of one sample.
+// The 64-bit kernel (tensors of kMaxIndex32 elements or more): a block owns kAffineChunkElems
+// consecutive elements of one sample.
 constexpr int64_t kAffineChunkElems = 8192;
 
 struct AffineShape {
@@ -27,6 +28,43 @@ struct AffineShape {
     return s;
   }
 };
+
+// The flat kernels (every tensor below kMaxIndex32 elements): element e of the whole
+// tensor -> the index of its scale / shift, with 32-bit divisions by constants.
+// Channels-first: plane = e / spatial is n * C + c, so per-sample parameters are indexed
+// by the plane itself. Channels-last: c = e % C, n = e / (C * spatial).
+struct AffineIndex {
+  U32Divider spatial_div, channel_div, sample_div;
+  uint32_t C = 1;
+  bool per_sample = false, channels_last = false;
+
+  static AffineIndex Of(int64_t C, int64_t spatial, bool per_sample, bool channels_last) {
+    AffineIndex ix;
+    ix.spatial_div = U32Divider::Of(static_cast<uint32_t>(spatial));
+    ix.channel_div = U32Divider::Of(static_cast<uint32_t>(C));
+    ix.sample_div = U32Divider::Of(static_cast<uint32_t>(C * spatial));
+    ix.C = static_cast<uint32_t>(C);
+    ix.per_sample = per_sample;
+    ix.channels_last = channels_last;
+    return ix;
+  }
+  NORMKIT_HOST_DEVICE uint32_t Param(uint32_t e) const {
+    if (!channels_last) {
+      const uint32_t plane = spatial_div.Div(e);
+      return per_sample ? plane : channel_div.Mod(plane);
+    }
+    const uint32_t c = channel_div.Mod(e);
+    return per_sample ? sample_div.Div(e) * C + c : c;
+  }
+};
+
+// Whether the flat kernel may move 4 floats at a time: every aligned group of 4
+// elements shares one plane (channels-first) or holds channels c..c+3 of one position.
+inline bool AffineVectorizable(int64_t C, int64_t spatial, bool channels_last, const void* x,
+                               const void* y) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
+  return aligned && (channels_last ? C % 4 == 0 : spatial % 4 == 0);
+}
 
 // Block `block` (sample block / chunks, chunk block % chunks), thread `tid` of `threads`.
 NORMKIT_HOST_DEVICE inline void AffineThread(const float* x, float* y, const float* scale,

@@ -37,6 +37,36 @@ struct DivModCursor {
   int64_t divisor_, step_q_, step_r_;
 };
 
+// Division by a divisor fixed at launch, in 32 bits, with a multiply-high and a shift
+// instead of a division (Granlund & Montgomery; the form PyTorch's IntDivider uses).
+// Exact for every dividend below 2^31 and every divisor from 1 to 2^31.
+struct U32Divider {
+  uint32_t divisor = 1, multiplier = 1, shift = 0;
+
+  static U32Divider Of(uint32_t d) {
+    U32Divider r;
+    r.divisor = d;
+    while ((uint64_t{1} << r.shift) < d) ++r.shift;
+    r.multiplier =
+        static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << r.shift) - d)) / d + 1);
+    return r;
+  }
+  NORMKIT_HOST_DEVICE uint32_t Div(uint32_t n) const {
+#if defined(__CUDA_ARCH__)
+    const uint32_t t = __umulhi(n, multiplier);
+#else
+    const uint32_t t = static_cast<uint32_t>((static_cast<uint64_t>(n) * multiplier) >> 32);
+#endif
+    return (t + n) >> shift;
+  }
+  NORMKIT_HOST_DEVICE uint32_t Mod(uint32_t n) const {
+    return n - Div(n) * divisor;
+  }
+};
+
+// Indices below this use 32-bit index math (U32Divider) in the kernels.
+constexpr int64_t kMaxIndex32 = int64_t{1} << 31;
+
 // The channel of element `index` of one sample (C channels x `spatial` positions):
 // index / spatial channels-first, index % C channels-last.
 struct ChannelCursor {

@@ -20,21 +20,23 @@ namespace normkit {
 namespace cuda {
 namespace {
 
-constexpr int kWarps = kBlockThreads / 32;
+constexpr int kMaxWarps = 32;
 
-// Sum over the block, identical on every thread; the tree is fixed by the thread index.
-__device__ double BlockSum(double v, double* shared /* kWarps + 1 */) {
+// Sum over the block (whole warps, at most 1024 threads), identical on every thread; the
+// tree is fixed by the thread index.
+__device__ double BlockSum(double v, double* shared /* kMaxWarps + 1 */) {
+  const int warps = blockDim.x / 32;
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) shared[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    double w = lane < kWarps ? shared[lane] : 0.0;
+    double w = lane < warps ? shared[lane] : 0.0;
     for (int offset = 16; offset > 0; offset /= 2) w += __shfl_down_sync(0xffffffffu, w, offset);
-    if (lane == 0) shared[kWarps] = w;
+    if (lane == 0) shared[kMaxWarps] = w;
   }
   __syncthreads();
-  const double total = shared[kWarps];
+  const double total = shared[kMaxWarps];
   __syncthreads();  // `shared` may be reused right away
   return total;
 }
@@ -78,7 +80,7 @@ __device__ double Variance(const Moments& m, bool rms) {
 
 __global__ void FusedNormKernel(NormKernelArgs a, NormShape s, bool cached) {
   extern __shared__ float dynamic_cache[];
-  __shared__ double shared[kWarps + 1];
+  __shared__ double shared[kMaxWarps + 1];
   float* cache = cached ? dynamic_cache : nullptr;
   for (int64_t unit = blockIdx.x; unit < s.units; unit += gridDim.x) {
     const Moments m = ChunkMoments(a.x, s, unit, 0, s.count, a.rms, cache, shared);
@@ -90,6 +92,30 @@ __global__ void FusedNormKernel(NormKernelArgs a, NormShape s, bool cached) {
   }
 }
 
+// The flat plan (norm_math.h): block `unit` holds its unit in shared memory.
+__global__ void FlatNormKernel(NormKernelArgs a, FlatUnits f) {
+  extern __shared__ float cache[];
+  __shared__ double shared[kMaxWarps + 1];
+  const uint32_t unit = blockIdx.x;
+  const double count = f.count;
+  double mean =
+      BlockSum(FlatLoadSum(a.x, f, unit, threadIdx.x, blockDim.x, a.rms, cache), shared) / count;
+  double var = mean;  // RMS norm: the mean of squares
+  if (!a.rms) {
+    const float pivot = static_cast<float>(mean);
+    double d1, d2;
+    FlatDeviations(cache, f, threadIdx.x, blockDim.x, pivot, &d1, &d2);
+    d1 = BlockSum(d1, shared);
+    FlatMoments(pivot, d1, BlockSum(d2, shared), count, &mean, &var);
+  }
+  const UnitAffine ua = UnitAffine::From(mean, var, a.eps, a.rms);
+  if (threadIdx.x == 0) {
+    if (a.mean_out != nullptr) a.mean_out[unit] = static_cast<float>(mean);
+    if (a.rstd_out != nullptr) a.rstd_out[unit] = ua.rstd;
+  }
+  FlatApply(cache, a.y, f, unit, threadIdx.x, blockDim.x, ua, a.gamma, a.beta, a.activation);
+}
+
 __device__ int64_t ChunkEnd(int64_t begin, int64_t chunk, int64_t count) {
   return begin + chunk < count ? begin + chunk : count;
 }
@@ -97,7 +123,7 @@ __device__ int64_t ChunkEnd(int64_t begin, int64_t chunk, int64_t count) {
 // Block (unit, q) -> moments of chunk q of the unit.
 __global__ void PartialMomentsKernel(NormKernelArgs a, NormShape s, int64_t chunks, int64_t chunk,
                                      Moments* partial) {
-  __shared__ double shared[kWarps + 1];
+  __shared__ double shared[kMaxWarps + 1];
   for (int64_t b = blockIdx.x; b < s.units * chunks; b += gridDim.x) {
     const int64_t unit = b / chunks, begin = (b - unit * chunks) * chunk;
     const Moments m =
@@ -156,8 +182,21 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
                          args.rstd};
 
   const NormPlan plan = PlanNorm(s, MultiprocessorCount());
+  const int64_t unit_bytes = s.count * static_cast<int64_t>(sizeof(float));
+  if (plan.chunks == 1 && s.units * s.count < kMaxIndex32 && unit_bytes <= MaxDynamicShared()) {
+    const bool aligned =
+        (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(y.data)) % 16 == 0;
+    const FlatUnits f = FlatUnits::Of(s, aligned);
+    if (unit_bytes > 48 * 1024) {
+      const cudaError_t e =
+          cudaFuncSetAttribute(FlatNormKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(unit_bytes));
+      if (e != cudaSuccess) return CudaFail(op, "cudaFuncSetAttribute", e);
+    }
+    FlatNormKernel<<<static_cast<unsigned>(s.units), FlatThreads(f), unit_bytes, stream>>>(a, f);
+    return LaunchStatus(op);
+  }
   if (plan.chunks == 1) {
-    const int64_t unit_bytes = s.count * static_cast<int64_t>(sizeof(float));
     const bool cached = unit_bytes <= kCachedUnitBytes;
     FusedNormKernel<<<Blocks(s.units), kBlockThreads, cached ? unit_bytes : 0, stream>>>(a, s,
                                                                                          cached);

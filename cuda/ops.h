@@ -8,6 +8,7 @@
 #define NORMKIT_CUDA_OPS_H_
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 
 #include "core/norm_args.h"
@@ -32,18 +33,29 @@ struct NamedPointer {
 normkit_status CheckCall(const char* op, int32_t device_index,
                          std::initializer_list<NamedPointer> arrays);
 
-// Copies `bytes` of device memory at `src` to the host (waits for the context's stream).
-normkit_status CopyToHost(const char* op, const char* name, const normkit_context* ctx,
-                          int32_t device_index, const void* src, int64_t bytes, void* dst);
+struct DeviceToHost {
+  const void* src;  // device memory; NULL entries are skipped
+  void* dst;
+};
+
+// Copies `bytes` from each device array to its host buffer, waiting for the context's
+// stream once: the arrays are gathered on the device, then moved in one transfer.
+normkit_status CopyToHost(const char* op, const normkit_context* ctx, int32_t device_index,
+                          int64_t bytes, std::initializer_list<DeviceToHost> copies);
 
 // y = x * scale + shift; scale / shift are device arrays (or NULL) of C or N x C floats.
 normkit_status Affine(const char* op, const normkit_context* ctx, const TensorView& x,
                       const TensorView& y, const float* scale, const float* shift, bool per_sample);
 
-// As Affine, with per-channel scale / shift given on the host (C floats each).
-normkit_status AffineHostParams(const char* op, const normkit_context* ctx, const TensorView& x,
-                                const TensorView& y, const float* host_scale,
-                                const float* host_shift);
+// Batch-norm inference on CUDA tensors (every parameter a device array; gamma, beta may
+// be NULL). Folds into scale / shift on the device with the CPU's double formula (the
+// same bits), copies running_var to the host and calls validate(host_var) while the fold
+// runs; only if it succeeds is y written. That one wait on the stream is the price of
+// validating before writing.
+normkit_status BatchNormInference(const char* op, const normkit_context* ctx, const TensorView& x,
+                                  const TensorView& y, const float* gamma, const float* beta,
+                                  const float* mean, const float* var, float eps,
+                                  const std::function<normkit_status(const float*)>& validate);
 
 // Group norm, or (rows) the row-wise layer / RMS norm of a [rows, D] tensor. The
 // arrays of `args` are device arrays or NULL.

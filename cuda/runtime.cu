@@ -2,6 +2,9 @@
 // Device discovery and the checks a CUDA call makes before it writes anything. The
 // CUDA runtime is linked statically; on a machine without a driver or GPU its calls
 // return errors (never crash), which become DEVICE_UNAVAILABLE here.
+#include <cstring>
+#include <vector>
+
 #include "core/context.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
@@ -63,6 +66,16 @@ int32_t MultiprocessorCount() {
   return count < 1 ? 1 : count;
 }
 
+int64_t MaxDynamicShared() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    return 0;
+  }
+  return bytes > 1024 ? bytes - 1024 : 0;
+}
+
 int32_t DeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -114,17 +127,50 @@ normkit_status CheckCall(const char* op, int32_t device_index,
   return NORMKIT_SUCCESS;
 }
 
-normkit_status CopyToHost(const char* op, const char* name, const normkit_context* ctx,
-                          int32_t device_index, const void* src, int64_t bytes, void* dst) {
+normkit_status CopyToHost(const char* op, const normkit_context* ctx, int32_t device_index,
+                          int64_t bytes, std::initializer_list<DeviceToHost> copies) {
   DeviceScope scope(device_index);
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
   const cudaStream_t stream = StreamOf(ctx);
-  cudaError_t error =
-      cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream);
+  int64_t n = 0;
+  for (const DeviceToHost& c : copies) n += c.src != nullptr;
+  if (n == 1) {  // straight into the caller's buffer
+    for (const DeviceToHost& c : copies) {
+      if (c.src == nullptr) continue;
+      cudaError_t error =
+          cudaMemcpyAsync(c.dst, c.src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream);
+      if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
+      if (error != cudaSuccess) {
+        return Fail(NORMKIT_ERROR_INTERNAL,
+                    "%s: copying parameters to the host for validation failed: %s", op,
+                    cudaGetErrorString(error));
+      }
+    }
+    return NORMKIT_SUCCESS;
+  }
+  Scratch scratch(stream);
+  void* gathered = nullptr;
+  NORMKIT_RETURN_IF_ERROR(scratch.Allocate(op, n * bytes, &gathered));
+  std::vector<char> host(static_cast<size_t>(n * bytes));
+  cudaError_t error = cudaSuccess;
+  int64_t k = 0;
+  for (const DeviceToHost& c : copies) {
+    if (c.src == nullptr || error != cudaSuccess) continue;
+    error = cudaMemcpyAsync(static_cast<char*>(gathered) + k++ * bytes, c.src,
+                            static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream);
+  }
+  if (error == cudaSuccess) {
+    error = cudaMemcpyAsync(host.data(), gathered, host.size(), cudaMemcpyDeviceToHost, stream);
+  }
   if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
   if (error != cudaSuccess) {
-    return Fail(NORMKIT_ERROR_INTERNAL, "%s: copying %s to the host for validation failed: %s", op,
-                name, cudaGetErrorString(error));
+    return Fail(NORMKIT_ERROR_INTERNAL,
+                "%s: copying parameters to the host for validation failed: %s", op,
+                cudaGetErrorString(error));
+  }
+  k = 0;
+  for (const DeviceToHost& c : copies) {
+    if (c.src != nullptr) std::memcpy(c.dst, host.data() + k++ * bytes, static_cast<size_t>(bytes));
   }
   return NORMKIT_SUCCESS;
 }

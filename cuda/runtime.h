@@ -62,6 +62,10 @@ inline unsigned GridFor(int64_t work) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > (1 << 20) ? (1 << 20) : blocks));
 }
 
+// The most dynamic shared memory one block of the current device may opt into, less
+// 1 KiB for the kernels' own static shared memory.
+int64_t MaxDynamicShared();
+
 // Streaming multiprocessors of the current device (for plans that must fill the GPU).
 int32_t MultiprocessorCount();
 

@@ -71,6 +71,111 @@ struct PlaneDomain {
   }
 };
 
+// The flat kernels of the row walks (channels-first x shifted along W, tensors below
+// 2^31 elements): thread t of a block takes elements t, t + kBlockThreads, ... of the
+// block's kFlatItems, computes all their values first (so their loads are in flight
+// together; a store between them would have to wait, as it may alias a later load),
+// then stores them. op.Value(i) and op.Store(i, value).
+constexpr int kFlatUnroll = 4;
+constexpr uint32_t kFlatItems = kBlockThreads * kFlatUnroll;
+
+template <class T, class Op>
+__global__ void FlatKernel(uint32_t count, Op op) {
+  const uint32_t first = blockIdx.x * kFlatItems + threadIdx.x;
+  T v[kFlatUnroll];
+#pragma unroll
+  for (int j = 0; j < kFlatUnroll; ++j) {
+    const uint32_t i = first + j * kBlockThreads;
+    if (i < count) v[j] = op.Value(i);
+  }
+#pragma unroll
+  for (int j = 0; j < kFlatUnroll; ++j) {
+    const uint32_t i = first + j * kBlockThreads;
+    if (i < count) op.Store(i, v[j]);
+  }
+}
+
+template <class T, class Op>
+normkit_status LaunchFlat(const char* op_name, cudaStream_t stream, int64_t count, const Op& op) {
+  const auto n = static_cast<uint32_t>(count);
+  FlatKernel<T, Op><<<(n + kFlatItems - 1) / kFlatItems, kBlockThreads, 0, stream>>>(n, op);
+  return LaunchStatus(op_name);
+}
+
+// The row walks apply: channels-first, along W, x and y below 2^31 elements.
+template <class T>
+bool UseFlat(const ShiftSumProblem<T>& p) {
+  return ShiftSumMath<T>{p}.RowWalks() && p.B * p.C * p.H * p.W < kMaxIndex32 &&
+         p.B * p.H_out * p.W_out < kMaxIndex32;
+}
+
+template <class T>
+FlatDecode DecodeX(const ShiftSumProblem<T>& p) {
+  return {U32Divider::Of(static_cast<uint32_t>(p.W)), U32Divider::Of(static_cast<uint32_t>(p.H)),
+          U32Divider::Of(static_cast<uint32_t>(p.C))};
+}
+
+template <class T>
+FlatDecode DecodeY(const ShiftSumProblem<T>& p) {
+  return {U32Divider::Of(static_cast<uint32_t>(p.W_out)),
+          U32Divider::Of(static_cast<uint32_t>(p.H_out)), U32Divider::Of(1)};
+}
+
+// y (b, r, v) = A x, element i of y.
+template <class T>
+struct ForwardFlat {
+  ShiftSumMath<T> m;
+  FlatDecode d;
+  const T* x;
+  T* y;
+  __device__ T Value(uint32_t i) const {
+    int64_t b, r, v;
+    d.Y(i, &b, &r, &v);
+    return m.ForwardWalk(x, b, r, v);
+  }
+  __device__ void Store(uint32_t i, T value) const { y[i] = value; }
+};
+
+// The GAP residual (y - A x) / (Phi_s + gamma), element i of y.
+template <class T>
+struct ResidualFlat {
+  ShiftSumMath<T> m;
+  FlatDecode d;
+  const T* x;
+  const T* y;
+  const T* phi_s;
+  T gamma;
+  T* residual;
+  __device__ T Value(uint32_t i) const {
+    int64_t b, r, v;
+    d.Y(i, &b, &r, &v);
+    return m.GapResidualWalk(x, y, phi_s, gamma, b, r, v);
+  }
+  __device__ void Store(uint32_t i, T value) const { residual[i] = value; }
+};
+
+// Element i of x from the shifted domain: A^T z, the pseudo-inverse, or the GAP update.
+enum class XFlatKind { kAdjoint, kPinv, kGapUpdate };
+
+template <class T, XFlatKind kKind>
+struct XFlat {
+  ShiftSumMath<T> m;
+  FlatDecode d;
+  const T* z;      // y, or the GAP residual
+  const T* phi_s;  // kPinv
+  T lambda;        // kGapUpdate
+  T* x;
+  __device__ T Value(uint32_t i) const {
+    int64_t b, c, h, w;
+    d.X(i, &b, &c, &h, &w);
+    const typename ShiftSumMath<T>::XRow r = m.XRowAt(b, c, h);
+    if constexpr (kKind == XFlatKind::kAdjoint) return m.AdjointRow(z, r, w);
+    if constexpr (kKind == XFlatKind::kPinv) return m.PinvMoorePenroseRow(z, phi_s, r, w);
+    return x[i] + lambda * m.AdjointRow(z, r, w);
+  }
+  __device__ void Store(uint32_t i, T value) const { x[i] = value; }
+};
+
 template <class T, class ElemOp>
 normkit_status LaunchShifted(const char* op, cudaStream_t stream, const ShiftSumProblem<T>& p,
                              int64_t samples, const ElemOp& elem) {
@@ -193,6 +298,10 @@ template <class T>
 normkit_status ShiftSumForward(const char* op, const normkit_context* ctx, int32_t device,
                                const ShiftSumProblem<T>& p, const T* x, T* y) {
   NORMKIT_ENTER_DEVICE(op, device);
+  if (UseFlat(p)) {
+    return LaunchFlat<T>(op, stream, p.B * p.H_out * p.W_out,
+                         ForwardFlat<T>{ShiftSumMath<T>{p}, DecodeY(p), x, y});
+  }
   return LaunchShifted(op, stream, p, p.B, ForwardOp<T>{x, y});
 }
 
@@ -200,6 +309,11 @@ template <class T>
 normkit_status ShiftSumAdjoint(const char* op, const normkit_context* ctx, int32_t device,
                                const ShiftSumProblem<T>& p, const T* y, T* x) {
   NORMKIT_ENTER_DEVICE(op, device);
+  if (UseFlat(p)) {
+    return LaunchFlat<T>(
+        op, stream, p.B * p.C * p.H * p.W,
+        XFlat<T, XFlatKind::kAdjoint>{ShiftSumMath<T>{p}, DecodeX(p), y, nullptr, T(0), x});
+  }
   return LaunchX(op, stream, p, AdjointOp<T>{y, x});
 }
 
@@ -226,6 +340,11 @@ normkit_status ShiftSumPinv(const char* op, const normkit_context* ctx, int32_t 
         LaunchShifted(op, stream, p, samples, NormalizerOp<T>{static_cast<T*>(buffer)}));
     normalizer = static_cast<const T*>(buffer);
   }
+  if (!divide_by_mask && normalizer != nullptr && UseFlat(p)) {
+    return LaunchFlat<T>(
+        op, stream, p.B * p.C * p.H * p.W,
+        XFlat<T, XFlatKind::kPinv>{ShiftSumMath<T>{p}, DecodeX(p), y, normalizer, T(0), x});
+  }
   return LaunchX(op, stream, p, PinvOp<T>{y, normalizer, divide_by_mask, x});
 }
 
@@ -238,6 +357,15 @@ normkit_status ShiftSumGapStep(const char* op, const normkit_context* ctx, int32
   void* buffer = nullptr;
   NORMKIT_RETURN_IF_ERROR(scratch.Allocate(op, p.B * p.H_out * p.W_out * sizeof(T), &buffer));
   T* residual = static_cast<T*>(buffer);
+  if (UseFlat(p)) {
+    const ShiftSumMath<T> m{p};
+    NORMKIT_RETURN_IF_ERROR(
+        LaunchFlat<T>(op, stream, p.B * p.H_out * p.W_out,
+                      ResidualFlat<T>{m, DecodeY(p), x, y, normalizer, gamma, residual}));
+    return LaunchFlat<T>(
+        op, stream, p.B * p.C * p.H * p.W,
+        XFlat<T, XFlatKind::kGapUpdate>{m, DecodeX(p), residual, nullptr, lambda, x});
+  }
   NORMKIT_RETURN_IF_ERROR(
       LaunchShifted(op, stream, p, p.B, ResidualOp<T>{x, y, normalizer, gamma, residual}));
   return LaunchX(op, stream, p, GapUpdateOp<T>{residual, lambda, x});

@@ -9,9 +9,32 @@
 #include <cstdint>
 
 #include "core/shift_geometry.h"
+#include "cuda/channel_cursor.h"
 
 namespace normkit {
 namespace cuda {
+
+// Flat element indices (tensors below 2^31 elements) of channels-first x or y -> their
+// coordinates, with 32-bit divisions by constants; the kernels of the row walks below
+// give each thread a few consecutive elements this way.
+struct FlatDecode {
+  U32Divider w, h, c;  // x: W, H, C; y: W', H' (c unused)
+
+  NORMKIT_HOST_DEVICE void X(uint32_t i, int64_t* b, int64_t* c_out, int64_t* h_out,
+                             int64_t* w_out) const {
+    const uint32_t row = w.Div(i), t = h.Div(row), bb = c.Div(t);
+    *w_out = i - row * w.divisor;
+    *h_out = row - t * h.divisor;
+    *c_out = t - bb * c.divisor;
+    *b = bb;
+  }
+  NORMKIT_HOST_DEVICE void Y(uint32_t i, int64_t* b, int64_t* r, int64_t* v) const {
+    const uint32_t row = w.Div(i), bb = h.Div(row);
+    *v = i - row * w.divisor;
+    *r = row - bb * h.divisor;
+    *b = bb;
+  }
+};
 
 // A row of x (i = h) or of the shifted stack (i = r): channels-first rows are (b, c, i)
 // with columns j along W; channels-last rows are (b, i) with columns (j, c) interleaved.
@@ -95,13 +118,15 @@ struct ShiftSumMath {
     return T(1);
   }
 
-  // The number of channels covering (r, v) (seed 003's alpha), in closed form: channel
-  // c covers position t of the shift axis when 0 <= t - base - c*S < L.
-  NORMKIT_HOST_DEVICE int64_t CoverCount(int64_t r, int64_t v) const {
+  // The channels covering (r, v) (seed 003's alpha counts them), in closed form: channel
+  // c covers position t of the shift axis when 0 <= t - base - c*S < L. They are
+  // [*lo, *hi], empty when *lo > *hi.
+  NORMKIT_HOST_DEVICE void CoverRange(int64_t r, int64_t v, int64_t* lo_out,
+                                      int64_t* hi_out) const {
     const int64_t t = (p.along_h ? r : v) - p.base, L = p.along_h ? p.H : p.W;
     int64_t lo = 0, hi = p.C - 1;
     if (p.step == 0) {
-      if (t < 0 || t >= L) return 0;
+      if (t < 0 || t >= L) hi = -1;
     } else if (p.step > 0) {  // c*S in [t - L + 1, t]
       lo = Max(lo, CeilDiv(t - L + 1, p.step));
       hi = Min(hi, FloorDiv(t, p.step));
@@ -109,6 +134,12 @@ struct ShiftSumMath {
       lo = Max(lo, CeilDiv(-t, -p.step));
       hi = Min(hi, FloorDiv(L - 1 - t, -p.step));
     }
+    *lo_out = lo;
+    *hi_out = hi;
+  }
+  NORMKIT_HOST_DEVICE int64_t CoverCount(int64_t r, int64_t v) const {
+    int64_t lo, hi;
+    CoverRange(r, v, &lo, &hi);
     return hi >= lo ? hi - lo + 1 : 0;
   }
 
@@ -163,6 +194,96 @@ struct ShiftSumMath {
     const T d = n + gamma;
     if (d == T(0)) return T(0);
     return (y[YOffset(b, r, v)] - Forward(x, b, r, v)) / d;
+  }
+
+  // ---- Row walks for channels-first x shifted along W (the seed's case). Per element,
+  // the generic functions above decode coordinates and multiply 64-bit offsets, which
+  // costs more than the memory traffic; here a row is decoded once and every array an
+  // element touches lies at (row base) + column, or one channel stride further. Same
+  // arithmetic in the same order as the generic functions, so the same bits. ----
+  NORMKIT_HOST_DEVICE bool RowWalks() const { return !p.channels_last && !p.along_h; }
+
+  // Bases of row (b, c, h) of x: element w of that row reads y (or Phi_s, the mask) at
+  // base + w.
+  struct XRow {
+    int64_t x, y, normalizer, mask;
+  };
+  NORMKIT_HOST_DEVICE XRow XRowOf(int64_t row) const {
+    const int64_t t = row / p.H, h = row - t * p.H, b = t / p.C, c = t - b * p.C;
+    return XRowAt(b, c, h);
+  }
+  NORMKIT_HOST_DEVICE XRow XRowAt(int64_t b, int64_t c, int64_t h) const {
+    const int64_t row = (b * p.C + c) * p.H + h;
+    const int64_t o = p.Offset(c);
+    XRow r;
+    r.x = row * p.W;
+    r.y = (b * p.H_out + h) * p.W_out + o;
+    r.normalizer = ((p.PerSampleMask() ? b : 0) * p.H_out + h) * p.W_out + o;
+    switch (p.mask_kind) {
+      case ShiftMask::kNone: r.mask = 0; break;
+      case ShiftMask::kHW: r.mask = h * p.W; break;
+      case ShiftMask::kCHW: r.mask = (c * p.H + h) * p.W; break;
+      case ShiftMask::kBCHW: r.mask = row * p.W; break;
+      case ShiftMask::kPhiCHW: r.mask = (c * p.H_out + h) * p.W_out + o; break;
+      case ShiftMask::kPhiBCHW: r.mask = ((b * p.C + c) * p.H_out + h) * p.W_out + o; break;
+    }
+    return r;
+  }
+  NORMKIT_HOST_DEVICE T RowMask(const XRow& r, int64_t w) const {
+    return p.mask_kind == ShiftMask::kNone ? T(1) : p.mask[r.mask + w];
+  }
+  // Adjoint (b, c, h, w) of the row, as Adjoint.
+  NORMKIT_HOST_DEVICE T AdjointRow(const T* z, const XRow& r, int64_t w) const {
+    return p.scale * RowMask(r, w) * z[r.y + w];
+  }
+  // PinvMoorePenrose with a normalizer array.
+  NORMKIT_HOST_DEVICE T PinvMoorePenroseRow(const T* y, const T* phi_s, const XRow& r,
+                                            int64_t w) const {
+    const T n = phi_s[r.normalizer + w];
+    if (n == T(0)) return T(0);
+    const T z = y[r.y + w] / (p.scale * p.scale * n);
+    return p.scale * RowMask(r, w) * z;
+  }
+
+  // Forward (b, r, v): the covering channels are a contiguous range, and from one to the
+  // next x moves by a plane less S and the mask by its own channel stride.
+  NORMKIT_HOST_DEVICE T ForwardWalk(const T* x, int64_t b, int64_t r, int64_t v) const {
+    int64_t lo, hi;
+    CoverRange(r, v, &lo, &hi);
+    T acc = T(0);
+    if (lo > hi) return p.scale * acc;
+    const int64_t w = v - p.Offset(lo);
+    int64_t xi = ((b * p.C + lo) * p.H + r) * p.W + w;
+    const int64_t x_step = p.H * p.W - p.step;
+    if (p.mask_kind == ShiftMask::kNone) {
+      NORMKIT_UNROLL(4)
+      for (int64_t c = lo; c <= hi; ++c, xi += x_step) acc += T(1) * x[xi];
+      return p.scale * acc;
+    }
+    int64_t mi = 0, m_step = 0;
+    switch (p.mask_kind) {
+      case ShiftMask::kNone: break;
+      case ShiftMask::kHW: mi = r * p.W + w, m_step = -p.step; break;
+      case ShiftMask::kCHW: mi = (lo * p.H + r) * p.W + w, m_step = x_step; break;
+      case ShiftMask::kBCHW: mi = xi, m_step = x_step; break;
+      case ShiftMask::kPhiCHW:
+        mi = (lo * p.H_out + r) * p.W_out + v, m_step = p.H_out * p.W_out;
+        break;
+      case ShiftMask::kPhiBCHW:
+        mi = ((b * p.C + lo) * p.H_out + r) * p.W_out + v, m_step = p.H_out * p.W_out;
+        break;
+    }
+    NORMKIT_UNROLL(4)
+    for (int64_t c = lo; c <= hi; ++c, xi += x_step, mi += m_step) acc += p.mask[mi] * x[xi];
+    return p.scale * acc;
+  }
+  // GapResidual through ForwardWalk.
+  NORMKIT_HOST_DEVICE T GapResidualWalk(const T* x, const T* y, const T* phi_s, T gamma, int64_t b,
+                                        int64_t r, int64_t v) const {
+    const T n = phi_s != nullptr ? phi_s[NormalizerOffset(b, r, v)] : Normalizer(b, r, v, false);
+    const T d = n + gamma;
+    if (d == T(0)) return T(0);
+    return (y[YOffset(b, r, v)] - ForwardWalk(x, b, r, v)) / d;
   }
 
  private:

@@ -25,8 +25,8 @@ normkit_status CheckCall(const char* op, int32_t, std::initializer_list<NamedPoi
   return NoCuda(op);
 }
 
-normkit_status CopyToHost(const char* op, const char*, const normkit_context*, int32_t, const void*,
-                          int64_t, void*) {
+normkit_status CopyToHost(const char* op, const normkit_context*, int32_t, int64_t,
+                          std::initializer_list<DeviceToHost>) {
   return NoCuda(op);
 }
 
@@ -35,8 +35,10 @@ normkit_status Affine(const char* op, const normkit_context*, const TensorView&,
   return NoCuda(op);
 }
 
-normkit_status AffineHostParams(const char* op, const normkit_context*, const TensorView&,
-                                const TensorView&, const float*, const float*) {
+normkit_status BatchNormInference(const char* op, const normkit_context*, const TensorView&,
+                                  const TensorView&, const float*, const float*, const float*,
+                                  const float*, float,
+                                  const std::function<normkit_status(const float*)>&) {
   return NoCuda(op);
 }
 

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // C entry points of batch-norm inference and of folding it into scale / shift,
 // convolutions and linear layers.
-#include <tuple>
 #include <vector>
 
 #include "api/guard.h"
@@ -16,25 +15,30 @@ namespace normkit {
 
 namespace {
 
+normkit_status ValidateVariance(const char* op, int64_t channels, const float* var) {
+  const int64_t c = fold::FirstInvalidVariance(channels, var);
+  if (c == channels) return NORMKIT_SUCCESS;
+  return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: running_var[%lld] = %g, must be finite and >= 0",
+              op, static_cast<long long>(c), static_cast<double>(var[c]));
+}
+
 normkit_status ValidateBatchNormParams(const char* op, int64_t channels,
                                        const fold::BatchNormParams& bn) {
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_mean", bn.mean));
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_var", bn.var));
   NORMKIT_RETURN_IF_ERROR(CheckEps(op, bn.eps));
-  const int64_t c = fold::FirstInvalidVariance(channels, bn.var);
-  if (c == channels) return NORMKIT_SUCCESS;
-  return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: running_var[%lld] = %g, must be finite and >= 0",
-              op, static_cast<long long>(c), static_cast<double>(bn.var[c]));
+  return ValidateVariance(op, channels, bn.var);
 }
 
-// Batch norm on CUDA tensors: the parameters are device arrays. They are copied to the
-// host (C floats each), validated there like CPU parameters, and folded with the same
-// double-precision code as on CPU, so both paths apply identical scale / shift.
+// Batch norm on CUDA tensors: the parameters are device arrays. The CUDA module folds
+// them on the device with the CPU's formula and hands running_var to the same
+// validation as on CPU before it writes y.
 normkit_status BatchNormInferenceCuda(const char* op, const normkit_context* context,
                                       const TensorView& x, const TensorView& y,
                                       const fold::BatchNormParams& bn) {
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_mean", bn.mean));
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_var", bn.var));
+  NORMKIT_RETURN_IF_ERROR(CheckEps(op, bn.eps));
   NORMKIT_RETURN_IF_ERROR(cuda::CheckCall(op, x.device_index,
                                           {{"x", x.data},
                                            {"y", y.data},
@@ -43,26 +47,9 @@ normkit_status BatchNormInferenceCuda(const char* op, const normkit_context* con
                                            {"running_mean", bn.mean},
                                            {"running_var", bn.var}}));
   const int64_t C = x.channels;
-  std::vector<float> host(4 * static_cast<size_t>(C));
-  float* gamma = bn.gamma ? host.data() : nullptr;
-  float* beta = bn.beta ? host.data() + C : nullptr;
-  float* mean = host.data() + 2 * C;
-  float* var = host.data() + 3 * C;
-  const int64_t bytes = C * static_cast<int64_t>(sizeof(float));
-  for (const auto& [name, src, dst] :
-       {std::tuple<const char*, const float*, float*>{"gamma", bn.gamma, gamma},
-        {"beta", bn.beta, beta},
-        {"running_mean", bn.mean, mean},
-        {"running_var", bn.var, var}}) {
-    if (src != nullptr) {
-      NORMKIT_RETURN_IF_ERROR(cuda::CopyToHost(op, name, context, x.device_index, src, bytes, dst));
-    }
-  }
-  const fold::BatchNormParams host_bn{gamma, beta, mean, var, bn.eps};
-  NORMKIT_RETURN_IF_ERROR(ValidateBatchNormParams(op, C, host_bn));
-  std::vector<float> scale_shift(2 * static_cast<size_t>(C));
-  fold::BatchNormScaleShift(C, host_bn, scale_shift.data(), scale_shift.data() + C);
-  return cuda::AffineHostParams(op, context, x, y, scale_shift.data(), scale_shift.data() + C);
+  return cuda::BatchNormInference(
+      op, context, x, y, bn.gamma, bn.beta, bn.mean, bn.var, bn.eps,
+      [&](const float* host_var) { return ValidateVariance(op, C, host_var); });
 }
 
 normkit_status CheckChannels(const char* op, const char* name, int64_t value) {

@@ -10,4 +10,12 @@
 #define NORMKIT_HOST_DEVICE
 #endif
 
+// Unrolls the next loop n times in device code (host compilers do not know the pragma).
+#define NORMKIT_PRAGMA(x) _Pragma(#x)
+#if defined(__CUDA_ARCH__)
+#define NORMKIT_UNROLL(n) NORMKIT_PRAGMA(unroll n)
+#else
+#define NORMKIT_UNROLL(n)
+#endif
+
 #endif  // NORMKIT_CORE_HOST_DEVICE_H_
