@@ -92,21 +92,51 @@ __global__ void FusedNormKernel(NormKernelArgs a, NormShape s, bool cached) {
   }
 }
 
+// BlockSum of both sums at once (the same tree for each).
+__device__ ShiftedSums BlockSums(ShiftedSums v, double* shared /* 2 * (kMaxWarps + 1) */) {
+  const int warps = blockDim.x / 32;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    v.s1 += __shfl_down_sync(0xffffffffu, v.s1, offset);
+    v.s2 += __shfl_down_sync(0xffffffffu, v.s2, offset);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) shared[2 * warp] = v.s1, shared[2 * warp + 1] = v.s2;
+  __syncthreads();
+  if (warp == 0) {
+    ShiftedSums w;
+    if (lane < warps) w.s1 = shared[2 * lane], w.s2 = shared[2 * lane + 1];
+    for (int offset = 16; offset > 0; offset /= 2) {
+      w.s1 += __shfl_down_sync(0xffffffffu, w.s1, offset);
+      w.s2 += __shfl_down_sync(0xffffffffu, w.s2, offset);
+    }
+    if (lane == 0) shared[2 * kMaxWarps] = w.s1, shared[2 * kMaxWarps + 1] = w.s2;
+  }
+  __syncthreads();
+  ShiftedSums total;
+  total.s1 = shared[2 * kMaxWarps];
+  total.s2 = shared[2 * kMaxWarps + 1];
+  __syncthreads();  // `shared` may be reused right away
+  return total;
+}
+
 // The flat plan (norm_math.h): block `unit` holds its unit in shared memory.
 __global__ void FlatNormKernel(NormKernelArgs a, FlatUnits f) {
   extern __shared__ float cache[];
-  __shared__ double shared[kMaxWarps + 1];
+  __shared__ double shared[2 * (kMaxWarps + 1)];
   const uint32_t unit = blockIdx.x;
   const double count = f.count;
-  double mean =
-      BlockSum(FlatLoadSum(a.x, f, unit, threadIdx.x, blockDim.x, a.rms, cache), shared) / count;
-  double var = mean;  // RMS norm: the mean of squares
-  if (!a.rms) {
-    const float pivot = static_cast<float>(mean);
-    double d1, d2;
-    FlatDeviations(cache, f, threadIdx.x, blockDim.x, pivot, &d1, &d2);
-    d1 = BlockSum(d1, shared);
-    FlatMoments(pivot, d1, BlockSum(d2, shared), count, &mean, &var);
+  float pivot = a.rms ? 0.0f : a.x[f.Offset(unit, 0)];
+  ShiftedSums s =
+      BlockSums(FlatLoadSums(a.x, f, unit, threadIdx.x, blockDim.x, pivot, cache), shared);
+  double mean, var;
+  if (a.rms) {
+    mean = var = s.s2 / count;  // the mean of squares
+  } else {
+    if (PivotTooFar(s, count)) {
+      pivot = static_cast<float>(pivot + s.s1 / count);
+      s = BlockSums(FlatCacheSums(cache, f, threadIdx.x, blockDim.x, pivot), shared);
+    }
+    FlatMoments(pivot, s, count, &mean, &var);
   }
   const UnitAffine ua = UnitAffine::From(mean, var, a.eps, a.rms);
   if (threadIdx.x == 0) {

@@ -145,9 +145,10 @@ NORMKIT_HOST_DEVICE inline void ThreadApply(const float* x, float* y, const Norm
 }
 
 // ---- The flat plan: tensors below 2^31 elements whose units fit in shared memory.
-// One block per unit; pass 1 reads the unit once into shared memory and sums it, pass 2
-// sums the deviations about the float nearest the mean from shared memory, pass 3
-// writes y. An item is 4 floats (one 16-byte load) where the layout allows it, else 1.
+// One block per unit; pass 1 reads the unit once into shared memory and takes its sums
+// about the unit's first element, pass 2 writes y from shared memory (between them, a
+// second sum over shared memory in the rare case the first element was far from the
+// mean). An item is 4 floats (one 16-byte load) where the layout allows it, else 1.
 // Floats are summed in float over one item, then in double: one conversion per item
 // instead of per element (conversions, not bytes, bound the double-per-element form). ----
 
@@ -212,13 +213,31 @@ struct FlatUnits {
 // even when one 200 KiB unit is all a multiprocessor holds.
 constexpr uint32_t kFlatBatch = 4;
 
+// Sums about a pivot p of a thread's items: s1 = sum (x - p), s2 = sum (x - p)^2 (RMS
+// norm: p = 0, so s2 is the sum of squares). In float over one item, in double across
+// items. With p within a few standard deviations of the mean, x - p loses nothing where
+// it matters (exact for x near p) and s2 - s1^2 / n does not cancel.
+struct ShiftedSums {
+  double s1 = 0.0, s2 = 0.0;
+
+  NORMKIT_HOST_DEVICE void Add(const Float4& v, float p) {
+    const float a = v.x - p, b = v.y - p, c = v.z - p, d = v.w - p;
+    s1 += static_cast<double>((a + b) + (c + d));
+    s2 += static_cast<double>((a * a + b * b) + (c * c + d * d));
+  }
+  NORMKIT_HOST_DEVICE void Add(float v, float p) {
+    const float a = v - p;
+    s1 += static_cast<double>(a);
+    s2 += static_cast<double>(a * a);
+  }
+};
+
 // Pass 1 of thread `tid`: copies its items of the unit into `cache` (unit-local order)
-// and returns their sum (of squares for RMS). In float over an item, so this mean is
-// only a pivot: pass 2 corrects it exactly.
-NORMKIT_HOST_DEVICE inline double FlatLoadSum(const float* x, const FlatUnits& f, uint32_t unit,
-                                              uint32_t tid, uint32_t threads, bool rms,
-                                              float* cache) {
-  double sum = 0.0;
+// and sums them about `pivot`.
+NORMKIT_HOST_DEVICE inline ShiftedSums FlatLoadSums(const float* x, const FlatUnits& f,
+                                                    uint32_t unit, uint32_t tid, uint32_t threads,
+                                                    float pivot, float* cache) {
+  ShiftedSums sums;
   for (uint32_t q0 = tid; q0 < f.items; q0 += kFlatBatch * threads) {
     if (f.vector) {
       Float4 v[kFlatBatch];
@@ -230,9 +249,7 @@ NORMKIT_HOST_DEVICE inline double FlatLoadSum(const float* x, const FlatUnits& f
         const uint32_t q = q0 + j * threads;
         if (q >= f.items) break;
         StoreFloat4(cache + 4 * q, v[j]);
-        const Float4& e = v[j];
-        sum += rms ? static_cast<double>((e.x * e.x + e.y * e.y) + (e.z * e.z + e.w * e.w))
-                   : static_cast<double>((e.x + e.y) + (e.z + e.w));
+        sums.Add(v[j], pivot);
       }
     } else {
       float v[kFlatBatch];
@@ -244,47 +261,43 @@ NORMKIT_HOST_DEVICE inline double FlatLoadSum(const float* x, const FlatUnits& f
         const uint32_t q = q0 + j * threads;
         if (q >= f.items) break;
         cache[q] = v[j];
-        sum += rms ? static_cast<double>(v[j]) * v[j] : static_cast<double>(v[j]);
+        sums.Add(v[j], pivot);
       }
     }
   }
-  return sum;
+  return sums;
 }
 
-// Pass 2: sums of d = x - pivot and of d^2 over the thread's items (pivot: the float
-// nearest the mean, so d is exact where x is near the mean).
-NORMKIT_HOST_DEVICE inline void FlatDeviations(const float* cache, const FlatUnits& f, uint32_t tid,
-                                               uint32_t threads, float pivot, double* sum_d,
-                                               double* sum_d2) {
-  double s1 = 0.0, s2 = 0.0;
+// The same sums from the cache, about another pivot.
+NORMKIT_HOST_DEVICE inline ShiftedSums FlatCacheSums(const float* cache, const FlatUnits& f,
+                                                     uint32_t tid, uint32_t threads, float pivot) {
+  ShiftedSums sums;
   for (uint32_t q = tid; q < f.items; q += threads) {
     if (f.vector) {
-      const Float4 v = LoadFloat4(cache + 4 * q);
-      const float a = v.x - pivot, b = v.y - pivot, c = v.z - pivot, d = v.w - pivot;
-      s1 += static_cast<double>((a + b) + (c + d));
-      s2 += static_cast<double>((a * a + b * b) + (c * c + d * d));
+      sums.Add(LoadFloat4(cache + 4 * q), pivot);
     } else {
-      const float a = cache[q] - pivot;
-      s1 += static_cast<double>(a);
-      s2 += static_cast<double>(a * a);
+      sums.Add(cache[q], pivot);
     }
   }
-  *sum_d = s1;
-  *sum_d2 = s2;
+  return sums;
 }
 
-// Mean and variance from pass 2's block sums about `pivot`. The pivot is pass 1's float-
-// summed mean, close to the mean relative to the spread (|pivot - mean| is a few ulps of
-// the mean): the d are exact, the correction sum_d / count restores the exact mean, and
-// the variance's correction term is tiny (no cancellation).
-NORMKIT_HOST_DEVICE inline void FlatMoments(float pivot, double sum_d, double sum_d2, double count,
+// Whether the block's sums were taken about a pivot too far from the mean to trust
+// (more than about 0.7 standard deviations: the CPU kernels' test); then they are
+// taken again about the mean they give.
+NORMKIT_HOST_DEVICE inline bool PivotTooFar(const ShiftedSums& s, double count) {
+  return s.s1 * s.s1 > 0.5 * s.s2 * count;
+}
+
+// Mean and variance from the block's sums about `pivot`.
+NORMKIT_HOST_DEVICE inline void FlatMoments(float pivot, const ShiftedSums& s, double count,
                                             double* mean, double* var) {
-  *mean = static_cast<double>(pivot) + sum_d / count;
-  const double v = (sum_d2 - sum_d * sum_d / count) / count;
+  *mean = static_cast<double>(pivot) + s.s1 / count;
+  const double v = (s.s2 - s.s1 * s.s1 / count) / count;
   *var = v > 0.0 ? v : 0.0;
 }
 
-// Pass 3: y for the thread's items.
+// Pass 2: y for the thread's items.
 NORMKIT_HOST_DEVICE inline void FlatApply(const float* cache, float* y, const FlatUnits& f,
                                           uint32_t unit, uint32_t tid, uint32_t threads,
                                           const UnitAffine& ua, const float* gamma,

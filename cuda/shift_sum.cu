@@ -287,6 +287,79 @@ struct ShiftOp {
   }
 };
 
+// Runs of 4 consecutive elements of an x row (W % 4 == 0, x 16-byte aligned): one
+// decode per run and one vector store, else as XFlat.
+constexpr int kRun = 4;
+constexpr int kRunUnroll = 2;
+constexpr uint32_t kRunsPerBlock = kBlockThreads * kRunUnroll;
+
+template <class T>
+struct Run {
+  T v[kRun];
+};
+
+__device__ inline Run<float> LoadRun(const float* p) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  return {{a.x, a.y, a.z, a.w}};
+}
+__device__ inline Run<double> LoadRun(const double* p) {
+  const double2 a = reinterpret_cast<const double2*>(p)[0],
+                b = reinterpret_cast<const double2*>(p)[1];
+  return {{a.x, a.y, b.x, b.y}};
+}
+__device__ inline void StoreRun(float* p, const Run<float>& r) {
+  *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+}
+__device__ inline void StoreRun(double* p, const Run<double>& r) {
+  reinterpret_cast<double2*>(p)[0] = make_double2(r.v[0], r.v[1]);
+  reinterpret_cast<double2*>(p)[1] = make_double2(r.v[2], r.v[3]);
+}
+
+template <class T, XFlatKind kKind>
+__global__ void XRunKernel(uint32_t runs, XFlat<T, kKind> op) {
+  const uint32_t first = blockIdx.x * kRunsPerBlock + threadIdx.x;
+  Run<T> out[kRunUnroll];
+#pragma unroll
+  for (int j = 0; j < kRunUnroll; ++j) {
+    const uint32_t q = first + j * kBlockThreads;
+    if (q >= runs) continue;
+    int64_t b, c, h, w;
+    op.d.X(kRun * q, &b, &c, &h, &w);
+    const typename ShiftSumMath<T>::XRow r = op.m.XRowAt(b, c, h);
+    Run<T> old{};
+    if constexpr (kKind == XFlatKind::kGapUpdate) old = LoadRun(op.x + kRun * q);
+#pragma unroll
+    for (int k = 0; k < kRun; ++k) {
+      if constexpr (kKind == XFlatKind::kAdjoint) out[j].v[k] = op.m.AdjointRow(op.z, r, w + k);
+      if constexpr (kKind == XFlatKind::kPinv) {
+        out[j].v[k] = op.m.PinvMoorePenroseRow(op.z, op.phi_s, r, w + k);
+      }
+      if constexpr (kKind == XFlatKind::kGapUpdate) {
+        out[j].v[k] = old.v[k] + op.lambda * op.m.AdjointRow(op.z, r, w + k);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kRunUnroll; ++j) {
+    const uint32_t q = first + j * kBlockThreads;
+    if (q < runs) StoreRun(op.x + kRun * q, out[j]);
+  }
+}
+
+// x-domain ops: runs where the layout allows, else one element per item.
+template <class T, XFlatKind kKind>
+normkit_status LaunchXFlat(const char* op_name, cudaStream_t stream, const ShiftSumProblem<T>& p,
+                           const XFlat<T, kKind>& op) {
+  const int64_t count = p.B * p.C * p.H * p.W;
+  if (p.W % kRun == 0 && reinterpret_cast<uintptr_t>(op.x) % 16 == 0) {
+    const auto runs = static_cast<uint32_t>(count / kRun);
+    XRunKernel<T, kKind>
+        <<<(runs + kRunsPerBlock - 1) / kRunsPerBlock, kBlockThreads, 0, stream>>>(runs, op);
+    return LaunchStatus(op_name);
+  }
+  return LaunchFlat<T>(op_name, stream, count, op);
+}
+
 #define NORMKIT_ENTER_DEVICE(op, device)                                                   \
   DeviceScope scope(device);                                                               \
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status()); \
@@ -310,8 +383,8 @@ normkit_status ShiftSumAdjoint(const char* op, const normkit_context* ctx, int32
                                const ShiftSumProblem<T>& p, const T* y, T* x) {
   NORMKIT_ENTER_DEVICE(op, device);
   if (UseFlat(p)) {
-    return LaunchFlat<T>(
-        op, stream, p.B * p.C * p.H * p.W,
+    return LaunchXFlat(
+        op, stream, p,
         XFlat<T, XFlatKind::kAdjoint>{ShiftSumMath<T>{p}, DecodeX(p), y, nullptr, T(0), x});
   }
   return LaunchX(op, stream, p, AdjointOp<T>{y, x});
@@ -341,8 +414,8 @@ normkit_status ShiftSumPinv(const char* op, const normkit_context* ctx, int32_t 
     normalizer = static_cast<const T*>(buffer);
   }
   if (!divide_by_mask && normalizer != nullptr && UseFlat(p)) {
-    return LaunchFlat<T>(
-        op, stream, p.B * p.C * p.H * p.W,
+    return LaunchXFlat(
+        op, stream, p,
         XFlat<T, XFlatKind::kPinv>{ShiftSumMath<T>{p}, DecodeX(p), y, normalizer, T(0), x});
   }
   return LaunchX(op, stream, p, PinvOp<T>{y, normalizer, divide_by_mask, x});
@@ -362,8 +435,8 @@ normkit_status ShiftSumGapStep(const char* op, const normkit_context* ctx, int32
     NORMKIT_RETURN_IF_ERROR(
         LaunchFlat<T>(op, stream, p.B * p.H_out * p.W_out,
                       ResidualFlat<T>{m, DecodeY(p), x, y, normalizer, gamma, residual}));
-    return LaunchFlat<T>(
-        op, stream, p.B * p.C * p.H * p.W,
+    return LaunchXFlat(
+        op, stream, p,
         XFlat<T, XFlatKind::kGapUpdate>{m, DecodeX(p), residual, nullptr, lambda, x});
   }
   NORMKIT_RETURN_IF_ERROR(
