@@ -129,14 +129,9 @@ __global__ void FlatNormKernel(NormKernelArgs a, FlatUnits f) {
   ShiftedSums s =
       BlockSums(FlatLoadSums(a.x, f, unit, threadIdx.x, blockDim.x, pivot, cache), shared);
   double mean, var;
-  if (a.rms) {
-    mean = var = s.s2 / count;  // the mean of squares
-  } else {
-    if (PivotTooFar(s, count)) {
-      pivot = static_cast<float>(pivot + s.s1 / count);
-      s = BlockSums(FlatCacheSums(cache, f, threadIdx.x, blockDim.x, pivot), shared);
-    }
-    FlatMoments(pivot, s, count, &mean, &var);
+  if (!FlatMoments(a.rms, s, count, true, &pivot, &mean, &var)) {
+    s = BlockSums(FlatCacheSums(cache, f, threadIdx.x, blockDim.x, pivot), shared);
+    FlatMoments(a.rms, s, count, false, &pivot, &mean, &var);
   }
   const UnitAffine ua = UnitAffine::From(mean, var, a.eps, a.rms);
   if (threadIdx.x == 0) {
@@ -213,7 +208,7 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
 
   const NormPlan plan = PlanNorm(s, MultiprocessorCount());
   const int64_t unit_bytes = s.count * static_cast<int64_t>(sizeof(float));
-  if (plan.chunks == 1 && s.units * s.count < kMaxIndex32 && unit_bytes <= MaxDynamicShared()) {
+  if (UseFlatNorm(s, plan, MaxDynamicShared())) {
     const bool aligned =
         (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(y.data)) % 16 == 0;
     const FlatUnits f = FlatUnits::Of(s, aligned);

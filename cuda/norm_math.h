@@ -144,6 +144,33 @@ NORMKIT_HOST_DEVICE inline void ThreadApply(const float* x, float* y, const Norm
   }
 }
 
+// Fused (one block per unit, chunks == 1) or split (units x chunks blocks, then a merge):
+// fused when the units alone fill the GPU or are small.
+struct NormPlan {
+  int64_t chunks = 1;
+  int64_t chunk = 0;  // elements per chunk (the last may be shorter)
+};
+
+constexpr int64_t kSplitChunkElems = 16384;
+
+// Fused units up to this size are kept in shared memory (x read from memory once):
+// the 48 KiB a block gets without opting in, less room for the block's own reductions.
+constexpr int64_t kCachedUnitBytes = 44 * 1024;
+
+inline NormPlan PlanNorm(const NormShape& s, int64_t multiprocessors) {
+  NormPlan plan;
+  plan.chunk = s.count;
+  const int64_t fill = 2 * multiprocessors;
+  if (s.units >= fill || s.count <= 2 * kSplitChunkElems) return plan;
+  // Enough chunks to give every multiprocessor a few blocks, none below kSplitChunkElems.
+  const int64_t max_chunks = (s.count + kSplitChunkElems - 1) / kSplitChunkElems;
+  const int64_t want = (2 * fill + s.units - 1) / s.units;
+  plan.chunks = want < max_chunks ? want : max_chunks;
+  plan.chunk = (s.count + plan.chunks - 1) / plan.chunks;
+  plan.chunks = (s.count + plan.chunk - 1) / plan.chunk;  // no empty trailing chunk
+  return plan;
+}
+
 // ---- The flat plan: tensors below 2^31 elements whose units fit in shared memory.
 // One block per unit; pass 1 reads the unit once into shared memory and takes its sums
 // about the unit's first element, pass 2 writes y from shared memory (between them, a
@@ -282,19 +309,32 @@ NORMKIT_HOST_DEVICE inline ShiftedSums FlatCacheSums(const float* cache, const F
   return sums;
 }
 
-// Whether the block's sums were taken about a pivot too far from the mean to trust
-// (more than about 0.7 standard deviations: the CPU kernels' test); then they are
-// taken again about the mean they give.
-NORMKIT_HOST_DEVICE inline bool PivotTooFar(const ShiftedSums& s, double count) {
-  return s.s1 * s.s1 > 0.5 * s.s2 * count;
-}
-
-// Mean and variance from the block's sums about `pivot`.
-NORMKIT_HOST_DEVICE inline void FlatMoments(float pivot, const ShiftedSums& s, double count,
-                                            double* mean, double* var) {
-  *mean = static_cast<double>(pivot) + s.s1 / count;
+// After a pass of sums about *pivot: the unit's mean and variance (RMS norm: both the
+// mean of squares), true; or, when `may_retry` and the pivot was too far from the mean
+// to trust the sums (more than about 0.7 standard deviations: the CPU kernels' test),
+// false with *pivot moved to the mean they give, to sum again about it.
+NORMKIT_HOST_DEVICE inline bool FlatMoments(bool rms, const ShiftedSums& s, double count,
+                                            bool may_retry, float* pivot, double* mean,
+                                            double* var) {
+  if (rms) {
+    *mean = *var = s.s2 / count;
+    return true;
+  }
+  if (may_retry && s.s1 * s.s1 > 0.5 * s.s2 * count) {
+    *pivot = static_cast<float>(*pivot + s.s1 / count);
+    return false;
+  }
+  *mean = static_cast<double>(*pivot) + s.s1 / count;
   const double v = (s.s2 - s.s1 * s.s1 / count) / count;
   *var = v > 0.0 ? v : 0.0;
+  return true;
+}
+
+// The flat plan runs a norm when it fits: one launch (chunks == 1), 32-bit indices,
+// and a unit in the shared memory a block may have.
+inline bool UseFlatNorm(const NormShape& s, const NormPlan& plan, int64_t max_shared_bytes) {
+  return plan.chunks == 1 && s.units * s.count < kMaxIndex32 &&
+         s.count * static_cast<int64_t>(sizeof(float)) <= max_shared_bytes;
 }
 
 // Pass 2: y for the thread's items.
@@ -322,33 +362,6 @@ NORMKIT_HOST_DEVICE inline void FlatApply(const float* cache, float* y, const Fl
 inline int FlatThreads(const FlatUnits& f) {
   const int64_t want = ((f.items + 3) / 4 + 31) / 32 * 32;
   return static_cast<int>(want < 64 ? 64 : (want > 1024 ? 1024 : want));
-}
-
-// Fused (one block per unit, chunks == 1) or split (units x chunks blocks, then a merge):
-// fused when the units alone fill the GPU or are small.
-struct NormPlan {
-  int64_t chunks = 1;
-  int64_t chunk = 0;  // elements per chunk (the last may be shorter)
-};
-
-constexpr int64_t kSplitChunkElems = 16384;
-
-// Fused units up to this size are kept in shared memory (x read from memory once):
-// the 48 KiB a block gets without opting in, less room for the block's own reductions.
-constexpr int64_t kCachedUnitBytes = 44 * 1024;
-
-inline NormPlan PlanNorm(const NormShape& s, int64_t multiprocessors) {
-  NormPlan plan;
-  plan.chunk = s.count;
-  const int64_t fill = 2 * multiprocessors;
-  if (s.units >= fill || s.count <= 2 * kSplitChunkElems) return plan;
-  // Enough chunks to give every multiprocessor a few blocks, none below kSplitChunkElems.
-  const int64_t max_chunks = (s.count + kSplitChunkElems - 1) / kSplitChunkElems;
-  const int64_t want = (2 * fill + s.units - 1) / s.units;
-  plan.chunks = want < max_chunks ? want : max_chunks;
-  plan.chunk = (s.count + plan.chunks - 1) / plan.chunks;
-  plan.chunks = (s.count + plan.chunk - 1) / plan.chunk;  // no empty trailing chunk
-  return plan;
 }
 
 }  // namespace cuda

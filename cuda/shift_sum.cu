@@ -360,6 +360,24 @@ normkit_status LaunchXFlat(const char* op_name, cudaStream_t stream, const Shift
   return LaunchFlat<T>(op_name, stream, count, op);
 }
 
+// The Moore-Penrose pseudo-inverse's y / (s^2 Phi_s) (0 where Phi_s = 0), element i of y,
+// for the adjoint to spread: x = s * M * that, PinvMoorePenroseRow's arithmetic.
+template <class T>
+struct PinvScaledFlat {
+  ShiftSumMath<T> m;
+  FlatDecode d;
+  const T* y;
+  const T* phi_s;
+  T* z;
+  __device__ T Value(uint32_t i) const {
+    int64_t b, r, v;
+    d.Y(i, &b, &r, &v);
+    const T n = phi_s[m.NormalizerOffset(b, r, v)];
+    return n == T(0) ? T(0) : y[i] / (m.p.scale * m.p.scale * n);
+  }
+  __device__ void Store(uint32_t i, T value) const { z[i] = value; }
+};
+
 #define NORMKIT_ENTER_DEVICE(op, device)                                                   \
   DeviceScope scope(device);                                                               \
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status()); \
@@ -414,9 +432,18 @@ normkit_status ShiftSumPinv(const char* op, const normkit_context* ctx, int32_t 
     normalizer = static_cast<const T*>(buffer);
   }
   if (!divide_by_mask && normalizer != nullptr && UseFlat(p)) {
+    // y / (s^2 Phi_s) once per position of y, then the adjoint: a division per element
+    // of x cost more than its bytes.
+    const ShiftSumMath<T> m{p};
+    Scratch z_scratch(stream);
+    void* z = nullptr;
+    NORMKIT_RETURN_IF_ERROR(z_scratch.Allocate(op, p.B * p.H_out * p.W_out * sizeof(T), &z));
+    NORMKIT_RETURN_IF_ERROR(
+        LaunchFlat<T>(op, stream, p.B * p.H_out * p.W_out,
+                      PinvScaledFlat<T>{m, DecodeY(p), y, normalizer, static_cast<T*>(z)}));
     return LaunchXFlat(
         op, stream, p,
-        XFlat<T, XFlatKind::kPinv>{ShiftSumMath<T>{p}, DecodeX(p), y, normalizer, T(0), x});
+        XFlat<T, XFlatKind::kAdjoint>{m, DecodeX(p), static_cast<const T*>(z), nullptr, T(0), x});
   }
   return LaunchX(op, stream, p, PinvOp<T>{y, normalizer, divide_by_mask, x});
 }

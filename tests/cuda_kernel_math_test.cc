@@ -24,8 +24,10 @@ namespace {
 using normkit::Moments;
 using normkit::cuda::AffineShape;
 using normkit::cuda::DivModCursor;
+using normkit::cuda::FlatUnits;
 using normkit::cuda::NormPlan;
 using normkit::cuda::NormShape;
+using normkit::cuda::ShiftedSums;
 using normkit::cuda::UnitAffine;
 
 constexpr int64_t kThreads = 256;  // kBlockThreads of the kernels
@@ -77,12 +79,60 @@ TEST(CudaKernelMath, AffineGridMatchesReference) {
 
 // The CUDA norm: PlanNorm's chunks, each block's threads, the in-order merge, then the
 // apply pass; `multiprocessors` steers the plan as the GPU's size does.
+// The flat plan's block of one unit: pass 1 of every thread, the retry about the mean if
+// the first element was a poor pivot, then pass 2 of every thread.
+void ReplayFlatUnit(const std::vector<float>& x, std::vector<float>* y, const FlatUnits& f,
+                    uint32_t unit, const float* gamma, const float* beta, float eps,
+                    int32_t activation, bool rms, float* mean_out, float* rstd_out) {
+  const uint32_t threads = static_cast<uint32_t>(normkit::cuda::FlatThreads(f));
+  std::vector<float> cache(f.count, NAN);
+  const auto block_sums = [&](const auto& thread_sums) {
+    ShiftedSums total;
+    for (uint32_t t = 0; t < threads; ++t) {
+      const ShiftedSums s = thread_sums(t);
+      total.s1 += s.s1;
+      total.s2 += s.s2;
+    }
+    return total;
+  };
+  float pivot = rms ? 0.0f : x[f.Offset(unit, 0)];
+  ShiftedSums s = block_sums([&](uint32_t t) {
+    return normkit::cuda::FlatLoadSums(x.data(), f, unit, t, threads, pivot, cache.data());
+  });
+  double mean, var;
+  if (!normkit::cuda::FlatMoments(rms, s, f.count, true, &pivot, &mean, &var)) {
+    s = block_sums([&](uint32_t t) {
+      return normkit::cuda::FlatCacheSums(cache.data(), f, t, threads, pivot);
+    });
+    normkit::cuda::FlatMoments(rms, s, f.count, false, &pivot, &mean, &var);
+  }
+  const UnitAffine ua = UnitAffine::From(mean, var, eps, rms);
+  if (mean_out) *mean_out = static_cast<float>(mean);
+  if (rstd_out) *rstd_out = ua.rstd;
+  for (uint32_t t = 0; t < threads; ++t)
+    normkit::cuda::FlatApply(cache.data(), y->data(), f, unit, t, threads, ua, gamma, beta,
+                             activation);
+}
+
+// Shared memory a block of an H100 may opt into (less the kernels' own): the flat plan;
+// 0: the fused and split plans.
+constexpr int64_t kH100SharedBytes = 227 * 1024 - 1024;
+
 void ReplayNorm(const std::vector<float>& x, std::vector<float>* y, const NormShape& s,
-                int64_t multiprocessors, const float* gamma, const float* beta, float eps,
-                int32_t activation, bool rms, std::vector<float>* mean_out,
+                int64_t multiprocessors, int64_t max_shared, const float* gamma, const float* beta,
+                float eps, int32_t activation, bool rms, std::vector<float>* mean_out,
                 std::vector<float>* rstd_out, NormPlan* plan_out) {
   const NormPlan plan = normkit::cuda::PlanNorm(s, multiprocessors);
   *plan_out = plan;
+  if (normkit::cuda::UseFlatNorm(s, plan, max_shared)) {
+    const FlatUnits f = FlatUnits::Of(s, /*aligned=*/true);
+    for (int64_t unit = 0; unit < s.units; ++unit) {
+      ReplayFlatUnit(x, y, f, static_cast<uint32_t>(unit), gamma, beta, eps, activation, rms,
+                     mean_out ? &(*mean_out)[unit] : nullptr,
+                     rstd_out ? &(*rstd_out)[unit] : nullptr);
+    }
+    return;
+  }
   const bool cached = plan.chunks == 1 && s.count * 4 <= normkit::cuda::kCachedUnitBytes;
   std::vector<float> cache(static_cast<size_t>(plan.chunk));
   for (int64_t unit = 0; unit < s.units; ++unit) {
@@ -126,30 +176,31 @@ TEST(CudaKernelMath, GroupNormGridMatchesReference) {
                         Case{2, 12, 300, 1}, Case{1, 32, 4096, 2}, Case{1, 4, 65536, 4}}) {
     for (bool cl : {false, true}) {
       for (int64_t multiprocessors : {1, 132}) {
-        for (int32_t act : {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_SILU}) {
-          SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) +
-                       " S=" + std::to_string(k.S) + " G=" + std::to_string(k.G) +
-                       (cl ? " NHWC" : " NCHW") + " SMs=" + std::to_string(multiprocessors) +
-                       " act=" + std::to_string(act));
-          std::vector<float> x = RandomVector(k.N * k.C * k.S, 7);
-          for (auto& v : x) v = 300.0f + 0.01f * v;  // mean 3e4 x std: needs the exact path
-          const std::vector<float> gamma = RandomVector(k.C, 8), beta = RandomVector(k.C, 9);
-          std::vector<float> y(x.size(), NAN), mean(k.N * k.G), rstd(k.N * k.G);
-          const NormShape s = NormShape::ForGroups(k.N, k.C, k.S, k.G, cl);
-          NormPlan plan;
-          ReplayNorm(x, &y, s, multiprocessors, gamma.data(), beta.data(), 1e-5f, act, false, &mean,
-                     &rstd, &plan);
-          if (multiprocessors == 132 && k.N * k.G < 264 && s.count > 32768) {
-            EXPECT_GT(plan.chunks, 1);
+        for (int64_t max_shared : {int64_t{0}, kH100SharedBytes})
+          for (int32_t act : {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_SILU}) {
+            SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) +
+                         " S=" + std::to_string(k.S) + " G=" + std::to_string(k.G) +
+                         (cl ? " NHWC" : " NCHW") + " SMs=" + std::to_string(multiprocessors) +
+                         " shared=" + std::to_string(max_shared) + " act=" + std::to_string(act));
+            std::vector<float> x = RandomVector(k.N * k.C * k.S, 7);
+            for (auto& v : x) v = 300.0f + 0.01f * v;  // mean 3e4 x std: needs the exact path
+            const std::vector<float> gamma = RandomVector(k.C, 8), beta = RandomVector(k.C, 9);
+            std::vector<float> y(x.size(), NAN), mean(k.N * k.G), rstd(k.N * k.G);
+            const NormShape s = NormShape::ForGroups(k.N, k.C, k.S, k.G, cl);
+            NormPlan plan;
+            ReplayNorm(x, &y, s, multiprocessors, max_shared, gamma.data(), beta.data(), 1e-5f, act,
+                       false, &mean, &rstd, &plan);
+            if (multiprocessors == 132 && k.N * k.G < 264 && s.count > 32768) {
+              EXPECT_GT(plan.chunks, 1);
+            }
+            const NormReference want =
+                ReferenceGroupNorm(x, k.N, k.C, k.S, k.G, cl, gamma.data(), beta.data(), 1e-5, act);
+            ExpectNormNear(y, want, "y");
+            for (int64_t u = 0; u < k.N * k.G; ++u) {
+              EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
+              EXPECT_NEAR(rstd[u], want.rstd[u], 1e-5 * want.rstd[u]);
+            }
           }
-          const NormReference want =
-              ReferenceGroupNorm(x, k.N, k.C, k.S, k.G, cl, gamma.data(), beta.data(), 1e-5, act);
-          ExpectNormNear(y, want, "y");
-          for (int64_t u = 0; u < k.N * k.G; ++u) {
-            EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
-            EXPECT_NEAR(rstd[u], want.rstd[u], 1e-5 * want.rstd[u]);
-          }
-        }
       }
     }
   }
@@ -159,20 +210,23 @@ TEST(CudaKernelMath, RowNormGridMatchesReference) {
   for (int64_t D : {1, 7, 768, 40000}) {
     for (bool rms : {false, true}) {
       for (int64_t multiprocessors : {1, 132}) {
-        SCOPED_TRACE("D=" + std::to_string(D) + (rms ? " rms" : " layer") +
-                     " SMs=" + std::to_string(multiprocessors));
-        const int64_t rows = 3;
-        const std::vector<float> x = RandomVector(rows * D, 11);
-        const std::vector<float> gamma = RandomVector(D, 12), beta = RandomVector(D, 13);
-        std::vector<float> y(x.size(), NAN), rstd(rows);
-        NormPlan plan;
-        ReplayNorm(x, &y, NormShape::ForRows(rows, D), multiprocessors, gamma.data(),
-                   rms ? nullptr : beta.data(), 1e-5f, NORMKIT_ACTIVATION_NONE, rms, nullptr, &rstd,
-                   &plan);
-        const NormReference want =
-            ReferenceRowNorm(x, rows, D, gamma.data(), rms ? nullptr : beta.data(), 1e-5, rms);
-        ExpectNormNear(y, want, "y");
-        for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(rstd[r], want.rstd[r], 1e-5 * want.rstd[r]);
+        for (int64_t max_shared : {int64_t{0}, kH100SharedBytes}) {
+          SCOPED_TRACE("D=" + std::to_string(D) + (rms ? " rms" : " layer") + " SMs=" +
+                       std::to_string(multiprocessors) + " shared=" + std::to_string(max_shared));
+          const int64_t rows = 3;
+          const std::vector<float> x = RandomVector(rows * D, 11);
+          const std::vector<float> gamma = RandomVector(D, 12), beta = RandomVector(D, 13);
+          std::vector<float> y(x.size(), NAN), rstd(rows);
+          NormPlan plan;
+          ReplayNorm(x, &y, NormShape::ForRows(rows, D), multiprocessors, max_shared, gamma.data(),
+                     rms ? nullptr : beta.data(), 1e-5f, NORMKIT_ACTIVATION_NONE, rms, nullptr,
+                     &rstd, &plan);
+          const NormReference want =
+              ReferenceRowNorm(x, rows, D, gamma.data(), rms ? nullptr : beta.data(), 1e-5, rms);
+          ExpectNormNear(y, want, "y");
+          for (int64_t r = 0; r < rows; ++r)
+            EXPECT_NEAR(rstd[r], want.rstd[r], 1e-5 * want.rstd[r]);
+        }
       }
     }
   }
@@ -180,11 +234,95 @@ TEST(CudaKernelMath, RowNormGridMatchesReference) {
 
 TEST(CudaKernelMath, ConstantGroupGivesBeta) {
   const std::vector<float> x(2 * 4 * 9, 3.25f), beta = {0.5f, -1.0f, 2.0f, 0.0f};
-  std::vector<float> y(x.size(), NAN);
-  NormPlan plan;
-  ReplayNorm(x, &y, NormShape::ForGroups(2, 4, 9, 2, false), 1, nullptr, beta.data(), 1e-5f,
-             NORMKIT_ACTIVATION_NONE, false, nullptr, nullptr, &plan);
-  for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], beta[(i / 9) % 4]) << i;
+  for (int64_t max_shared : {int64_t{0}, kH100SharedBytes}) {
+    std::vector<float> y(x.size(), NAN);
+    NormPlan plan;
+    ReplayNorm(x, &y, NormShape::ForGroups(2, 4, 9, 2, false), 1, max_shared, nullptr, beta.data(),
+               1e-5f, NORMKIT_ACTIVATION_NONE, false, nullptr, nullptr, &plan);
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(y[i], beta[(i / 9) % 4]) << i;
+  }
+}
+
+// The flat plan's pivot is the unit's first element: an outlier there (100 standard
+// deviations off) must send the block back over its cache about the mean, and the
+// result must stay exact.
+TEST(CudaKernelMath, FlatPlanRetriesAboutTheMeanAfterAnOutlierPivot) {
+  const int64_t N = 2, C = 8, S = 64, G = 2;
+  for (bool cl : {false, true}) {
+    std::vector<float> x = RandomVector(N * C * S, 21);
+    for (auto& v : x) v = 1e4f + v;
+    const NormShape s = NormShape::ForGroups(N, C, S, G, cl);
+    const FlatUnits f = FlatUnits::Of(s, true);
+    for (uint32_t unit = 0; unit < s.units; ++unit) x[f.Offset(unit, 0)] += 100.0f;
+    const float pivot = x[f.Offset(0, 0)];
+    ShiftedSums sums;
+    std::vector<float> cache(f.count);
+    for (uint32_t t = 0; t < 64; ++t) {
+      const ShiftedSums p = normkit::cuda::FlatLoadSums(x.data(), f, 0, t, 64, pivot, cache.data());
+      sums.s1 += p.s1, sums.s2 += p.s2;
+    }
+    float moved = pivot;
+    double mean, var;
+    EXPECT_FALSE(normkit::cuda::FlatMoments(false, sums, f.count, true, &moved, &mean, &var));
+    EXPECT_NE(moved, pivot);
+    std::vector<float> y(x.size(), NAN), means(N * G), rstds(N * G);
+    NormPlan plan;
+    ReplayNorm(x, &y, s, 132, kH100SharedBytes, nullptr, nullptr, 1e-5f, NORMKIT_ACTIVATION_NONE,
+               false, &means, &rstds, &plan);
+    const NormReference want =
+        ReferenceGroupNorm(x, N, C, S, G, cl, nullptr, nullptr, 1e-5, NORMKIT_ACTIVATION_NONE);
+    ExpectNormNear(y, want, cl ? "NHWC" : "NCHW");
+  }
+}
+
+TEST(CudaKernelMath, U32DividerMatchesDivision) {
+  using normkit::cuda::U32Divider;
+  std::vector<uint32_t> divisors = {
+      1, 2, 3, 7, 49, 196, 3136, 12544, 65536, 1u << 30, (1u << 30) + 1, (1u << 31) - 1, 1u << 31};
+  std::vector<uint32_t> dividends = {
+      0, 1, 2, 48, 49, 50, 65535, 65536, (1u << 31) - 1, (1u << 31) - 2, 1u << 30};
+  uint32_t r = 12345;
+  for (int i = 0; i < 200; ++i) {
+    r = r * 1664525u + 1013904223u;
+    divisors.push_back((r >> 1) % 100000 + 1);
+    r = r * 1664525u + 1013904223u;
+    dividends.push_back(r >> 1);
+  }
+  for (uint32_t d : divisors) {
+    const U32Divider div = U32Divider::Of(d);
+    for (uint32_t n : dividends) {
+      ASSERT_EQ(div.Div(n), n / d) << n << " / " << d;
+      ASSERT_EQ(div.Mod(n), n % d) << n << " % " << d;
+    }
+  }
+}
+
+// The flat affine kernel: each element's parameter index, and, where the tensor takes
+// float4 items, the lanes of an item (one plane channels-first; c..c+3 channels-last).
+TEST(CudaKernelMath, AffineIndexMatchesCoordinates) {
+  using normkit::cuda::AffineIndex;
+  struct Case {
+    int64_t N, C, S;
+  };
+  for (const Case& k : {Case{2, 3, 5}, Case{3, 8, 12}, Case{2, 1024, 1}, Case{1, 4, 9000}}) {
+    for (bool cl : {false, true}) {
+      for (bool per_sample : {false, true}) {
+        const AffineIndex ix = AffineIndex::Of(k.C, k.S, per_sample, cl);
+        const bool vector = normkit::cuda::AffineVectorizable(k.C, k.S, cl, nullptr, nullptr);
+        for (int64_t e = 0; e < k.N * k.C * k.S; ++e) {
+          const int64_t n = e / (k.C * k.S);
+          const int64_t c = cl ? e % k.C : (e / k.S) % k.C;
+          const int64_t want = per_sample ? n * k.C + c : c;
+          ASSERT_EQ(ix.Param(static_cast<uint32_t>(e)), want) << "element " << e;
+          if (vector) {
+            const int64_t lane = e % 4;
+            const uint32_t first = ix.Param(static_cast<uint32_t>(e - lane));
+            ASSERT_EQ(first + (cl ? lane : 0), want) << "lane " << lane << " of element " << e;
+          }
+        }
+      }
+    }
+  }
 }
 
 // ---- shift-sum ----
@@ -351,13 +489,48 @@ void CheckShiftSum(const Geometry& g, bool cl) {
   int64_t nonzero = 0;
   for (T v : xs) nonzero += v != T(0);
   EXPECT_LE(nonzero, nx) << "shift wrote outside the windows";
+
+  // The row walks of the flat kernels (channels-first, along W) give the generic
+  // per-element functions' bits, and the flat decoders the tensors' coordinates.
+  if (!m.RowWalks()) return;
+  using normkit::cuda::U32Divider;
+  const auto div = [](int64_t d) { return U32Divider::Of(static_cast<uint32_t>(d)); };
+  const normkit::cuda::FlatDecode dx{div(p.W), div(p.H), div(p.C)},
+      dy{div(p.W_out), div(p.H_out), div(1)};
+  std::vector<T> phi(static_cast<size_t>((p.PerSampleMask() ? g.B : 1) * p.H_out * p.W_out));
+  ForShifted(m, p.PerSampleMask() ? g.B : 1, [&](int64_t b, int64_t r, int64_t v) {
+    phi[m.NormalizerOffset(b, r, v)] = m.Normalizer(b, r, v, false);
+  });
+  std::vector<T> scaled(ny);
+  for (int64_t i = 0; i < ny; ++i) {
+    int64_t b, r, v;
+    dy.Y(static_cast<uint32_t>(i), &b, &r, &v);
+    ASSERT_EQ(m.YOffset(b, r, v), i);
+    ASSERT_EQ(m.ForwardWalk(x.data(), b, r, v), m.Forward(x.data(), b, r, v)) << "y " << i;
+    ASSERT_EQ(m.GapResidualWalk(x.data(), y.data(), phi.data(), T(0.25), b, r, v),
+              m.GapResidual(x.data(), y.data(), phi.data(), T(0.25), b, r, v))
+        << "residual " << i;
+    const T n = phi[m.NormalizerOffset(b, r, v)];  // the pinv kernel's first step
+    scaled[i] = n == T(0) ? T(0) : y[i] / (p.scale * p.scale * n);
+  }
+  for (int64_t i = 0; i < nx; ++i) {
+    int64_t b, c, h, w;
+    dx.X(static_cast<uint32_t>(i), &b, &c, &h, &w);
+    ASSERT_EQ(m.XOffset(b, c, h, w), i);
+    const typename Math::XRow row = m.XRowAt(b, c, h);
+    ASSERT_EQ(m.AdjointRow(y.data(), row, w), m.Adjoint(y.data(), b, c, h, w)) << "x " << i;
+    const T pinv = m.PinvMoorePenrose(y.data(), phi.data(), b, c, h, w);
+    ASSERT_EQ(m.PinvMoorePenroseRow(y.data(), phi.data(), row, w), pinv) << "pinv " << i;
+    ASSERT_EQ(m.AdjointRow(scaled.data(), row, w), pinv) << "pinv in two steps " << i;
+  }
 }
 
 TEST(CudaKernelMath, ShiftSumGridsMatchReference) {
   const std::vector<Geometry> shapes = {
       {2, 3, 5, 19, 2, false, 0, 1.0},  {1, 1, 4, 7, 3, false, 0, 0.5},
       {2, 4, 1, 33, -3, false, 0, 1.0}, {1, 5, 6, 17, -1, true, 0, 2.0 / 5},
-      {2, 3, 7, 9, 2, true, 0, 1.0},    {1, 6, 3, 40, 0, false, 0, 1.0}};
+      {2, 3, 7, 9, 2, true, 0, 1.0},    {1, 6, 3, 40, 0, false, 0, 1.0},
+      {2, 12, 3, 8, 3, false, 0, 0.75}};
   for (Geometry g : shapes) {
     for (int32_t kind = NORMKIT_MASK_NONE; kind <= NORMKIT_MASK_PHI_BCHW; ++kind) {
       g.mask_kind = kind;

@@ -386,6 +386,20 @@ void CheckShiftSumAgainstCpu(int64_t B, int64_t C, int64_t H, int64_t W, int64_t
     ASSERT_EQ(normkit_shift_sum_normalizer(nullptr, &da, &dp, out.get()), NORMKIT_SUCCESS)
         << normkit_last_error();
     ExpectAgree(out.Download(), cpu, rel, "normalizer");
+    {  // the Moore-Penrose pseudo-inverse with that normalizer given
+      std::vector<T> xc(x.size());
+      DeviceArray<T> xg{std::vector<T>(x.size())};
+      normkit_tensor a2 = host(y.data(), cf, ys), b2 = host(xc.data(), layout, xs);
+      normkit_tensor da2 = dev(dy.get(), cf, ys), db2 = dev(xg.get(), layout, xs);
+      ASSERT_EQ(
+          normkit_shift_sum_pinv(nullptr, &a2, &hp, NORMKIT_PINV_MOORE_PENROSE, cpu.data(), &b2),
+          NORMKIT_SUCCESS);
+      ASSERT_EQ(
+          normkit_shift_sum_pinv(nullptr, &da2, &dp, NORMKIT_PINV_MOORE_PENROSE, out.get(), &db2),
+          NORMKIT_SUCCESS)
+          << normkit_last_error();
+      ExpectAgree(xg.Download(), xc, rel, "pinv with a normalizer");
+    }
     for (bool given : {false, true}) {
       std::vector<T> xc = x;
       DeviceArray<T> xg(x);
@@ -423,6 +437,9 @@ TEST(Cuda, ShiftSumFamilyMatchesCpu) {
       CheckShiftSumAgainstCpu<double>(2, 4, 1, 33, -3, false, kind, layout);
       CheckShiftSumAgainstCpu<float>(1, 5, 6, 17, -1, true, kind, layout);
       CheckShiftSumAgainstCpu<float>(2, 28, 64, 64, 2, false, kind, layout);
+      // A spread wider than W; double runs of 4.
+      CheckShiftSumAgainstCpu<float>(2, 12, 3, 8, 3, false, kind, layout);
+      CheckShiftSumAgainstCpu<double>(1, 6, 9, 16, 1, false, kind, layout);
     }
   }
 }
