@@ -256,7 +256,7 @@ struct ShiftSumMath {
     int64_t xi = ((b * p.C + lo) * p.H + r) * p.W + w;
     const int64_t x_step = p.H * p.W - p.step;
     if (p.mask_kind == ShiftMask::kNone) {
-      NORMKIT_UNROLL(8)
+      NORMKIT_UNROLL(4)
       for (int64_t c = lo; c <= hi; ++c, xi += x_step) acc += T(1) * x[xi];
       return p.scale * acc;
     }
@@ -273,7 +273,7 @@ struct ShiftSumMath {
         mi = ((b * p.C + lo) * p.H_out + r) * p.W_out + v, m_step = p.H_out * p.W_out;
         break;
     }
-    NORMKIT_UNROLL(8)
+    NORMKIT_UNROLL(4)
     for (int64_t c = lo; c <= hi; ++c, xi += x_step, mi += m_step) acc += p.mask[mi] * x[xi];
     return p.scale * acc;
   }
