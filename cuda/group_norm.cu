@@ -119,15 +119,64 @@ __device__ ShiftedSums BlockSums(ShiftedSums v, double* shared /* 2 * (kMaxWarps
   return total;
 }
 
-// The flat plan (norm_math.h): block `unit` holds its unit in shared memory.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared
+// memory with the bulk copy engine, one instruction for the whole unit, and waits for
+// it on an mbarrier: all the unit's bytes are in flight at once, with no registers
+// staging them.
+__device__ void BulkLoad(float* dst, const float* src, uint32_t bytes, uint64_t* barrier) {
+  const auto bar = static_cast<uint32_t>(__cvta_generic_to_shared(barrier));
+  const auto to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+            "r"(to),
+        "l"(src), "r"(bytes), "r"(bar)
+        : "memory");
+  }
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar)
+        : "memory");
+  } while (done == 0);
+}
+#endif
+
+// The flat plan (norm_math.h): block `unit` holds its unit in shared memory. kBulk
+// (Hopper, contiguous 16-byte aligned units): the bulk copy engine fills it, and pass 1
+// sums it from there in the same per-thread order as FlatLoadSums (the same bits).
+template <bool kBulk>
 __global__ void FlatNormKernel(NormKernelArgs a, FlatUnits f) {
-  extern __shared__ float cache[];
+  extern __shared__ __align__(16) float cache[];
   __shared__ double shared[2 * (kMaxWarps + 1)];
   const uint32_t unit = blockIdx.x;
   const double count = f.count;
-  float pivot = a.rms ? 0.0f : a.x[f.Offset(unit, 0)];
-  ShiftedSums s =
-      BlockSums(FlatLoadSums(a.x, f, unit, threadIdx.x, blockDim.x, pivot, cache), shared);
+  float pivot;
+  ShiftedSums s;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kBulk) {
+    __shared__ uint64_t barrier;
+    BulkLoad(cache, a.x + f.Offset(unit, 0), f.count * static_cast<uint32_t>(sizeof(float)),
+             &barrier);
+    pivot = a.rms ? 0.0f : cache[0];
+    s = BlockSums(FlatCacheSums(cache, f, threadIdx.x, blockDim.x, pivot), shared);
+  } else  // NOLINT(readability/braces)
+#endif
+  {
+    pivot = a.rms ? 0.0f : a.x[f.Offset(unit, 0)];
+    s = BlockSums(FlatLoadSums(a.x, f, unit, threadIdx.x, blockDim.x, pivot, cache), shared);
+  }
   double mean, var;
   if (!FlatMoments(a.rms, s, count, true, &pivot, &mean, &var)) {
     s = BlockSums(FlatCacheSums(cache, f, threadIdx.x, blockDim.x, pivot), shared);
@@ -212,13 +261,14 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
     const bool aligned =
         (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(y.data)) % 16 == 0;
     const FlatUnits f = FlatUnits::Of(s, aligned);
+    const bool bulk = f.vector && !f.channels_last && ComputeCapabilityMajor() >= 9;
+    const auto kernel = bulk ? FlatNormKernel<true> : FlatNormKernel<false>;
     if (unit_bytes > 48 * 1024) {
-      const cudaError_t e =
-          cudaFuncSetAttribute(FlatNormKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(unit_bytes));
+      const cudaError_t e = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(unit_bytes));
       if (e != cudaSuccess) return CudaFail(op, "cudaFuncSetAttribute", e);
     }
-    FlatNormKernel<<<static_cast<unsigned>(s.units), FlatThreads(f), unit_bytes, stream>>>(a, f);
+    kernel<<<static_cast<unsigned>(s.units), FlatThreads(f), unit_bytes, stream>>>(a, f);
     return LaunchStatus(op);
   }
   if (plan.chunks == 1) {

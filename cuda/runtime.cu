@@ -66,6 +66,15 @@ int32_t MultiprocessorCount() {
   return count < 1 ? 1 : count;
 }
 
+int32_t ComputeCapabilityMajor() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    return 0;
+  }
+  return major;
+}
+
 int64_t MaxDynamicShared() {
   int device = 0, bytes = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||

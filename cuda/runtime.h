@@ -66,6 +66,9 @@ inline unsigned GridFor(int64_t work) {
 // 1 KiB for the kernels' own static shared memory.
 int64_t MaxDynamicShared();
 
+// The compute capability's major number of the current device (9: Hopper).
+int32_t ComputeCapabilityMajor();
+
 // Streaming multiprocessors of the current device (for plans that must fill the GPU).
 int32_t MultiprocessorCount();
 
