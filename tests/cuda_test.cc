@@ -243,6 +243,8 @@ TEST(Cuda, NormsMatchReference) {
                                          {{2, 64, 28, 28}, 32},
                                          {{1, 32, 112, 112}, 8},
                                          {{1, 16, 64, 64}, 1},
+                                         // 144 KiB units: flat plan, async / bulk loads
+                                         {{2, 64, 48, 48}, 4},
                                          {{3, 5, 4, 3, 2}, 5},
                                          {{1, 4, 300000}, 2}}) {
     for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
