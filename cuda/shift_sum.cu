@@ -360,6 +360,103 @@ normkit_status LaunchXFlat(const char* op_name, cudaStream_t stream, const Shift
   return LaunchFlat<T>(op_name, stream, count, op);
 }
 
+// ---- The forward operator on Hopper: block (b, r) bulk-copies the C rows of x it reads
+// (and the HW mask's row) into shared memory, every byte in flight at once, then each
+// thread sums its outputs from there (ShiftSumMath::ForwardFromRows). The walk straight
+// from memory stalled on its loads at 0.62-0.72 of a copy. The GAP residual is the same
+// kernel with another ending. ----
+enum class RowEpilogue { kForward, kGapResidual };
+
+template <class T>
+struct ForwardRowArgs {
+  ShiftSumMath<T> m;
+  const T* x;
+  T* out;          // y, or the GAP residual
+  const T* y;      // kGapResidual
+  const T* phi_s;  // kGapResidual (NULL: computed)
+  T gamma;         // kGapResidual
+};
+
+template <class T, RowEpilogue kEpilogue>
+__global__ void ForwardRowKernel(ForwardRowArgs<T> a) {
+  extern __shared__ __align__(16) unsigned char row_smem[];
+  T* rows = reinterpret_cast<T*>(row_smem);
+  const ShiftSumProblem<T>& p = a.m.p;
+  const bool masked = p.mask_kind == ShiftMask::kHW;
+  T* mask_row = masked ? rows + p.C * p.W : nullptr;
+  const int64_t b = blockIdx.x / p.H, r = blockIdx.x - b * p.H;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ uint64_t barrier;
+  const auto bar = static_cast<uint32_t>(__cvta_generic_to_shared(&barrier));
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const auto row_bytes = static_cast<uint32_t>(p.W * sizeof(T));
+    const uint32_t total = row_bytes * static_cast<uint32_t>(p.C + (masked ? 1 : 0));
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(total)
+                 : "memory");
+    const auto copy = [&](T* to, const T* from) {
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+          "[%3];" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(to))),
+          "l"(from), "r"(row_bytes), "r"(bar)
+          : "memory");
+    };
+    for (int64_t c = 0; c < p.C; ++c) copy(rows + c * p.W, a.x + ((b * p.C + c) * p.H + r) * p.W);
+    if (masked) copy(mask_row, p.mask + r * p.W);
+  }
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(bar)
+        : "memory");
+  } while (done == 0);
+  const int64_t yb = (b * p.H_out + r) * p.W_out;
+  for (int64_t v = threadIdx.x; v < p.W_out; v += blockDim.x) {
+    const T forward = a.m.ForwardFromRows(rows, mask_row, r, v);
+    if constexpr (kEpilogue == RowEpilogue::kForward) {
+      a.out[yb + v] = forward;
+    } else {  // ShiftSumMath::GapResidualWalk's arithmetic
+      const T n = a.phi_s != nullptr ? a.phi_s[a.m.NormalizerOffset(b, r, v)]
+                                     : a.m.Normalizer(b, r, v, false);
+      const T d = n + a.gamma;
+      a.out[yb + v] = d == T(0) ? T(0) : (a.y[yb + v] - forward) / d;
+    }
+  }
+#endif
+}
+
+// Rows of x (and the mask row) for ForwardRowKernel, in bytes.
+template <class T>
+int64_t ForwardRowBytes(const ShiftSumProblem<T>& p) {
+  return (p.C + (p.mask_kind == ShiftMask::kHW ? 1 : 0)) * p.W * static_cast<int64_t>(sizeof(T));
+}
+
+// Hopper, channels-first along W, no mask or an HW mask, rows of 16-byte multiples at
+// 16-byte aligned addresses, and rows that fit 48 KiB of shared memory.
+template <class T>
+bool UseForwardRows(const ShiftSumProblem<T>& p, const T* x) {
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  return UseFlat(p) && (p.mask_kind == ShiftMask::kNone || p.mask_kind == ShiftMask::kHW) &&
+         (p.W * static_cast<int64_t>(sizeof(T))) % 16 == 0 && aligned(x) &&
+         (p.mask == nullptr || aligned(p.mask)) && ForwardRowBytes(p) <= 48 * 1024 &&
+         p.B * p.H < (int64_t{1} << 31) && ComputeCapabilityMajor() >= 9;
+}
+
+template <class T, RowEpilogue kEpilogue>
+normkit_status LaunchForwardRows(const char* op, cudaStream_t stream, const ForwardRowArgs<T>& a) {
+  const ShiftSumProblem<T>& p = a.m.p;
+  ForwardRowKernel<T, kEpilogue><<<static_cast<unsigned>(p.B * p.H), kBlockThreads,
+                                   static_cast<size_t>(ForwardRowBytes(p)), stream>>>(a);
+  return LaunchStatus(op);
+}
+
 // The Moore-Penrose pseudo-inverse's y / (s^2 Phi_s) (0 where Phi_s = 0), element i of y,
 // for the adjoint to spread: x = s * M * that, PinvMoorePenroseRow's arithmetic.
 template <class T>
@@ -389,6 +486,10 @@ template <class T>
 normkit_status ShiftSumForward(const char* op, const normkit_context* ctx, int32_t device,
                                const ShiftSumProblem<T>& p, const T* x, T* y) {
   NORMKIT_ENTER_DEVICE(op, device);
+  if (UseForwardRows(p, x)) {
+    return LaunchForwardRows<T, RowEpilogue::kForward>(
+        op, stream, {ShiftSumMath<T>{p}, x, y, nullptr, nullptr, T(0)});
+  }
   if (UseFlat(p)) {
     return LaunchFlat<T>(op, stream, p.B * p.H_out * p.W_out,
                          ForwardFlat<T>{ShiftSumMath<T>{p}, DecodeY(p), x, y});
@@ -459,9 +560,14 @@ normkit_status ShiftSumGapStep(const char* op, const normkit_context* ctx, int32
   T* residual = static_cast<T*>(buffer);
   if (UseFlat(p)) {
     const ShiftSumMath<T> m{p};
-    NORMKIT_RETURN_IF_ERROR(
-        LaunchFlat<T>(op, stream, p.B * p.H_out * p.W_out,
-                      ResidualFlat<T>{m, DecodeY(p), x, y, normalizer, gamma, residual}));
+    if (UseForwardRows(p, x)) {
+      const ForwardRowArgs<T> rows{m, x, residual, y, normalizer, gamma};
+      NORMKIT_RETURN_IF_ERROR((LaunchForwardRows<T, RowEpilogue::kGapResidual>(op, stream, rows)));
+    } else {
+      NORMKIT_RETURN_IF_ERROR(
+          LaunchFlat<T>(op, stream, p.B * p.H_out * p.W_out,
+                        ResidualFlat<T>{m, DecodeY(p), x, y, normalizer, gamma, residual}));
+    }
     return LaunchXFlat(
         op, stream, p,
         XFlat<T, XFlatKind::kGapUpdate>{m, DecodeX(p), residual, nullptr, lambda, x});

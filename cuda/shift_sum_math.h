@@ -277,6 +277,21 @@ struct ShiftSumMath {
     for (int64_t c = lo; c <= hi; ++c, xi += x_step, mi += m_step) acc += p.mask[mi] * x[xi];
     return p.scale * acc;
   }
+  // ForwardWalk of (b, r, v) from copies of the rows it reads: rows[c * W + w] holds
+  // x (b, c, r, w), mask_row[w] the HW mask's row r (NULL without a mask). The same
+  // expression in the same order: the same bits.
+  NORMKIT_HOST_DEVICE T ForwardFromRows(const T* rows, const T* mask_row, int64_t r,
+                                        int64_t v) const {
+    int64_t lo, hi;
+    CoverRange(r, v, &lo, &hi);
+    T acc = T(0);
+    for (int64_t c = lo; c <= hi; ++c) {
+      const int64_t w = v - p.Offset(c);
+      acc += (mask_row != nullptr ? mask_row[w] : T(1)) * rows[c * p.W + w];
+    }
+    return p.scale * acc;
+  }
+
   // GapResidual through ForwardWalk.
   NORMKIT_HOST_DEVICE T GapResidualWalk(const T* x, const T* y, const T* phi_s, T gamma, int64_t b,
                                         int64_t r, int64_t v) const {

@@ -507,6 +507,14 @@ void CheckShiftSum(const Geometry& g, bool cl) {
     dy.Y(static_cast<uint32_t>(i), &b, &r, &v);
     ASSERT_EQ(m.YOffset(b, r, v), i);
     ASSERT_EQ(m.ForwardWalk(x.data(), b, r, v), m.Forward(x.data(), b, r, v)) << "y " << i;
+    if (p.mask_kind == normkit::ShiftMask::kNone || p.mask_kind == normkit::ShiftMask::kHW) {
+      std::vector<T> rows(static_cast<size_t>(p.C * p.W));  // what the row kernel copies
+      for (int64_t c = 0; c < p.C; ++c)
+        for (int64_t w = 0; w < p.W; ++w) rows[c * p.W + w] = x[m.XOffset(b, c, r, w)];
+      const T* mask_row = p.mask_kind == normkit::ShiftMask::kHW ? p.mask + r * p.W : nullptr;
+      ASSERT_EQ(m.ForwardFromRows(rows.data(), mask_row, r, v), m.Forward(x.data(), b, r, v))
+          << "y " << i << " from rows";
+    }
     ASSERT_EQ(m.GapResidualWalk(x.data(), y.data(), phi.data(), T(0.25), b, r, v),
               m.GapResidual(x.data(), y.data(), phi.data(), T(0.25), b, r, v))
         << "residual " << i;
