@@ -439,21 +439,28 @@ int64_t ForwardRowBytes(const ShiftSumProblem<T>& p) {
 }
 
 // Hopper, channels-first along W, no mask or an HW mask, rows of 16-byte multiples at
-// 16-byte aligned addresses, and rows that fit 48 KiB of shared memory.
+// 16-byte aligned addresses, and rows that fit a block's shared memory.
 template <class T>
 bool UseForwardRows(const ShiftSumProblem<T>& p, const T* x) {
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   return UseFlat(p) && (p.mask_kind == ShiftMask::kNone || p.mask_kind == ShiftMask::kHW) &&
          (p.W * static_cast<int64_t>(sizeof(T))) % 16 == 0 && aligned(x) &&
-         (p.mask == nullptr || aligned(p.mask)) && ForwardRowBytes(p) <= 48 * 1024 &&
+         (p.mask == nullptr || aligned(p.mask)) && ForwardRowBytes(p) <= MaxDynamicShared() &&
          p.B * p.H < (int64_t{1} << 31) && ComputeCapabilityMajor() >= 9;
 }
 
 template <class T, RowEpilogue kEpilogue>
 normkit_status LaunchForwardRows(const char* op, cudaStream_t stream, const ForwardRowArgs<T>& a) {
   const ShiftSumProblem<T>& p = a.m.p;
-  ForwardRowKernel<T, kEpilogue><<<static_cast<unsigned>(p.B * p.H), kBlockThreads,
-                                   static_cast<size_t>(ForwardRowBytes(p)), stream>>>(a);
+  const int64_t bytes = ForwardRowBytes(p);
+  if (bytes > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(ForwardRowKernel<T, kEpilogue>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    if (e != cudaSuccess) return CudaFail(op, "cudaFuncSetAttribute", e);
+  }
+  ForwardRowKernel<T, kEpilogue>
+      <<<static_cast<unsigned>(p.B * p.H), kBlockThreads, static_cast<size_t>(bytes), stream>>>(a);
   return LaunchStatus(op);
 }
 
