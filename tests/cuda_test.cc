@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -81,8 +82,11 @@ void ExpectAgree(const std::vector<T>& gpu, const std::vector<T>& cpu, double re
   EXPECT_EQ(bad, 0) << what;
 }
 
+// tests/vectors/ of the source tree this was built from, or $NORMKIT_VECTORS_DIR (a build
+// run on another machine, as scripts/run_cuda.sh --prebuilt does).
 std::string VectorPath(const char* file) {
-  return std::string(NORMKIT_VECTORS_DIR) + "/" + file;
+  const char* dir = std::getenv("NORMKIT_VECTORS_DIR");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : NORMKIT_VECTORS_DIR) + "/" + file;
 }
 
 void ExpectVectorClose(const std::vector<float>& got, const std::vector<double>& want,
