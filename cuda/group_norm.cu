@@ -12,6 +12,7 @@
 //    in order (Chan), and a third kernel writes the output.
 #include <algorithm>
 
+#include "cuda/async_copy.h"
 #include "cuda/norm_math.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
@@ -119,40 +120,6 @@ __device__ ShiftedSums BlockSums(ShiftedSums v, double* shared /* 2 * (kMaxWarps
   return total;
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared
-// memory with the bulk copy engine, one instruction for the whole unit, and waits for
-// it on an mbarrier: all the unit's bytes are in flight at once, with no registers
-// staging them.
-__device__ void BulkLoad(float* dst, const float* src, uint32_t bytes, uint64_t* barrier) {
-  const auto bar = static_cast<uint32_t>(__cvta_generic_to_shared(barrier));
-  const auto to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-            "r"(to),
-        "l"(src), "r"(bytes), "r"(bar)
-        : "memory");
-  }
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
-        " selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar)
-        : "memory");
-  } while (done == 0);
-}
-#endif
-
 // How the flat kernel fills its shared memory: through registers (FlatLoadSums), with
 // 16-byte asynchronous copies (Ampere and later, items of 4 floats: every item in
 // flight at once, channels-last units too), or with one bulk copy (Hopper, contiguous
@@ -164,16 +131,12 @@ enum class FlatLoad { kRegisters, kAsyncCopy, kBulkCopy };
 // The thread's items of the unit, copied to `cache` with cp.async, then waits for them.
 __device__ void AsyncLoad(const float* x, const FlatUnits& f, uint32_t unit, float* cache) {
   for (uint32_t q = threadIdx.x; q < f.items; q += blockDim.x) {
-    const auto to = static_cast<uint32_t>(__cvta_generic_to_shared(cache + 4 * q));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to),
-                 "l"(x + f.Offset(unit, 4 * q))
-                 : "memory");
+    AsyncCopy16(cache + 4 * q, x + f.Offset(unit, 4 * q));
   }
-  asm volatile("cp.async.wait_all;" ::: "memory");
+  AsyncCopyWaitAll();
   __syncthreads();
 }
 #endif
-
 // The flat plan (norm_math.h): block `unit` holds its unit in shared memory.
 template <FlatLoad kLoad>
 __global__ void FlatNormKernel(NormKernelArgs a, FlatUnits f) {
@@ -187,8 +150,10 @@ __global__ void FlatNormKernel(NormKernelArgs a, FlatUnits f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kLoad == FlatLoad::kBulkCopy) {
     __shared__ uint64_t barrier;
-    BulkLoad(cache, a.x + f.Offset(unit, 0), f.count * static_cast<uint32_t>(sizeof(float)),
-             &barrier);
+    const uint32_t bytes = f.count * static_cast<uint32_t>(sizeof(float));
+    const BulkCopies copies(&barrier, bytes);
+    if (threadIdx.x == 0) copies.Copy(cache, a.x + f.Offset(unit, 0), bytes);
+    copies.Wait();
     cached = true;
   }
 #endif

@@ -6,6 +6,7 @@
 // and consecutive threads touch consecutive addresses (channels-first).
 #include <algorithm>
 
+#include "cuda/async_copy.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
 #include "cuda/shift_sum_math.h"
@@ -387,46 +388,22 @@ __global__ void ForwardRowKernel(ForwardRowArgs<T> a) {
   const int64_t b = blockIdx.x / p.H, r = blockIdx.x - b * p.H;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ uint64_t barrier;
-  const auto bar = static_cast<uint32_t>(__cvta_generic_to_shared(&barrier));
+  const auto row_bytes = static_cast<uint32_t>(p.W * sizeof(T));
+  const BulkCopies copies(&barrier, row_bytes * static_cast<uint32_t>(p.C + (masked ? 1 : 0)));
   if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int64_t c = 0; c < p.C; ++c) {
+      copies.Copy(rows + c * p.W, a.x + ((b * p.C + c) * p.H + r) * p.W, row_bytes);
+    }
+    if (masked) copies.Copy(mask_row, p.mask + r * p.W, row_bytes);
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const auto row_bytes = static_cast<uint32_t>(p.W * sizeof(T));
-    const uint32_t total = row_bytes * static_cast<uint32_t>(p.C + (masked ? 1 : 0));
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(total)
-                 : "memory");
-    const auto copy = [&](T* to, const T* from) {
-      asm volatile(
-          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
-          "[%3];" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(to))),
-          "l"(from), "r"(row_bytes), "r"(bar)
-          : "memory");
-    };
-    for (int64_t c = 0; c < p.C; ++c) copy(rows + c * p.W, a.x + ((b * p.C + c) * p.H + r) * p.W);
-    if (masked) copy(mask_row, p.mask + r * p.W);
-  }
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
-        " selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar)
-        : "memory");
-  } while (done == 0);
+  copies.Wait();
   const int64_t yb = (b * p.H_out + r) * p.W_out;
   for (int64_t v = threadIdx.x; v < p.W_out; v += blockDim.x) {
     const T forward = a.m.ForwardFromRows(rows, mask_row, r, v);
     if constexpr (kEpilogue == RowEpilogue::kForward) {
       a.out[yb + v] = forward;
-    } else {  // ShiftSumMath::GapResidualWalk's arithmetic
-      const T n = a.phi_s != nullptr ? a.phi_s[a.m.NormalizerOffset(b, r, v)]
-                                     : a.m.Normalizer(b, r, v, false);
-      const T d = n + a.gamma;
-      a.out[yb + v] = d == T(0) ? T(0) : (a.y[yb + v] - forward) / d;
+    } else {
+      a.out[yb + v] = a.m.GapResidualOf(a.y, a.phi_s, a.gamma, b, r, v, forward);
     }
   }
 #endif

@@ -187,13 +187,18 @@ struct ShiftSumMath {
     if (m == T(0)) return T(0);
     return y[YOffset(b, r, v)] / (p.scale * Normalizer(b, r, v, true)) / m;
   }
-  // GAP residual (y - A x) / (Phi_s + gamma), 0 where the denominator is 0.
-  NORMKIT_HOST_DEVICE T GapResidual(const T* x, const T* y, const T* phi_s, T gamma, int64_t b,
-                                    int64_t r, int64_t v) const {
+  // GAP residual (y - A x) / (Phi_s + gamma), 0 where the denominator is 0; `forward` is
+  // (A x) at (b, r, v).
+  NORMKIT_HOST_DEVICE T GapResidualOf(const T* y, const T* phi_s, T gamma, int64_t b, int64_t r,
+                                      int64_t v, T forward) const {
     const T n = phi_s != nullptr ? phi_s[NormalizerOffset(b, r, v)] : Normalizer(b, r, v, false);
     const T d = n + gamma;
     if (d == T(0)) return T(0);
-    return (y[YOffset(b, r, v)] - Forward(x, b, r, v)) / d;
+    return (y[YOffset(b, r, v)] - forward) / d;
+  }
+  NORMKIT_HOST_DEVICE T GapResidual(const T* x, const T* y, const T* phi_s, T gamma, int64_t b,
+                                    int64_t r, int64_t v) const {
+    return GapResidualOf(y, phi_s, gamma, b, r, v, Forward(x, b, r, v));
   }
 
   // ---- Row walks for channels-first x shifted along W (the seed's case). Per element,
@@ -295,10 +300,7 @@ struct ShiftSumMath {
   // GapResidual through ForwardWalk.
   NORMKIT_HOST_DEVICE T GapResidualWalk(const T* x, const T* y, const T* phi_s, T gamma, int64_t b,
                                         int64_t r, int64_t v) const {
-    const T n = phi_s != nullptr ? phi_s[NormalizerOffset(b, r, v)] : Normalizer(b, r, v, false);
-    const T d = n + gamma;
-    if (d == T(0)) return T(0);
-    return (y[YOffset(b, r, v)] - ForwardWalk(x, b, r, v)) / d;
+    return GapResidualOf(y, phi_s, gamma, b, r, v, ForwardWalk(x, b, r, v));
   }
 
  private:
