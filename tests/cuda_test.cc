@@ -249,6 +249,8 @@ TEST(Cuda, NormsMatchReference) {
                                          {{1, 16, 64, 64}, 1},
                                          // 144 KiB units: flat plan, async / bulk loads
                                          {{2, 64, 48, 48}, 4},
+                                         // 100 KiB units of single channels (NHWC: 4-byte items)
+                                         {{2, 3, 160, 160}, 3},
                                          {{3, 5, 4, 3, 2}, 5},
                                          {{1, 4, 300000}, 2}}) {
     for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
