@@ -96,7 +96,8 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
       S < lanes && !params.per_sample && C * S <= kMaxPeriodicRow && C * S * 8 <= x.numel;
   if (!x.channels_last() && !small_planes) {
     kernels::AffineBroadcastJob job{
-        xd, yd, S, params.per_sample ? N * C : C, params.scale, params.shift, terms, stream};
+        xd,    yd,     S,      params.per_sample ? N * C : C, params.scale, params.shift,
+        terms, stream, x.numel};
     RunBlocks(context, x.numel, [&](int64_t b, int64_t e) { kernels::AffineBroadcast(job, b, e); });
     return;
   }

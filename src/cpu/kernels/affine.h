@@ -25,7 +25,8 @@ struct AffineBroadcastJob {
   const float* scale;  // may be null when terms excludes it
   const float* shift;
   AffineTerms terms;
-  bool stream;  // non-temporal stores for the aligned body (outputs beyond the LLC)
+  bool stream;    // non-temporal stores for the aligned body (outputs beyond the LLC)
+  int64_t numel;  // of the whole tensor (ranges are parts of it): picks the plane walk
 };
 
 // Periodic parameters: element i of sample n uses rep[n][(i - n * sample_elems) % period],
