@@ -213,10 +213,6 @@ struct ShiftSumMath {
   struct XRow {
     int64_t x, y, normalizer, mask;
   };
-  NORMKIT_HOST_DEVICE XRow XRowOf(int64_t row) const {
-    const int64_t t = row / p.H, h = row - t * p.H, b = t / p.C, c = t - b * p.C;
-    return XRowAt(b, c, h);
-  }
   NORMKIT_HOST_DEVICE XRow XRowAt(int64_t b, int64_t c, int64_t h) const {
     const int64_t row = (b * p.C + c) * p.H + h;
     const int64_t o = p.Offset(c);
