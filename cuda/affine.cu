@@ -137,7 +137,7 @@ normkit_status BatchNormInference(const char* op, const normkit_context* ctx, co
   NORMKIT_RETURN_IF_ERROR(LaunchStatus(op));
   std::vector<float> host_var(static_cast<size_t>(C));
   NORMKIT_RETURN_IF_ERROR(
-      CopyToHost(op, ctx, x.device_index, C * sizeof(float), {{var, host_var.data()}}));
+      CopyToHost(op, ctx, x.device_index, var, C * sizeof(float), host_var.data()));
   NORMKIT_RETURN_IF_ERROR(validate(host_var.data()));
   return Affine(op, ctx, x, y, params, params + C, false);
 }

@@ -33,15 +33,10 @@ struct NamedPointer {
 normkit_status CheckCall(const char* op, int32_t device_index,
                          std::initializer_list<NamedPointer> arrays);
 
-struct DeviceToHost {
-  const void* src;  // device memory; NULL entries are skipped
-  void* dst;
-};
-
-// Copies `bytes` from each device array to its host buffer, waiting for the context's
-// stream once: the arrays are gathered on the device, then moved in one transfer.
+// Copies `bytes` of device memory at `src` to the host buffer `dst`, waiting for the
+// context's stream.
 normkit_status CopyToHost(const char* op, const normkit_context* ctx, int32_t device_index,
-                          int64_t bytes, std::initializer_list<DeviceToHost> copies);
+                          const void* src, int64_t bytes, void* dst);
 
 // y = x * scale + shift; scale / shift are device arrays (or NULL) of C or N x C floats.
 normkit_status Affine(const char* op, const normkit_context* ctx, const TensorView& x,

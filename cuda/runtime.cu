@@ -2,9 +2,6 @@
 // Device discovery and the checks a CUDA call makes before it writes anything. The
 // CUDA runtime is linked statically; on a machine without a driver or GPU its calls
 // return errors (never crash), which become DEVICE_UNAVAILABLE here.
-#include <cstring>
-#include <vector>
-
 #include "core/context.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
@@ -137,49 +134,17 @@ normkit_status CheckCall(const char* op, int32_t device_index,
 }
 
 normkit_status CopyToHost(const char* op, const normkit_context* ctx, int32_t device_index,
-                          int64_t bytes, std::initializer_list<DeviceToHost> copies) {
+                          const void* src, int64_t bytes, void* dst) {
   DeviceScope scope(device_index);
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
   const cudaStream_t stream = StreamOf(ctx);
-  int64_t n = 0;
-  for (const DeviceToHost& c : copies) n += c.src != nullptr;
-  if (n == 1) {  // straight into the caller's buffer
-    for (const DeviceToHost& c : copies) {
-      if (c.src == nullptr) continue;
-      cudaError_t error =
-          cudaMemcpyAsync(c.dst, c.src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream);
-      if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
-      if (error != cudaSuccess) {
-        return Fail(NORMKIT_ERROR_INTERNAL,
-                    "%s: copying parameters to the host for validation failed: %s", op,
-                    cudaGetErrorString(error));
-      }
-    }
-    return NORMKIT_SUCCESS;
-  }
-  Scratch scratch(stream);
-  void* gathered = nullptr;
-  NORMKIT_RETURN_IF_ERROR(scratch.Allocate(op, n * bytes, &gathered));
-  std::vector<char> host(static_cast<size_t>(n * bytes));
-  cudaError_t error = cudaSuccess;
-  int64_t k = 0;
-  for (const DeviceToHost& c : copies) {
-    if (c.src == nullptr || error != cudaSuccess) continue;
-    error = cudaMemcpyAsync(static_cast<char*>(gathered) + k++ * bytes, c.src,
-                            static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream);
-  }
-  if (error == cudaSuccess) {
-    error = cudaMemcpyAsync(host.data(), gathered, host.size(), cudaMemcpyDeviceToHost, stream);
-  }
+  cudaError_t error =
+      cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream);
   if (error == cudaSuccess) error = cudaStreamSynchronize(stream);
   if (error != cudaSuccess) {
     return Fail(NORMKIT_ERROR_INTERNAL,
                 "%s: copying parameters to the host for validation failed: %s", op,
                 cudaGetErrorString(error));
-  }
-  k = 0;
-  for (const DeviceToHost& c : copies) {
-    if (c.src != nullptr) std::memcpy(c.dst, host.data() + k++ * bytes, static_cast<size_t>(bytes));
   }
   return NORMKIT_SUCCESS;
 }

@@ -25,8 +25,8 @@ normkit_status CheckCall(const char* op, int32_t, std::initializer_list<NamedPoi
   return NoCuda(op);
 }
 
-normkit_status CopyToHost(const char* op, const normkit_context*, int32_t, int64_t,
-                          std::initializer_list<DeviceToHost>) {
+normkit_status CopyToHost(const char* op, const normkit_context*, int32_t, const void*, int64_t,
+                          void*) {
   return NoCuda(op);
 }
 

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // C entry points of batch-norm inference and of folding it into scale / shift,
 // convolutions and linear layers.
-#include <vector>
 
 #include "api/guard.h"
 #include "core/context.h"
