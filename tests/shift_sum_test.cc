@@ -309,9 +309,11 @@ TEST(ShiftSum, ChannelsLastMatchesChannelsFirstBitwise) {
       {2, 4, 2, 8, 1, false, 0, 1.0},
       {1, 3, 2, 6, 2, false, 0, 1.0},
       {2, 9, 3, 11, -2, true, 0, 0.3},
-      // Rows wide enough that the forward transposes a slice of channels at a time.
+      // Rows of several chunks of pixels, and rows wide enough that the forward
+      // transposes a slice of channels at a time (a row of planes above 32 KiB).
       {1, 13, 3, 600, -1, false, 0, 1.0},
-      {1, 7, 2, 1100, 2, false, 0, 0.5}};
+      {1, 13, 2, 3000, -1, false, 0, 1.0},
+      {1, 7, 2, 5000, 2, false, 0, 0.5}};
   for (Geometry g : shapes) {
     for (int32_t kind = NORMKIT_MASK_NONE; kind <= NORMKIT_MASK_PHI_BCHW; ++kind) {
       g.mask_kind = kind;
@@ -330,7 +332,10 @@ TEST(ShiftSum, ChannelsLastOnEveryTarget) {
     SCOPED_TRACE(hwy::TargetName(target));
     for (const Geometry& g : {Geometry{2, 7, 3, 13, 2, false, NORMKIT_MASK_HW, 0.5},
                               Geometry{1, 9, 2, 11, -1, false, NORMKIT_MASK_PHI_CHW, 1.0},
-                              Geometry{1, 6, 3, 10, 2, true, NORMKIT_MASK_CHW, 1.0}}) {
+                              Geometry{1, 6, 3, 10, 2, true, NORMKIT_MASK_CHW, 1.0},
+                              // 256-bit tiles and channel tails, several chunks of pixels
+                              Geometry{1, 19, 2, 150, -3, false, NORMKIT_MASK_PHI_CHW, 0.5},
+                              Geometry{2, 17, 2, 70, 5, false, NORMKIT_MASK_BCHW, 1.0}}) {
       CheckAllOps<float>(g, true, 2);
       CheckAllOps<double>(g, true, 1);
     }

@@ -61,6 +61,52 @@ void AccumulateTileT(const ShiftSumTile<T>& t) {
   }
 }
 
+// Four y blocks at a time: each sums its channels in one dependent chain of
+// multiply-adds, so independent blocks side by side hide the latency (one block at a
+// time ran at a quarter of the speed). kSumBlocks vectors past either end of a plane stay
+// within its padding.
+constexpr int64_t kSumBlocks =
+    std::max<int64_t>(1, std::min<int64_t>(4, kShiftSumPlanePadBytes / HWY_MAX_BYTES));
+
+template <class T>
+void SumPlanesT(const ShiftSumPlanesRow<T>& r) {
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  constexpr int64_t B = kSumBlocks;
+  alignas(64) T part[HWY_MAX_BYTES / sizeof(T)];
+  for (int64_t j = r.y_begin; j < r.y_end; j += B * N) {
+    int64_t lanes[B];  // of each block within [y_begin, y_end): N, fewer, or none
+    for (int64_t k = 0; k < B; ++k)
+      lanes[k] = std::max<int64_t>(0, std::min(N, r.y_end - j - k * N));
+    hn::Vec<decltype(d)> acc[B];
+    for (int64_t k = 0; k < B; ++k) acc[k] = hn::Zero(d);
+    const int64_t span = std::min(B * N, r.y_end - j);
+    for (int64_t c = 0; c < r.channels; ++c) {
+      const int64_t i = j - (r.offset0 + c * r.step);  // the first block's first x position
+      if (i >= r.n || i + span <= 0) continue;         // the channel misses these blocks
+      // Lanes outside the channel's [0, n) read the zero padding: m * 0 + acc = acc
+      // (acc is never -0), so they keep their sums.
+      const T* x = r.planes + c * r.plane_stride + i;
+      if (r.m) {
+        const T* m = r.m + c * r.m_channel_stride + i;
+        for (int64_t k = 0; k < B; ++k)
+          acc[k] = hn::MulAdd(hn::LoadU(d, m + k * N), hn::LoadU(d, x + k * N), acc[k]);
+      } else {
+        for (int64_t k = 0; k < B; ++k) acc[k] = acc[k] + hn::LoadU(d, x + k * N);
+      }
+    }
+    for (int64_t k = 0; k < B; ++k) {
+      if (r.scale != T(1)) acc[k] = acc[k] * hn::Set(d, r.scale);
+      if (lanes[k] == N) {
+        hn::StoreU(acc[k], d, r.y + j + k * N);
+      } else if (lanes[k] > 0) {
+        hn::Store(acc[k], d, part);
+        std::copy(part, part + lanes[k], r.y + j + k * N);
+      }
+    }
+  }
+}
+
 template <bool kStream, class D, class V, class T>
 HWY_INLINE void Put(D d, V v, T* y) {
   if constexpr (kStream && hn::MaxLanes(D()) > 1) {
@@ -116,33 +162,108 @@ template <class T>
 constexpr int64_t kTileLanes = static_cast<int64_t>(hn::MaxLanes(DTile<T>()));
 #endif
 
+#if HWY_TARGET != HWY_SCALAR
+// Channels-last -> planes in 256-bit tiles (8 x 8 floats, 4 x 4 doubles) where the
+// target has them: half the stores and fewer shuffles per value than 128-bit tiles.
+// The forward sum along W transposes every x value once; with 128-bit tiles the
+// transposition took 60% of its time.
+#undef NORMKIT_WIDE_TILES  // set per target: this file is compiled once for each
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define NORMKIT_WIDE_TILES 1
+template <class T>
+using DWide = hn::Full256<T>;
+
+HWY_INLINE void TransposeWide(DWide<float> d, hn::Vec<DWide<float>> (&r)[8]) {
+  const hn::Repartition<double, decltype(d)> dd;
+  hn::Vec<DWide<float>> t[8], u[8];
+  for (int k = 0; k < 4; ++k) {  // 32-bit pairs of rows 2k, 2k+1
+    t[2 * k] = hn::InterleaveLower(d, r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = hn::InterleaveUpper(d, r[2 * k], r[2 * k + 1]);
+  }
+  for (int k = 0; k < 2; ++k) {  // 64-bit pairs: columns (q, q+4) of rows 4k..4k+3
+    for (int q = 0; q < 2; ++q) {
+      const auto a = hn::BitCast(dd, t[4 * k + q]), b = hn::BitCast(dd, t[4 * k + q + 2]);
+      u[4 * k + 2 * q] = hn::BitCast(d, hn::InterleaveLower(dd, a, b));
+      u[4 * k + 2 * q + 1] = hn::BitCast(d, hn::InterleaveUpper(dd, a, b));
+    }
+  }
+  for (int q = 0; q < 4; ++q) {  // 128-bit halves: column q and q + 4
+    r[q] = hn::ConcatLowerLower(d, u[4 + q], u[q]);
+    r[q + 4] = hn::ConcatUpperUpper(d, u[4 + q], u[q]);
+  }
+}
+HWY_INLINE void TransposeWide(DWide<double> d, hn::Vec<DWide<double>> (&r)[4]) {
+  const auto t0 = hn::InterleaveLower(d, r[0], r[1]), t1 = hn::InterleaveUpper(d, r[0], r[1]);
+  const auto t2 = hn::InterleaveLower(d, r[2], r[3]), t3 = hn::InterleaveUpper(d, r[2], r[3]);
+  r[0] = hn::ConcatLowerLower(d, t2, t0);
+  r[1] = hn::ConcatLowerLower(d, t3, t1);
+  r[2] = hn::ConcatUpperUpper(d, t2, t0);
+  r[3] = hn::ConcatUpperUpper(d, t3, t1);
+}
+#endif
+
+// Pixels [w, w + K) of channels [c, channels) to planes, in 128-bit tiles and then one
+// value at a time.
+template <class T>
+HWY_INLINE void ToPlanesNarrow(const T* HWY_RESTRICT xw, int64_t w, int64_t c, int64_t channels,
+                               int64_t pixel_stride, T* HWY_RESTRICT planes, int64_t plane_stride) {
+  const DTile<T> d;
+  constexpr int64_t K = kTileLanes<T>;
+  for (; c + K <= channels; c += K) {
+    hn::Vec<DTile<T>> r[K];
+    for (int64_t k = 0; k < K; ++k) r[k] = hn::LoadU(d, xw + k * pixel_stride + c);
+    TransposeTile(d, r);
+    for (int64_t k = 0; k < K; ++k) hn::StoreU(r[k], d, planes + (c + k) * plane_stride + w);
+  }
+  for (; c < channels; ++c) {
+    for (int64_t k = 0; k < K; ++k) planes[c * plane_stride + w + k] = xw[k * pixel_stride + c];
+  }
+}
+#endif
+
 template <class T>
 void ToPlanesT(const T* HWY_RESTRICT x, int64_t pixels, int64_t channels, int64_t pixel_stride,
-               T* HWY_RESTRICT planes, int64_t plane_stride, int64_t prefetch_ahead) {
+               T* HWY_RESTRICT planes, int64_t plane_stride, const T* prefetch,
+               int64_t prefetch_count) {
   int64_t w = 0;
 #if HWY_TARGET != HWY_SCALAR
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
-  const DTile<T> d;
   constexpr int64_t K = kTileLanes<T>;
-  for (; w + K <= pixels; w += K) {
-    const T* xw = x + w * pixel_stride;  // K pixels: K * pixel_stride contiguous values
-    if (prefetch_ahead > 0) {
-      for (int64_t i = 0; i < K * pixel_stride; i += kLine)
-        __builtin_prefetch(xw + prefetch_ahead + i, 0, 2);
+#if NORMKIT_WIDE_TILES
+  const DWide<T> dw;
+  constexpr int64_t KW = static_cast<int64_t>(hn::MaxLanes(DWide<T>()));
+#else
+  constexpr int64_t KW = K;
+#endif
+  // The prefetch requests, spread evenly over the walk's steps of KW pixels.
+  const int64_t steps = pixels / KW;
+  const int64_t per_step =
+      steps > 0 ? ((prefetch_count + kLine - 1) / kLine + steps - 1) / steps : 0;
+  int64_t requested = 0;
+  for (; w + KW <= pixels; w += KW) {
+    const T* xw = x + w * pixel_stride;  // KW pixels: KW * pixel_stride contiguous values
+    for (int64_t i = 0; i < per_step && requested < prefetch_count; ++i, requested += kLine) {
+      __builtin_prefetch(prefetch + requested, 0, 2);  // into L2 (prefetcht1)
     }
     int64_t c = 0;
-    for (; c + K <= channels; c += K) {
-      hn::Vec<DTile<T>> r[K];
-      for (int64_t k = 0; k < K; ++k) r[k] = hn::LoadU(d, xw + k * pixel_stride + c);
-      TransposeTile(d, r);
-      for (int64_t k = 0; k < K; ++k) hn::StoreU(r[k], d, planes + (c + k) * plane_stride + w);
+#if NORMKIT_WIDE_TILES
+    for (; c + KW <= channels; c += KW) {
+      hn::Vec<DWide<T>> r[KW];
+      for (int64_t k = 0; k < KW; ++k) r[k] = hn::LoadU(dw, xw + k * pixel_stride + c);
+      TransposeWide(dw, r);
+      for (int64_t k = 0; k < KW; ++k) hn::StoreU(r[k], dw, planes + (c + k) * plane_stride + w);
     }
-    for (; c < channels; ++c) {
-      for (int64_t k = 0; k < K; ++k) planes[c * plane_stride + w + k] = xw[k * pixel_stride + c];
+#endif
+    for (int64_t k = 0; k < KW; k += K) {
+      ToPlanesNarrow(xw + k * pixel_stride, w + k, c, channels, pixel_stride, planes, plane_stride);
     }
   }
+  for (; w + K <= pixels; w += K) {
+    ToPlanesNarrow(x + w * pixel_stride, w, 0, channels, pixel_stride, planes, plane_stride);
+  }
 #else
-  (void)prefetch_ahead;
+  (void)prefetch;
+  (void)prefetch_count;
 #endif
   for (; w < pixels; ++w) {
     for (int64_t c = 0; c < channels; ++c) planes[c * plane_stride + w] = x[w * pixel_stride + c];
@@ -273,13 +394,20 @@ void ScaledProductF(float* y, const float* x, const float* m, float s, int64_t n
 void ScaledProductD(double* y, const double* x, const double* m, double s, int64_t n, bool stream) {
   stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);
 }
+void SumPlanesF(const ShiftSumPlanesRow<float>& row) {
+  SumPlanesT(row);
+}
+void SumPlanesD(const ShiftSumPlanesRow<double>& row) {
+  SumPlanesT(row);
+}
 void ToPlanesF(const float* x, int64_t pixels, int64_t channels, int64_t pixel_stride,
-               float* planes, int64_t plane_stride, int64_t prefetch_ahead) {
-  ToPlanesT(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch_ahead);
+               float* planes, int64_t plane_stride, const float* prefetch, int64_t prefetch_count) {
+  ToPlanesT(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch, prefetch_count);
 }
 void ToPlanesD(const double* x, int64_t pixels, int64_t channels, int64_t pixel_stride,
-               double* planes, int64_t plane_stride, int64_t prefetch_ahead) {
-  ToPlanesT(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch_ahead);
+               double* planes, int64_t plane_stride, const double* prefetch,
+               int64_t prefetch_count) {
+  ToPlanesT(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch, prefetch_count);
 }
 void FromPlanesF(const float* a, int64_t a_stride, const float* m, int64_t m_stride, float s,
                  int64_t pixels, int64_t channels, float* x, bool stream) {
@@ -341,6 +469,8 @@ HWY_EXPORT(AccumulateTileF);
 HWY_EXPORT(AccumulateTileD);
 HWY_EXPORT(ScaledProductF);
 HWY_EXPORT(ScaledProductD);
+HWY_EXPORT(SumPlanesF);
+HWY_EXPORT(SumPlanesD);
 HWY_EXPORT(ToPlanesF);
 HWY_EXPORT(ToPlanesD);
 HWY_EXPORT(FromPlanesF);
@@ -385,17 +515,26 @@ void ShiftSumScaledProduct<double>(double* y, const double* x, const double* m, 
   HWY_DYNAMIC_DISPATCH(ScaledProductD)(y, x, m, s, n, stream);
 }
 template <>
+void ShiftSumSumPlanes<float>(const ShiftSumPlanesRow<float>& row) {
+  HWY_DYNAMIC_DISPATCH(SumPlanesF)(row);
+}
+template <>
+void ShiftSumSumPlanes<double>(const ShiftSumPlanesRow<double>& row) {
+  HWY_DYNAMIC_DISPATCH(SumPlanesD)(row);
+}
+template <>
 void ShiftSumToPlanes<float>(const float* x, int64_t pixels, int64_t channels, int64_t pixel_stride,
-                             float* planes, int64_t plane_stride, int64_t prefetch_ahead) {
+                             float* planes, int64_t plane_stride, const float* prefetch,
+                             int64_t prefetch_count) {
   HWY_DYNAMIC_DISPATCH(ToPlanesF)
-  (x, pixels, channels, pixel_stride, planes, plane_stride, prefetch_ahead);
+  (x, pixels, channels, pixel_stride, planes, plane_stride, prefetch, prefetch_count);
 }
 template <>
 void ShiftSumToPlanes<double>(const double* x, int64_t pixels, int64_t channels,
                               int64_t pixel_stride, double* planes, int64_t plane_stride,
-                              int64_t prefetch_ahead) {
+                              const double* prefetch, int64_t prefetch_count) {
   HWY_DYNAMIC_DISPATCH(ToPlanesD)
-  (x, pixels, channels, pixel_stride, planes, plane_stride, prefetch_ahead);
+  (x, pixels, channels, pixel_stride, planes, plane_stride, prefetch, prefetch_count);
 }
 template <>
 void ShiftSumFromPlanes<float>(const float* a, int64_t a_stride, const float* m, int64_t m_stride,

@@ -38,6 +38,36 @@ struct ShiftSumTile {
 template <class T>
 void ShiftSumAccumulateTile(const ShiftSumTile<T>& tile);
 
+// Zero padding before and after every plane that ShiftSumSumPlanes reads: at least
+// the widest vector of any target.
+constexpr int64_t kShiftSumPlanePadBytes = 256;
+
+// One y row of the forward sum along W from channel planes, summed in registers, for
+// j in [y_begin, y_end):
+//   y[j] = scale * (sum over c = 0, 1, ... of m_c[i] * p_c[i], i = j - (offset0 + c * step),
+//                   over the c with 0 <= i < n),
+// where p_c = planes + c * plane_stride and m_c = m + c * m_channel_stride (m null: 1;
+// then plain adds). Each term is the ShiftSumAccumulate step (one fused multiply-add,
+// or one add, from 0) in the same channel order, then the one scaling: the bits of the
+// tile kernel and ShiftSumScale. Every p_c and m_c must be readable over [-pad, n + pad), pad =
+// kShiftSumPlanePadBytes / sizeof(T), and hold zeros outside [0, n): a vector that a
+// channel covers only in part adds m * 0 = 0 in its other lanes, with no masking.
+template <class T>
+struct ShiftSumPlanesRow {
+  T* y;
+  int64_t y_begin, y_end;
+  const T* planes;
+  int64_t plane_stride, n;
+  int64_t offset0, step;
+  const T* m;
+  int64_t m_channel_stride;
+  int64_t channels;
+  T scale;
+};
+
+template <class T>
+void ShiftSumSumPlanes(const ShiftSumPlanesRow<T>& row);
+
 // y[i] = s * m[i] * x[i]. `stream`: non-temporal stores (an output larger than the
 // last-level cache); the caller fences them (hwy::FlushStream) before its task ends.
 template <class T>
@@ -45,17 +75,19 @@ void ShiftSumScaledProduct(T* y, const T* x, const T* m, T s, int64_t n, bool st
 
 // Channels-last x rows as channel planes and back: x is [pixels, channels] (one row of
 // a [B, H, W, C] tensor), a plane holds one channel's pixels contiguously, so the
-// channels-first kernels above run on it. Both walk x in memory order, in 128-bit tiles
-// of 4 floats x 4 pixels (2 x 2 doubles) transposed in registers.
+// channels-first kernels above run on it. Both walk x in memory order, in tiles
+// transposed in registers: ToPlanes in 256-bit tiles (8 x 8 floats, 4 x 4 doubles) where
+// the target has them, then 128-bit tiles (4 x 4, 2 x 2); FromPlanes in 128-bit tiles.
 
 // planes[c * plane_stride + w] = x[w * pixel_stride + c] for w < pixels, c < channels
-// (pixel_stride > channels: a slice of each pixel's channels). prefetch_ahead > 0: as
-// the walk goes, the x elements that far ahead are requested into L2 (a later row: one
-// sequential stream, which the hardware prefetchers alone follow too late here); the
-// caller keeps x + pixels * pixel_stride + prefetch_ahead within its tensor.
+// (pixel_stride > channels: a slice of each pixel's channels). As the walk goes, it
+// requests prefetch[0, prefetch_count) into L2, spread evenly over its steps (so the
+// requests of a later row keep the DRAM busy while this one is worked on; one burst
+// per row is partly dropped); prefetch_count 0: none.
 template <class T>
 void ShiftSumToPlanes(const T* x, int64_t pixels, int64_t channels, int64_t pixel_stride, T* planes,
-                      int64_t plane_stride, int64_t prefetch_ahead);
+                      int64_t plane_stride, const T* prefetch = nullptr,
+                      int64_t prefetch_count = 0);
 
 // x[w * channels + c] = (s * a[c * a_stride + w]) * m[c * m_stride + w] (m null: 1; the
 // same two roundings as ShiftSumScaledProduct). Strides may be 0 or negative: the
