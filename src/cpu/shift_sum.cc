@@ -266,8 +266,10 @@ void ForTiles(int64_t begin, int64_t end, int64_t rows_per_sample, int64_t tile_
 // registers and stores it once. Transposition and sums alternate in chunks of pixels,
 // so the planes are summed while in L1 and the DRAM reads keep going. Every y element
 // sums its channels in order 0, 1, ... with the tile kernel's steps: the bits of
-// channels-first. Seed 003's NHWC forward went from 0.41-0.46 of memcpy to 0.47-0.62
-// (1 thread, alternating builds); in L2 the row took 1.6-1.8 us against 2.0-2.4.
+// channels-first. Seed 003's NHWC forward went from 0.43-0.46 of memcpy to 0.51-0.59 at
+// 1 thread, 0.42-0.54 to 0.66-0.74 at 2 (alternating builds, 3 rounds); a row in L2
+// took 1.6-1.8 us against 2.0-2.4. (The same sums straight from channels-first x rows,
+// H * W apart, ran at half the tile kernel's speed: the rows share L1 sets.)
 constexpr int64_t kPlanesRowBytes = int64_t{40} << 10;
 constexpr int64_t kPlanesChunk = 64;  // pixels per chunk; y ranges are multiples of it
 
@@ -344,14 +346,14 @@ constexpr int64_t kPlanesSliceBytes = int64_t{16} << 10;
 template <class T>
 void ForwardChannelsLast(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
                          int64_t end) {
-  const int64_t per_channel = kTileRows * p.W * static_cast<int64_t>(sizeof(T));
-  const int64_t slice = std::min(p.C, std::max<int64_t>(4, kPlanesSliceBytes / per_channel));
-  std::vector<T> planes(static_cast<size_t>(kTileRows * slice * p.W));
-  const bool phi = p.PhiMask();
   if (SumsPlanesInRegisters(p)) {
     ForwardChannelsLastInRegisters(p, x, y, begin, end);
     return;
   }
+  const int64_t per_channel = kTileRows * p.W * static_cast<int64_t>(sizeof(T));
+  const int64_t slice = std::min(p.C, std::max<int64_t>(4, kPlanesSliceBytes / per_channel));
+  std::vector<T> planes(static_cast<size_t>(kTileRows * slice * p.W));
+  const bool phi = p.PhiMask();
   ForTiles(begin, end, p.H_out, kTileRows, [&](int64_t b, int64_t r0, int64_t r1) {
     T* ytile = y + (b * p.H_out + r0) * p.W_out;
     std::fill(ytile, ytile + (r1 - r0) * p.W_out, T(0));
