@@ -498,17 +498,17 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
   const bool mp = mode == PinvMode::kMoorePenrose;
   std::vector<T> table;
   const T* normalizer = mp ? SharedNormalizer(ctx, p, given_normalizer, table) : nullptr;
+  // The counts of covering channels depend on neither the sample nor, along W, the
+  // row: one row of them (along H one per y row), summed once.
+  const int64_t count_rows = mp ? 0 : p.along_h ? p.H_out : 1;
+  std::vector<T> counts(static_cast<size_t>(count_rows * p.W_out));
+  for (int64_t r = 0; r < count_rows; ++r) NormalizerRow(p, 0, r, true, &counts[r * p.W_out]);
   ForRowRanges(ctx, p.B * p.H_out, XRowBytes(p), [&](int64_t begin, int64_t end) {
-    std::vector<T> prow(static_cast<size_t>(p.W_out));
+    std::vector<T> prow(mp ? static_cast<size_t>(p.W_out) : 0);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H_out, r = row % p.H_out;
-      const T* pr;
-      if (mp) {
-        pr = NormalizerRowOrGiven(p, normalizer, b, r, prow.data());
-      } else {
-        NormalizerRow(p, b, r, true, prow.data());
-        pr = prow.data();
-      }
+      const T* pr = mp ? NormalizerRowOrGiven(p, normalizer, b, r, prow.data())
+                       : &counts[(p.along_h ? r : 0) * p.W_out];
       ShiftSumDivide(&z[row * p.W_out], y + row * p.W_out, pr, mp ? p.scale * p.scale : p.scale,
                      T(0), p.W_out);
     }
