@@ -21,6 +21,7 @@ using kernels::ShiftSumAxpy;
 using kernels::ShiftSumDivide;
 using kernels::ShiftSumDivideByMask;
 using kernels::ShiftSumFromPlanes;
+using kernels::ShiftSumFromPlanesAxpy;
 using kernels::ShiftSumResidual;
 using kernels::ShiftSumScale;
 using kernels::ShiftSumScaledProduct;
@@ -599,16 +600,18 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
           const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, prow.data());
           ShiftSumDivide(rr, rr, pr, T(1), gamma, p.W_out);
         }
+        if (p.channels_last) {  // the update and the transposition back in one walk
+          for (int64_t h = h0; h < h1; ++h) {
+            ShiftSumFromPlanesAxpy(xrow(0, h), p.W, &res[(h - h0) * p.W_out + p.Offset(0)], p.step,
+                                   AlignedMask(p, b, 0, h), MaskChannelStride(p), step_scale, p.W,
+                                   p.C, x + ChannelsLastRow(p, b, h));
+          }
+          return;
+        }
         for (int64_t c = 0; c < p.C; ++c) {
           for (int64_t h = h0; h < h1; ++h) {
             ShiftSumAxpy(xrow(c, h), &res[(h - h0) * p.W_out + p.Offset(c)],
                          AlignedMask(p, b, c, h), step_scale, p.W);
-          }
-        }
-        if (p.channels_last) {
-          for (int64_t h = h0; h < h1; ++h) {
-            ShiftSumFromPlanes(xrow(0, h), p.W, static_cast<const T*>(nullptr), 0, T(1), p.W, p.C,
-                               x + ChannelsLastRow(p, b, h));
           }
         }
       });

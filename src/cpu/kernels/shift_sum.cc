@@ -304,6 +304,44 @@ void FromPlanesT(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s
   }
 }
 
+// x[w * channels + c] = p_c[w] + (a * m_c[w]) * r[c * r_step + w] (one fused
+// multiply-add: ShiftSumAxpy's steps) through 128-bit tiles, p_c = planes + c * stride.
+template <class T>
+void FromPlanesAxpyT(const T* planes, int64_t plane_stride, const T* r, int64_t r_step, const T* m,
+                     int64_t m_stride, T a, int64_t pixels, int64_t channels, T* HWY_RESTRICT x) {
+  const auto one = [&](int64_t w, int64_t c) {
+    const hn::CappedTag<T, 1> d1;
+    const auto t = m ? hn::Set(d1, a) * hn::LoadU(d1, m + c * m_stride + w) : hn::Set(d1, a);
+    hn::StoreU(hn::MulAdd(t, hn::LoadU(d1, r + c * r_step + w),
+                          hn::LoadU(d1, planes + c * plane_stride + w)),
+               d1, x + w * channels + c);
+  };
+  int64_t w = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const DTile<T> d;
+  constexpr int64_t K = kTileLanes<T>;
+  for (; w + K <= pixels; w += K) {
+    int64_t c = 0;
+    for (; c + K <= channels; c += K) {
+      hn::Vec<DTile<T>> v[K];
+      for (int64_t k = 0; k < K; ++k) {
+        const auto t = m ? hn::Set(d, a) * hn::LoadU(d, m + (c + k) * m_stride + w) : hn::Set(d, a);
+        v[k] = hn::MulAdd(t, hn::LoadU(d, r + (c + k) * r_step + w),
+                          hn::LoadU(d, planes + (c + k) * plane_stride + w));
+      }
+      TransposeTile(d, v);
+      for (int64_t k = 0; k < K; ++k) hn::StoreU(v[k], d, x + (w + k) * channels + c);
+    }
+    for (; c < channels; ++c) {
+      for (int64_t k = 0; k < K; ++k) one(w + k, c);
+    }
+  }
+#endif
+  for (; w < pixels; ++w) {
+    for (int64_t c = 0; c < channels; ++c) one(w, c);
+  }
+}
+
 // Streaming stores need every tile row aligned: x on a 16-byte boundary and whole tiles
 // of channels (then the rows of a pixel's channels fill whole lines as the walk goes).
 template <class T>
@@ -400,6 +438,16 @@ void SumPlanesF(const ShiftSumPlanesRow<float>& row) {
 void SumPlanesD(const ShiftSumPlanesRow<double>& row) {
   SumPlanesT(row);
 }
+void FromPlanesAxpyF(const float* planes, int64_t plane_stride, const float* r, int64_t r_step,
+                     const float* m, int64_t m_stride, float a, int64_t pixels, int64_t channels,
+                     float* x) {
+  FromPlanesAxpyT(planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels, x);
+}
+void FromPlanesAxpyD(const double* planes, int64_t plane_stride, const double* r, int64_t r_step,
+                     const double* m, int64_t m_stride, double a, int64_t pixels, int64_t channels,
+                     double* x) {
+  FromPlanesAxpyT(planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels, x);
+}
 void ToPlanesF(const float* x, int64_t pixels, int64_t channels, int64_t pixel_stride,
                float* planes, int64_t plane_stride, const float* prefetch, int64_t prefetch_count) {
   ToPlanesT(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch, prefetch_count);
@@ -471,6 +519,8 @@ HWY_EXPORT(ScaledProductF);
 HWY_EXPORT(ScaledProductD);
 HWY_EXPORT(SumPlanesF);
 HWY_EXPORT(SumPlanesD);
+HWY_EXPORT(FromPlanesAxpyF);
+HWY_EXPORT(FromPlanesAxpyD);
 HWY_EXPORT(ToPlanesF);
 HWY_EXPORT(ToPlanesD);
 HWY_EXPORT(FromPlanesF);
@@ -521,6 +571,20 @@ void ShiftSumSumPlanes<float>(const ShiftSumPlanesRow<float>& row) {
 template <>
 void ShiftSumSumPlanes<double>(const ShiftSumPlanesRow<double>& row) {
   HWY_DYNAMIC_DISPATCH(SumPlanesD)(row);
+}
+template <>
+void ShiftSumFromPlanesAxpy<float>(const float* planes, int64_t plane_stride, const float* r,
+                                   int64_t r_step, const float* m, int64_t m_stride, float a,
+                                   int64_t pixels, int64_t channels, float* x) {
+  HWY_DYNAMIC_DISPATCH(FromPlanesAxpyF)
+  (planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels, x);
+}
+template <>
+void ShiftSumFromPlanesAxpy<double>(const double* planes, int64_t plane_stride, const double* r,
+                                    int64_t r_step, const double* m, int64_t m_stride, double a,
+                                    int64_t pixels, int64_t channels, double* x) {
+  HWY_DYNAMIC_DISPATCH(FromPlanesAxpyD)
+  (planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels, x);
 }
 template <>
 void ShiftSumToPlanes<float>(const float* x, int64_t pixels, int64_t channels, int64_t pixel_stride,

@@ -97,6 +97,15 @@ template <class T>
 void ShiftSumFromPlanes(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s,
                         int64_t pixels, int64_t channels, T* x, bool stream = false);
 
+// The GAP step's update of a channels-last row from its planes, ShiftSumAxpy and the
+// transposition back in one walk: x[w * channels + c] = p_c[w] + (a * m_c[w]) *
+// r[c * r_step + w] (one fused multiply-add, ShiftSumAxpy's steps), with
+// p_c = planes + c * plane_stride and m_c = m + c * m_stride (m null: 1).
+template <class T>
+void ShiftSumFromPlanesAxpy(const T* planes, int64_t plane_stride, const T* r, int64_t r_step,
+                            const T* m, int64_t m_stride, T a, int64_t pixels, int64_t channels,
+                            T* x);
+
 // y[i] *= s
 template <class T>
 void ShiftSumScale(T* y, T s, int64_t n);
