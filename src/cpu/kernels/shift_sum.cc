@@ -270,27 +270,26 @@ void ToPlanesT(const T* HWY_RESTRICT x, int64_t pixels, int64_t channels, int64_
   }
 }
 
-template <bool kStream, class T>
-void FromPlanesT(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s, int64_t pixels,
-                 int64_t channels, T* HWY_RESTRICT x) {
+// Planes back to a channels-last row: x[w * channels + c] = value(d, c, w), lane i of
+// the vector being pixel w + i of channel c. 128-bit tiles transposed in registers,
+// then one value at a time (1-lane vectors) for the tails.
+template <bool kStream, class T, class Value>
+HWY_INLINE void FromPlanesWalk(int64_t pixels, int64_t channels, T* HWY_RESTRICT x,
+                               const Value& value) {
+  const hn::CappedTag<T, 1> d1;
   const auto one = [&](int64_t w, int64_t c) {
-    const T v = s * a[c * a_stride + w];
-    x[w * channels + c] = m ? v * m[c * m_stride + w] : v;
+    hn::StoreU(value(d1, c, w), d1, x + w * channels + c);
   };
   int64_t w = 0;
 #if HWY_TARGET != HWY_SCALAR
   const DTile<T> d;
   constexpr int64_t K = kTileLanes<T>;
-  const auto sv = hn::Set(d, s);
   for (; w + K <= pixels; w += K) {
     T* xw = x + w * channels;
     int64_t c = 0;
     for (; c + K <= channels; c += K) {
       hn::Vec<DTile<T>> r[K];
-      for (int64_t k = 0; k < K; ++k) {
-        r[k] = sv * hn::LoadU(d, a + (c + k) * a_stride + w);
-        if (m) r[k] = r[k] * hn::LoadU(d, m + (c + k) * m_stride + w);
-      }
+      for (int64_t k = 0; k < K; ++k) r[k] = value(d, c + k, w);
       TransposeTile(d, r);
       for (int64_t k = 0; k < K; ++k) Put<kStream>(d, r[k], xw + k * channels + c);
     }
@@ -304,42 +303,26 @@ void FromPlanesT(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s
   }
 }
 
+// x[w * channels + c] = (s * a[c * a_stride + w]) * m[c * m_stride + w]
+template <bool kStream, class T>
+void FromPlanesT(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s, int64_t pixels,
+                 int64_t channels, T* HWY_RESTRICT x) {
+  FromPlanesWalk<kStream>(pixels, channels, x, [&](auto d, int64_t c, int64_t w) {
+    const auto v = hn::Set(d, s) * hn::LoadU(d, a + c * a_stride + w);
+    return m ? v * hn::LoadU(d, m + c * m_stride + w) : v;
+  });
+}
+
 // x[w * channels + c] = p_c[w] + (a * m_c[w]) * r[c * r_step + w] (one fused
-// multiply-add: ShiftSumAxpy's steps) through 128-bit tiles, p_c = planes + c * stride.
+// multiply-add: ShiftSumAxpy's steps), p_c = planes + c * plane_stride.
 template <class T>
 void FromPlanesAxpyT(const T* planes, int64_t plane_stride, const T* r, int64_t r_step, const T* m,
                      int64_t m_stride, T a, int64_t pixels, int64_t channels, T* HWY_RESTRICT x) {
-  const auto one = [&](int64_t w, int64_t c) {
-    const hn::CappedTag<T, 1> d1;
-    const auto t = m ? hn::Set(d1, a) * hn::LoadU(d1, m + c * m_stride + w) : hn::Set(d1, a);
-    hn::StoreU(hn::MulAdd(t, hn::LoadU(d1, r + c * r_step + w),
-                          hn::LoadU(d1, planes + c * plane_stride + w)),
-               d1, x + w * channels + c);
-  };
-  int64_t w = 0;
-#if HWY_TARGET != HWY_SCALAR
-  const DTile<T> d;
-  constexpr int64_t K = kTileLanes<T>;
-  for (; w + K <= pixels; w += K) {
-    int64_t c = 0;
-    for (; c + K <= channels; c += K) {
-      hn::Vec<DTile<T>> v[K];
-      for (int64_t k = 0; k < K; ++k) {
-        const auto t = m ? hn::Set(d, a) * hn::LoadU(d, m + (c + k) * m_stride + w) : hn::Set(d, a);
-        v[k] = hn::MulAdd(t, hn::LoadU(d, r + (c + k) * r_step + w),
-                          hn::LoadU(d, planes + (c + k) * plane_stride + w));
-      }
-      TransposeTile(d, v);
-      for (int64_t k = 0; k < K; ++k) hn::StoreU(v[k], d, x + (w + k) * channels + c);
-    }
-    for (; c < channels; ++c) {
-      for (int64_t k = 0; k < K; ++k) one(w + k, c);
-    }
-  }
-#endif
-  for (; w < pixels; ++w) {
-    for (int64_t c = 0; c < channels; ++c) one(w, c);
-  }
+  FromPlanesWalk<false>(pixels, channels, x, [&](auto d, int64_t c, int64_t w) {
+    const auto t = m ? hn::Set(d, a) * hn::LoadU(d, m + c * m_stride + w) : hn::Set(d, a);
+    return hn::MulAdd(t, hn::LoadU(d, r + c * r_step + w),
+                      hn::LoadU(d, planes + c * plane_stride + w));
+  });
 }
 
 // Streaming stores need every tile row aligned: x on a 16-byte boundary and whole tiles
