@@ -275,8 +275,13 @@ constexpr int64_t kPlanesRowBytes = int64_t{40} << 10;
 constexpr int64_t kPlanesChunk = 64;  // pixels per chunk; y ranges are multiples of it
 
 template <class T>
+constexpr int64_t PlanePad() {  // elements of zero padding on either side of a plane
+  return kernels::kShiftSumPlanePadBytes / static_cast<int64_t>(sizeof(T));
+}
+
+template <class T>
 int64_t PlaneStride(const ShiftSumProblem<T>& p) {
-  return p.W + kernels::kShiftSumPlanePadBytes / static_cast<int64_t>(sizeof(T));
+  return p.W + PlanePad<T>();
 }
 
 template <class T>
@@ -287,7 +292,7 @@ bool SumsPlanesInRegisters(const ShiftSumProblem<T>& p) {
 template <class T>
 void ForwardChannelsLastInRegisters(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
                                     int64_t end) {
-  const int64_t pad = kernels::kShiftSumPlanePadBytes / static_cast<int64_t>(sizeof(T));
+  const int64_t pad = PlanePad<T>();
   const int64_t stride = PlaneStride(p);
   const int64_t chunks = (p.W + kPlanesChunk - 1) / kPlanesChunk;
   std::vector<T> plane_buffer(static_cast<size_t>(pad + p.C * stride));  // paddings stay 0
