@@ -53,7 +53,22 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
       run &= ~(lanes - 1);  // lanes is a power of two
       const auto vs = hn::Set(d, scale(p));
       const auto vb = hn::Set(d, shift(p));
-      for (int64_t k = 0; k < run; k += lanes) {
+      int64_t k = 0;
+      // Four loads before their stores keep more misses in flight (planes of four
+      // vectors and more; one-vector planes, S = 16, lost 20-40% with it taken first).
+      if (run >= 4 * lanes) {
+        for (; k + 4 * lanes <= run; k += 4 * lanes) {
+          const auto x0 = hn::LoadU(d, x + i + k);
+          const auto x1 = hn::LoadU(d, x + i + k + lanes);
+          const auto x2 = hn::LoadU(d, x + i + k + 2 * lanes);
+          const auto x3 = hn::LoadU(d, x + i + k + 3 * lanes);
+          PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x0, vs, vb), y + i + k);
+          PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x1, vs, vb), y + i + k + lanes);
+          PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x2, vs, vb), y + i + k + 2 * lanes);
+          PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x3, vs, vb), y + i + k + 3 * lanes);
+        }
+      }
+      for (; k < run; k += lanes) {
         PutVector<kStream>(d, ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i + k), vs, vb),
                            y + i + k);
       }
