@@ -114,6 +114,70 @@ TEST(SimdTargets, AffineShortPlanesOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// Channels-last periods of lcm(C, lanes): one to 16 vectors keep their parameters
+// in registers (both terms up to half the register file, else the shift; short
+// periods repeated to fill them), longer ones take the row walks. An odd offset
+// starts the registers inside the period; 37 pixels leave whole periods after the
+// last full step and a tail; 3 threads start ranges mid-period. Every C runs at
+// 4 MiB and under (in-cache calls, where C = 256 keeps rows) and C = 64 / 256 also
+// above (registers for every term mix; C = 256 with both terms: the shift only).
+TEST(SimdTargets, AffineChannelsLastPeriodsOnEveryTarget) {
+  struct Shape {
+    int64_t N, C, S;
+  };
+  std::vector<Shape> shapes;
+  for (int64_t C : {1, 2, 3, 5, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 240, 256, 272, 512}) {
+    shapes.push_back({2, C, 37});
+  }
+  shapes.push_back({1, 64, 17000});  // 4.2 MiB: past the in-cache row walk
+  shapes.push_back({1, 256, 4500});
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const Shape& s : shapes) {
+      const int64_t numel = s.N * s.C * s.S;
+      const std::vector<int64_t> logical = {s.N, s.C, s.S};
+      const std::vector<float> x = RandomVector(numel, 27), scale = RandomVector(s.N * s.C, 28),
+                               shift = RandomVector(s.N * s.C, 29);
+      std::vector<float> ax(x), as(scale), ab(shift);
+      for (auto* v : {&ax, &as, &ab})
+        for (auto& e : *v) e = std::fabs(e);
+      for (bool per_sample : {false, true}) {
+        for (int terms : {1, 2, 3}) {
+          const float* sp = terms & 1 ? scale.data() : nullptr;
+          const float* bp = terms & 2 ? shift.data() : nullptr;
+          const auto want = ReferenceAffine(x, s.N, s.C, s.S, true, sp, bp, per_sample);
+          const auto mag = ReferenceAffine(ax, s.N, s.C, s.S, true, sp ? as.data() : nullptr,
+                                           bp ? ab.data() : nullptr, per_sample);
+          for (bool in_place : {false, true}) {
+            for (int64_t misalign : {0, 1}) {
+              SCOPED_TRACE(
+                  "N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) +
+                  " S=" + std::to_string(s.S) + " per_sample=" + std::to_string(per_sample) +
+                  " terms=" + std::to_string(terms) + " in_place=" + std::to_string(in_place) +
+                  " misalign=" + std::to_string(misalign));
+              std::vector<float> xbuf(numel + 16), ybuf(numel + 16);
+              float* xd = xbuf.data() + misalign;
+              float* yd = in_place ? xd : ybuf.data() + misalign;
+              std::copy(x.begin(), x.end(), xd);
+              normkit_tensor xt = Desc(xd, NORMKIT_LAYOUT_CHANNELS_LAST, logical),
+                             yt = Desc(yd, NORMKIT_LAYOUT_CHANNELS_LAST, logical);
+              Context ctx(3);
+              ASSERT_EQ(normkit_affine(ctx.ctx, &xt, sp, bp,
+                                       per_sample ? NORMKIT_PARAMS_PER_SAMPLE_CHANNEL
+                                                  : NORMKIT_PARAMS_PER_CHANNEL,
+                                       &yt),
+                        NORMKIT_SUCCESS);
+              ExpectNear(std::vector<float>(yd, yd + numel), want, mag, "affine");
+            }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(SimdTargets, BatchNormFoldIsTheDoubleFormulaOnEveryTarget) {
   const int64_t C = 45;
   const std::vector<float> gamma = RandomVector(C, 11), beta = RandomVector(C, 12),
