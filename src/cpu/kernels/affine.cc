@@ -46,6 +46,26 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
   int64_t i = begin;
   // Align the stores (required to stream; a split-line store costs two otherwise).
   for (; i < end && !IsVectorAligned(d, y + i); ++i) one(i);
+  if (S == lanes && off == 0) {
+    // Planes of exactly one vector (S = 16 at AVX-512, seed 001's 1024 x 16): four
+    // planes a step, their loads first, none of the walk's bookkeeping per vector.
+    for (; end - i >= 4 * lanes; i += 4 * lanes) {
+      const int64_t p1 = next_plane(p), p2 = next_plane(p1), p3 = next_plane(p2);
+      const auto x0 = hn::LoadU(d, x + i);
+      const auto x1 = hn::LoadU(d, x + i + lanes);
+      const auto x2 = hn::LoadU(d, x + i + 2 * lanes);
+      const auto x3 = hn::LoadU(d, x + i + 3 * lanes);
+      const auto put = [&](auto xv, int64_t q, int64_t at) {
+        PutVector<kStream>(
+            d, ApplyAffine<kScale, kShift>(xv, hn::Set(d, scale(q)), hn::Set(d, shift(q))), y + at);
+      };
+      put(x0, p, i);
+      put(x1, p1, i + lanes);
+      put(x2, p2, i + 2 * lanes);
+      put(x3, p3, i + 3 * lanes);
+      p = next_plane(p3);
+    }
+  }
   while (end - i >= lanes) {
     if (S - off >= lanes) {
       // Whole vectors inside the plane: one broadcast, a tight loop.
