@@ -18,6 +18,15 @@
 namespace normkit_test {
 namespace {
 
+// normkit_affine on a 3-thread context (ranges then start inside planes / periods).
+normkit_status AffineOnThreeThreads(const normkit_tensor* x, const normkit_tensor* y,
+                                    const float* scale, const float* shift, bool per_sample) {
+  Context ctx(3);
+  return normkit_affine(ctx.ctx, x, scale, shift,
+                        per_sample ? NORMKIT_PARAMS_PER_SAMPLE_CHANNEL : NORMKIT_PARAMS_PER_CHANNEL,
+                        y);
+}
+
 TEST(SimdTargets, EverySupportedTargetMatchesReference) {
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   ASSERT_FALSE(targets.empty());
@@ -91,12 +100,7 @@ TEST(SimdTargets, AffineShortPlanesOnEveryTarget) {
               normkit_tensor xt = Desc(const_cast<float*>(x.data()), NORMKIT_LAYOUT_CHANNELS_FIRST,
                                        shape),
                              yt = Desc(y, NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
-              Context ctx(3);
-              ASSERT_EQ(normkit_affine(ctx.ctx, &xt, sp, bp,
-                                       per_sample ? NORMKIT_PARAMS_PER_SAMPLE_CHANNEL
-                                                  : NORMKIT_PARAMS_PER_CHANNEL,
-                                       &yt),
-                        NORMKIT_SUCCESS);
+              ASSERT_EQ(AffineOnThreeThreads(&xt, &yt, sp, bp, per_sample), NORMKIT_SUCCESS);
               const auto want = ReferenceAffine(x, N, C, S, false, sp, bp, per_sample);
               std::vector<float> ax(x), as(scale), ab(shift);
               for (auto* v : {&ax, &as, &ab})
@@ -162,12 +166,7 @@ TEST(SimdTargets, AffineChannelsLastPeriodsOnEveryTarget) {
               std::copy(x.begin(), x.end(), xd);
               normkit_tensor xt = Desc(xd, NORMKIT_LAYOUT_CHANNELS_LAST, logical),
                              yt = Desc(yd, NORMKIT_LAYOUT_CHANNELS_LAST, logical);
-              Context ctx(3);
-              ASSERT_EQ(normkit_affine(ctx.ctx, &xt, sp, bp,
-                                       per_sample ? NORMKIT_PARAMS_PER_SAMPLE_CHANNEL
-                                                  : NORMKIT_PARAMS_PER_CHANNEL,
-                                       &yt),
-                        NORMKIT_SUCCESS);
+              ASSERT_EQ(AffineOnThreeThreads(&xt, &yt, sp, bp, per_sample), NORMKIT_SUCCESS);
               ExpectNear(std::vector<float>(yd, yd + numel), want, mag, "affine");
             }
           }
