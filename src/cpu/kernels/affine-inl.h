@@ -218,18 +218,21 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
   // Runs of whole vectors that do not wrap the period: a tight loop with no
   // index arithmetic beyond the pointer bump. rep holds period + lanes values,
   // so a run may also be one vector that straddles the wrap.
+  // Parameters in registers where they fit, but in-cache calls (rows_per_load) keep
+  // the rows for a period whose scale would be loaded (C = 256: 1x256x14x14
+  // channels-last in place, 1.12-1.24 of the flat scale with rows, 1.03-1.14 without).
+  // Fixed for the span: decided once, not per run.
+  const bool whole_vectors = period % lanes == 0;
+  const size_t vectors = period / lanes;
+  const bool in_registers = whole_vectors && vectors <= kParamRegs &&
+                            (!rows_per_load || AllTermsHeld<kScale, kShift>(vectors));
   while (i + lanes <= n) {
-    // Parameters in registers where they fit, but in-cache calls (rows_per_load) keep
-    // the rows for a period whose scale would be loaded (C = 256: 1x256x14x14
-    // channels-last in place, 1.12-1.24 of the flat scale with rows, 1.03-1.14 without).
-    const size_t vectors = period / lanes;
-    if (o < lanes && period % lanes == 0 && vectors <= kParamRegs && n - i >= period &&
-        (!rows_per_load || AllTermsHeld<kScale, kShift>(vectors))) {
+    if (in_registers && o < lanes && n - i >= period) {
       i += AffinePeriodInRegisters<kScale, kShift, kStream>(
           x + i, y + i, n - i, kScale ? scale_rep + o : nullptr, kShift ? shift_rep + o : nullptr,
           period);
       if (i + lanes > n) break;
-    } else if (rows_per_load && o < lanes && period % lanes == 0) {
+    } else if (rows_per_load && o < lanes && whole_vectors) {
       // Whole periods from offset o: rep[o, o + period) is inside the row. Four rows
       // share an L1 set when a period is a multiple of 4 KiB (C = 1024): then two,
       // so 2 x rows, 2 y rows and the parameters still fit its 8 ways.
