@@ -105,7 +105,9 @@ int RegisterAll() {
         shape.insert(shape.end(), sp.begin(), sp.end());
         if (Numel(shape) >= 100000000) continue;
         for (auto layout : layouts)
-          for (int t : thread_counts) Register("seed001", Op::kBatchNorm, shape, layout, false, t);
+          for (bool in_place : {false, true})
+            for (int t : thread_counts)
+              Register("seed001", Op::kBatchNorm, shape, layout, in_place, t);
       }
   return 0;
 }

@@ -124,7 +124,8 @@ TEST(SimdTargets, AffineShortPlanesOnEveryTarget) {
 // starts the registers inside the period; 37 pixels leave whole periods after the
 // last full step and a tail; 3 threads start ranges mid-period. Every C runs at
 // 4 MiB and under (in-cache calls, where C = 256 keeps rows) and C = 64 / 256 also
-// above (registers for every term mix; C = 256 with both terms: the shift only).
+// above (registers for every term mix; C = 256 with both terms: the shift only), as
+// do two long periods (paired halves).
 TEST(SimdTargets, AffineChannelsLastPeriodsOnEveryTarget) {
   struct Shape {
     int64_t N, C, S;
@@ -135,6 +136,10 @@ TEST(SimdTargets, AffineChannelsLastPeriodsOnEveryTarget) {
   }
   shapes.push_back({1, 64, 17000});  // 4.2 MiB: past the in-cache row walk
   shapes.push_back({1, 256, 4500});
+  // Periods past the registers over 4 MiB walk two halves in step: 125 vectors of
+  // C = 1000 (4-vector steps), 65 of C = 520 with samples split across threads.
+  shapes.push_back({1, 1000, 1300});
+  shapes.push_back({2, 520, 1100});
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));
