@@ -193,12 +193,14 @@ HWY_INLINE size_t AffinePeriodInRegisters(const float* x, float* y, size_t n,
 // Half-spans this long and more are far enough apart to walk in step (below).
 constexpr size_t kPairedHalfFloats = size_t{64} << 10;  // 256 KiB
 
-// The body of DRAM-sized periodic spans whose period is too long for registers
-// (C = 1024): the span's two halves walked in step, each parameter vector loaded once
-// for both (two loads a vector, not three). A standalone in-place loop, C = 1024,
-// one thread: 0.79-0.89 of the flat in-place scale walking one stream, 0.95-1.05
-// walking halves 256 KiB or more apart; halves 16-64 KiB apart ran at 0.58-0.87 and
-// neighbouring pixels at 0.41. period is a multiple of Lanes; scale_rep / shift_rep
+// The body of DRAM-sized periodic spans whose terms do not all fit in registers
+// (C = 1024; C = 256 with scale and shift): the span's two halves walked in step,
+// each parameter vector loaded once for both (two loads a vector, not three). A
+// standalone in-place loop, C = 1024, one thread: 0.79-0.89 of the flat in-place
+// scale walking one stream, 0.95-1.05 walking halves 256 KiB or more apart; halves
+// 16-64 KiB apart ran at 0.58-0.87 and neighbouring pixels at 0.41. At C = 256 it
+// also beat the shift held in registers (C driver, 64x256x64x64 in place: 0.92-0.96
+// -> 0.96-1.03). period is a multiple of Lanes; scale_rep / shift_rep
 // hold the period from the span's first element. Returns the elements done (two
 // halves of whole periods).
 template <bool kScale, bool kShift, bool kStream>
@@ -276,8 +278,10 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
   const size_t vectors = period / lanes;
   const bool in_registers = whole_vectors && vectors <= kParamRegs &&
                             (!rows_per_load || AllTermsHeld<kScale, kShift>(vectors));
-  // Longer periods in DRAM-sized in-place or plain-store calls: two halves in step.
-  const bool paired = whole_vectors && vectors > kParamRegs && !rows_per_load && !kStream;
+  // DRAM-sized in-place or plain-store calls whose terms are not all held: two
+  // halves in step (spans too short for that keep the shift in registers).
+  const bool paired =
+      whole_vectors && !AllTermsHeld<kScale, kShift>(vectors) && !rows_per_load && !kStream;
   while (i + lanes <= n) {
     if (paired && o < lanes && n - i >= 2 * kPairedHalfFloats) {
       i += AffinePeriodPairs<kScale, kShift, kStream>(x + i, y + i, n - i,
