@@ -218,12 +218,19 @@ TEST(ShiftSum, AllOpsMatchReference) {
   }
 }
 
+// The seed's channel counts with every mask form: the channels-first forward sums
+// them in groups of channels, over tiles of 16 rows (18 rows: a whole and a part).
 TEST(ShiftSum, SeedChannelCounts) {
+  const int32_t kinds[] = {NORMKIT_MASK_NONE, NORMKIT_MASK_HW,      NORMKIT_MASK_CHW,
+                           NORMKIT_MASK_BCHW, NORMKIT_MASK_PHI_CHW, NORMKIT_MASK_PHI_BCHW};
   for (int64_t C : {28, 31}) {
     for (int64_t S : {1, 2}) {
-      Geometry g{1, C, 3, 37, S, false, NORMKIT_MASK_HW, 2.0 / static_cast<double>(C)};
-      CheckAllOps<float>(g, false, 3);
-      CheckAllOps<float>(g, true, 2);
+      for (int32_t kind : kinds) {
+        if (S == 1 && kind != NORMKIT_MASK_HW) continue;  // every form once per C
+        Geometry g{1, C, 18, 37, S, false, kind, 2.0 / static_cast<double>(C)};
+        CheckAllOps<float>(g, false, 3);
+        CheckAllOps<float>(g, true, 2);
+      }
     }
   }
 }

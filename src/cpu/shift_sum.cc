@@ -226,26 +226,31 @@ int64_t XRowBytes(const ShiftSumProblem<T>& p) {
   return p.C * p.W * static_cast<int64_t>(sizeof(T));
 }
 
-// Channels-first x is summed a tile of y rows at a time, channel by channel:
-// - each channel is one contiguous run of tile_rows * W values;
-// - the run of each channel kForwardPrefetchTiles tiles ahead is requested into L2
-//   (prefetcht1) while this tile's run is summed: C interleaved streams are more than
-//   the hardware prefetchers follow, and prefetching into L1 only clogs its fill
-//   buffers. One thread, seed 003's shape: 11.6 GB/s without, 17-20 GB/s with.
-// The forward takes one row per tile, 4 rows ahead: against 2 rows, 3 tiles ahead
-// (alternating builds), seed 003's forward went from 0.68-0.76 to 0.78-0.81 of memcpy
-// at 1 thread, the 660x660 image from 0.65-0.72 to 0.73-0.76; in cache no change. (Shorter runs per
-// request seem to suit the DRAM better: a standalone loop over the same 28 streams
-// read 12-15 GB/s with 2 KiB requests, 15-19 with 1 KiB.) Prefetching 10 rows ahead
-// is worse (0.57-0.59 on 660x660), and so are tiles whose y is in L2 (a whole sample:
-// 0.52-0.61).
-// The GAP step and the channels-last forward keep 2-row tiles (with 1, C = 512 lost:
-// channels-last forward 0.41 -> 0.24, GAP step 0.72 -> 0.58).
+// Channels-first x is summed a tile of y rows at a time:
+// - The GAP step sums each channel's run of tile_rows * W values in turn and requests
+//   runs further on into L2 (prefetcht1): C interleaved streams are more than the
+//   hardware prefetchers follow, and prefetching into L1 only clogs its fill buffers.
+//   One thread, seed 003's shape: 11.6 GB/s without, 17-20 GB/s with. It and the
+//   channels-last forward keep 2-row tiles (with 1, C = 512 lost: channels-last
+//   forward 0.41 -> 0.24, GAP step 0.72 -> 0.58).
+// - The forward along W reads fewer streams at once: tiles of up to 16 rows whose y
+//   stays in L1 (16 KiB), summed 7 channels at a time, row by row, each channel's row
+//   of the next tile requested into L2 as it goes. A standalone read of seed 003's x
+//   in this order ran at 16.7-19.8 GB/s against 14.4-15.7 for all 28 channels a row
+//   (sequential 19-21). Against 1-row tiles of all channels (alternating builds,
+//   medians of 3, 1 / 2 threads): seed 003 0.89 / 0.90 -> 0.87 / 0.92, C = 31 0.90 /
+//   0.86 -> 0.94 / 0.91, C = 512 0.57 / 0.59 -> 0.70 / 0.72, 660x660 0.80 / 0.81 ->
+//   0.78 / 0.87. 16 rows whatever W lost C = 512 (0.56 -> 0.44) and 660x660 (0.80 ->
+//   0.70); groups of 4 channels lost in cache (B = 1: 0.47 -> 0.41).
+// - The forward along H (a y row's channels come from different x rows) takes one row
+//   a tile, each channel's rows in one call.
 // Every y element still sums its channels in order c = 0, 1, ..., so the result is
 // the same bit for bit whatever the tile.
 constexpr int64_t kTileRows = 2;
-constexpr int64_t kForwardTileRows = 1;                    // channels-first forward
-constexpr int64_t kForwardPrefetchTiles = 4;               // how many tiles ahead its prefetch runs
+constexpr int64_t kForwardTileRows = 1;                    // channels-first forward along H
+constexpr int64_t kForwardGroupRows = 16;                  // along W: at most, rows a tile
+constexpr int64_t kForwardTileBytes = int64_t{16} << 10;   // and bytes of y a tile
+constexpr int64_t kForwardGroupChannels = 7;               // channels summed a row at a time
 constexpr int64_t kGapPrefetchBytes = int64_t{128} << 10;  // GAP: bytes of x ahead
 
 // Calls tile(b, r0, r1) over rows [begin, end) of a [B, rows_per_sample] range, in
@@ -406,28 +411,32 @@ void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
       return;
     }
     const bool phi = p.PhiMask();
-    ForTiles(begin, end, p.H_out, kForwardTileRows, [&](int64_t b, int64_t r0, int64_t r1) {
+    const int64_t tile_rows =
+        p.along_h ? kForwardTileRows
+                  : std::clamp<int64_t>(kForwardTileBytes / (p.W_out * int64_t{sizeof(T)}), 1,
+                                        kForwardGroupRows);
+    ForTiles(begin, end, p.H_out, tile_rows, [&](int64_t b, int64_t r0, int64_t r1) {
       T* ytile = y + (b * p.H_out + r0) * p.W_out;
       std::fill(ytile, ytile + (r1 - r0) * p.W_out, T(0));
-      if (!p.along_h) {  // every channel covers every row of the tile: one call
-        const int64_t ahead = r1 + (kForwardPrefetchTiles - 1) * kForwardTileRows;
-        kernels::ShiftSumTile<T> tile{};
-        tile.y = ytile + p.Offset(0);
-        tile.y_row_stride = p.W_out;
-        tile.y_channel_step = p.step;
-        tile.x = x + xr.Offset(b, 0, r0);
-        tile.x_row_stride = p.W;
-        tile.x_channel_stride = p.H * p.W;
-        // The channel's rows kForwardPrefetchTiles tiles ahead (contiguous along W).
-        tile.prefetch_offset = (ahead - r0) * p.W;
-        tile.prefetch_count = ahead < p.H ? std::min(kForwardTileRows, p.H - ahead) * p.W : 0;
-        tile.m = AlignedMask(p, b, 0, r0);
-        tile.m_row_stride = phi ? p.W_out : p.W;
-        tile.m_channel_stride = MaskChannelStride(p);
-        tile.channels = p.C;
-        tile.rows = r1 - r0;
-        tile.n = p.W;
-        ShiftSumAccumulateTile(tile);
+      if (!p.along_h) {  // every channel covers every row of the tile
+        for (int64_t c0 = 0; c0 < p.C; c0 += kForwardGroupChannels) {
+          for (int64_t r = r0; r < r1; ++r) {
+            kernels::ShiftSumTile<T> tile{};
+            tile.y = ytile + (r - r0) * p.W_out + p.Offset(c0);
+            tile.y_channel_step = p.step;
+            tile.x = x + xr.Offset(b, c0, r);
+            tile.x_channel_stride = p.H * p.W;
+            // This row of the next tile, of each channel in the group.
+            tile.prefetch_offset = tile_rows * p.W;
+            tile.prefetch_count = r + tile_rows < p.H ? p.W : 0;
+            tile.m = AlignedMask(p, b, c0, r);
+            tile.m_channel_stride = MaskChannelStride(p);
+            tile.channels = std::min(kForwardGroupChannels, p.C - c0);
+            tile.rows = 1;
+            tile.n = p.W;
+            ShiftSumAccumulateTile(tile);
+          }
+        }
       } else {
         for (int64_t c = 0; c < p.C; ++c) {
           // The tile rows this channel reaches: consecutive x rows, one call.
