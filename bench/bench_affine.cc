@@ -14,10 +14,11 @@
 namespace normkit_bench {
 namespace {
 
-enum class Op { kAffine, kScaleOnly, kBatchNorm, kNaiveLoop };
+enum class Op { kAffine, kPerSample, kScaleOnly, kBatchNorm, kNaiveLoop };
 const char* OpName(Op op) {
   switch (op) {
     case Op::kAffine: return "affine";
+    case Op::kPerSample: return "affine_per_sample";
     case Op::kScaleOnly: return "scale_only";
     case Op::kBatchNorm: return "batch_norm";
     case Op::kNaiveLoop: return "naive_broadcast_loop";
@@ -39,7 +40,8 @@ void Run(benchmark::State& state, Op op, std::vector<int64_t> shape, normkit_lay
          bool in_place, int threads) {
   const int64_t numel = Numel(shape), C = shape[1], N = shape[0], S = numel / (N * C);
   Buffer x = MakeBuffer(numel, 1), y = MakeBuffer(numel, 2);
-  Buffer scale = MakeBuffer(C, 4), shift = MakeBuffer(C, 5), mean = MakeBuffer(C, 6),
+  // Per-sample parameters (seed 000) are N x C; the others read the first C.
+  Buffer scale = MakeBuffer(N * C, 4), shift = MakeBuffer(N * C, 5), mean = MakeBuffer(C, 6),
          var = MakeBuffer(C, 7);
   for (int64_t c = 0; c < C; ++c) var[c] = var[c] * var[c] + 0.5f;
   normkit_context* ctx = nullptr;
@@ -50,6 +52,9 @@ void Run(benchmark::State& state, Op op, std::vector<int64_t> shape, normkit_lay
     switch (op) {
       case Op::kAffine:
         normkit_affine(ctx, &xt, scale.get(), shift.get(), NORMKIT_PARAMS_PER_CHANNEL, &yt);
+        break;
+      case Op::kPerSample:
+        normkit_affine(ctx, &xt, scale.get(), shift.get(), NORMKIT_PARAMS_PER_SAMPLE_CHANNEL, &yt);
         break;
       case Op::kScaleOnly:
         normkit_affine(ctx, &xt, scale.get(), nullptr, NORMKIT_PARAMS_PER_CHANNEL, &yt);
@@ -84,13 +89,14 @@ int RegisterAll() {
   std::vector<int> thread_counts = {1};
   if (all > 1) thread_counts.push_back(all);
   const auto layouts = {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST};
-  // Seed 000 / 004 and the N = 1 edge shapes: every op, both places.
+  // Seed 000 (per-sample parameters) / 004 (scale only) and the N = 1 edge shapes:
+  // every op, both places.
   const std::vector<std::pair<std::string, std::vector<int64_t>>> main_shapes = {
       {"seed000", {64, 256, 64, 64}}, {"seed000", {16, 256, 64, 64}}, {"edge", {1, 64, 56, 56}},
       {"edge", {1, 256, 14, 14}},     {"edge", {1, 32, 112, 112}},    {"edge", {1, 3, 224, 224}},
       {"edge", {1, 1024, 7, 7}}};
   for (const auto& [group, shape] : main_shapes)
-    for (Op op : {Op::kAffine, Op::kScaleOnly, Op::kBatchNorm})
+    for (Op op : {Op::kAffine, Op::kPerSample, Op::kScaleOnly, Op::kBatchNorm})
       for (auto layout : layouts)
         for (bool in_place : {false, true})
           for (int t : thread_counts) Register(group, op, shape, layout, in_place, t);
