@@ -90,7 +90,6 @@ int RegisterAll() {
     for (ShiftOp op : {ShiftOp::kForward, ShiftOp::kAdjoint, ShiftOp::kPinv, ShiftOp::kGap}) {
       for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
         if (layout == NORMKIT_LAYOUT_CHANNELS_LAST && s.group == "real") continue;
-        if (layout == NORMKIT_LAYOUT_CHANNELS_LAST && s.group == "pnp") continue;
         for (int32_t kind : {NORMKIT_MASK_HW, NORMKIT_MASK_PHI_CHW}) {
           if (kind == NORMKIT_MASK_PHI_CHW && op != ShiftOp::kGap) continue;
           for (int t : thread_counts) {

@@ -350,6 +350,72 @@ TEST(ShiftSum, ChannelsLastOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// The forward of channels-last x against the reference and against channels-first x
+// (the same bits), 3 threads.
+template <class T>
+void CheckForwardLayouts(const Geometry& g) {
+  SCOPED_TRACE(Name(g, true) + (sizeof(T) == 8 ? " double" : " float"));
+  const int64_t nx = g.B * g.C * g.H * g.W, ny = g.B * g.Hout() * g.Wout();
+  const Data<T> x = Random<T>(nx, 41);
+  Data<T> mask = Random<T>(std::max<int64_t>(g.MaskElems(), 1), 42, 0.0, 1.0);
+  for (size_t i = 0; i < mask.v.size(); i += 7) mask.v[i] = T(0);
+  std::vector<T> xl(nx);
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t w = 0; w < g.W; ++w)
+          xl[g.XIndex(b, c, h, w, true)] = x.v[g.XIndex(b, c, h, w, false)];
+  normkit_shift_sum_params params;
+  normkit_shift_sum_params_init(&params, g.S);
+  params.scale = g.scale;
+  params.mask_kind = g.mask_kind;
+  params.mask = g.mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.v.data();
+  Context ctx(3);
+  const std::vector<int64_t> xshape = {g.B, g.C, g.H, g.W}, yshape = {g.B, 1, g.Hout(), g.Wout()};
+  std::vector<T> y_first(ny, T(-9)), y_last(ny, T(-9));
+  normkit_tensor xf = TensorOf(const_cast<T*>(x.v.data()), NORMKIT_LAYOUT_CHANNELS_FIRST, xshape);
+  normkit_tensor xc = TensorOf(xl.data(), NORMKIT_LAYOUT_CHANNELS_LAST, xshape);
+  normkit_tensor yf = TensorOf(y_first.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, yshape);
+  normkit_tensor yc = TensorOf(y_last.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, yshape);
+  ASSERT_EQ(normkit_shift_sum(ctx.ctx, &xf, &params, &yf), NORMKIT_SUCCESS);
+  ASSERT_EQ(normkit_shift_sum(ctx.ctx, &xc, &params, &yc), NORMKIT_SUCCESS);
+  Geometry ga = g;
+  ga.scale = std::fabs(g.scale);
+  std::vector<double> absx(nx), absm(mask.v.size());
+  for (int64_t i = 0; i < nx; ++i) absx[i] = std::fabs(static_cast<double>(x.v[i]));
+  for (size_t i = 0; i < absm.size(); ++i) absm[i] = std::fabs(static_cast<double>(mask.v[i]));
+  ExpectClose(y_last, RefForward(g, x.d(), mask.d(), false), RefForward(ga, absx, absm, false), g.C,
+              "forward");
+  EXPECT_EQ(std::memcmp(y_first.data(), y_last.data(), ny * sizeof(T)), 0);
+}
+
+// Channels-last rows with no mask or a [H, W] one, and up to four vectors of channels,
+// are summed without a transposition (ShiftSumSkew, written per target): on every
+// target, against the reference and bit for bit against channels-first x. The
+// channel counts span one to four vectors and past them (the planes path) on
+// 4-, 8- and 16-lane targets; |S| = W and |S| > W (gaps); odd row counts (a row
+// walked alone) and 3 threads (ranges of odd length).
+TEST(ShiftSum, SkewedForwardOnEveryTarget) {
+  const std::vector<Geometry> shapes = {
+      {1, 2, 3, 5, 1, false, 0, 1.0},       {2, 9, 3, 11, -2, false, 0, 0.5},
+      {1, 16, 2, 16, 3, false, 0, 1.0},     {1, 17, 3, 20, -1, false, 0, 1.0},
+      {2, 33, 1, 40, 2, false, 0, 0.25},    {1, 64, 3, 9, 1, false, 0, 1.0},
+      {1, 5, 3, 7, 7, false, 0, 1.0},       {1, 5, 2, 7, -8, false, 0, 1.0},
+      {2, 28, 5, 37, 2, false, 0, 2.0 / 28}};
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (Geometry g : shapes) {
+      for (int32_t kind : {NORMKIT_MASK_NONE, NORMKIT_MASK_HW}) {
+        g.mask_kind = kind;
+        CheckForwardLayouts<float>(g);
+        CheckForwardLayouts<double>(g);
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 // <A x, y> = <x, A^T y> in float64, for every mask form, both axes and layouts.
 TEST(ShiftSum, AdjointIdentity) {
   for (int32_t kind = NORMKIT_MASK_NONE; kind <= NORMKIT_MASK_PHI_BCHW; ++kind) {
@@ -456,30 +522,40 @@ TEST(ShiftSum, SeedFormulationsAgree) {
         }
 }
 
-// NaN and Inf reach exactly the outputs that sum them (A) or read them (A^T).
+// NaN and Inf reach exactly the outputs that sum them (A) or read them (A^T). In
+// channels-last x, the vector loads of a pixel's channels also read the next pixels'
+// (the skewed forward's spare lanes): what they read must not reach a sum.
 TEST(ShiftSum, NonFiniteValuesStayWhereTheyLand) {
   const Geometry g{2, 5, 4, 9, 2, false, NORMKIT_MASK_NONE, 1.0};
   std::vector<float> x(g.B * g.C * g.H * g.W, 0.5f), y(g.B * g.Hout() * g.Wout());
-  x[g.XIndex(0, 1, 2, 3, false)] = std::numeric_limits<float>::quiet_NaN();
-  x[g.XIndex(1, 0, 0, 0, false)] = std::numeric_limits<float>::infinity();
   normkit_shift_sum_params params;
   normkit_shift_sum_params_init(&params, g.S);
-  normkit_tensor xt = TensorOf(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, g.C, g.H, g.W});
   normkit_tensor yt =
       TensorOf(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, 1, g.Hout(), g.Wout()});
-  ASSERT_EQ(normkit_shift_sum(nullptr, &xt, &params, &yt), NORMKIT_SUCCESS);
-  for (int64_t b = 0; b < g.B; ++b)
-    for (int64_t r = 0; r < g.Hout(); ++r)
-      for (int64_t v = 0; v < g.Wout(); ++v) {
-        const float got = y[g.YIndex(b, r, v)];
-        if (b == 0 && r == 2 && v == 3 + g.Off(1)) {
-          EXPECT_TRUE(std::isnan(got));
-        } else if (b == 1 && r == 0 && v == 0) {
-          EXPECT_TRUE(std::isinf(got));
-        } else {
-          EXPECT_TRUE(std::isfinite(got)) << b << " " << r << " " << v;
+  for (bool cl : {false, true}) {
+    SCOPED_TRACE(cl ? "channels-last" : "channels-first");
+    std::fill(x.begin(), x.end(), 0.5f);
+    x[g.XIndex(0, 1, 2, 3, cl)] = std::numeric_limits<float>::quiet_NaN();
+    x[g.XIndex(1, 0, 0, 0, cl)] = std::numeric_limits<float>::infinity();
+    normkit_tensor xt =
+        TensorOf(x.data(), cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST,
+                 {g.B, g.C, g.H, g.W});
+    ASSERT_EQ(normkit_shift_sum(nullptr, &xt, &params, &yt), NORMKIT_SUCCESS);
+    for (int64_t b = 0; b < g.B; ++b)
+      for (int64_t r = 0; r < g.Hout(); ++r)
+        for (int64_t v = 0; v < g.Wout(); ++v) {
+          const float got = y[g.YIndex(b, r, v)];
+          if (b == 0 && r == 2 && v == 3 + g.Off(1)) {
+            EXPECT_TRUE(std::isnan(got));
+          } else if (b == 1 && r == 0 && v == 0) {
+            EXPECT_TRUE(std::isinf(got));
+          } else {
+            EXPECT_TRUE(std::isfinite(got)) << b << " " << r << " " << v;
+          }
         }
-      }
+  }
+  std::fill(x.begin(), x.end(), 0.5f);
+  normkit_tensor xt = TensorOf(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, g.C, g.H, g.W});
   // Adjoint: a NaN in y row (0, 2) at column 5 reaches x (0, c, 2, 5 - c*S) only.
   std::fill(y.begin(), y.end(), 1.0f);
   y[g.YIndex(0, 2, 5)] = std::numeric_limits<float>::quiet_NaN();
@@ -495,36 +571,39 @@ TEST(ShiftSum, NonFiniteValuesStayWhereTheyLand) {
 
 TEST(ShiftSum, BitwiseIdenticalAcrossThreadCounts) {
   // x is 1.5 MB: above the size below which calls stay on one thread (1 MiB).
-  const Geometry g{3, 28, 65, 70, 2, false, NORMKIT_MASK_CHW, 2.0 / 28};
-  Data<float> x = Random<float>(g.B * g.C * g.H * g.W, 21),
-              y = Random<float>(g.B * g.Hout() * g.Wout(), 22),
-              m = Random<float>(g.MaskElems(), 23, 0.0, 1.0);
-  normkit_shift_sum_params params;
-  normkit_shift_sum_params_init(&params, g.S);
-  params.scale = g.scale;
-  params.mask_kind = g.mask_kind;
-  params.mask = m.v.data();
-  for (bool cl : {false, true}) {
-    const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
-    std::vector<float> first_y, first_x;
-    for (int threads : {1, 2, 3, 8}) {
-      Context ctx(threads);
-      std::vector<float> yo(y.v.size()), xg = x.v;
-      normkit_tensor xt = TensorOf(x.v.data(), layout, {g.B, g.C, g.H, g.W});
-      normkit_tensor yt =
-          TensorOf(yo.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, 1, g.Hout(), g.Wout()});
-      normkit_tensor yin =
-          TensorOf(y.v.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, 1, g.Hout(), g.Wout()});
-      normkit_tensor xgt = TensorOf(xg.data(), layout, {g.B, g.C, g.H, g.W});
-      ASSERT_EQ(normkit_shift_sum(ctx.ctx, &xt, &params, &yt), NORMKIT_SUCCESS);
-      ASSERT_EQ(normkit_shift_sum_gap_step(ctx.ctx, &xgt, &yin, &params, 0.5, 0.1, nullptr),
-                NORMKIT_SUCCESS);
-      if (first_y.empty()) {
-        first_y = yo;
-        first_x = xg;
-      } else {
-        ASSERT_EQ(std::memcmp(first_y.data(), yo.data(), yo.size() * 4), 0) << threads;
-        ASSERT_EQ(std::memcmp(first_x.data(), xg.data(), xg.size() * 4), 0) << threads;
+  for (int32_t kind : {NORMKIT_MASK_CHW, NORMKIT_MASK_HW}) {
+    SCOPED_TRACE(kind);
+    const Geometry g{3, 28, 65, 70, 2, false, kind, 2.0 / 28};
+    Data<float> x = Random<float>(g.B * g.C * g.H * g.W, 21),
+                y = Random<float>(g.B * g.Hout() * g.Wout(), 22),
+                m = Random<float>(g.MaskElems(), 23, 0.0, 1.0);
+    normkit_shift_sum_params params;
+    normkit_shift_sum_params_init(&params, g.S);
+    params.scale = g.scale;
+    params.mask_kind = g.mask_kind;
+    params.mask = m.v.data();
+    for (bool cl : {false, true}) {
+      const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+      std::vector<float> first_y, first_x;
+      for (int threads : {1, 2, 3, 8}) {
+        Context ctx(threads);
+        std::vector<float> yo(y.v.size()), xg = x.v;
+        normkit_tensor xt = TensorOf(x.v.data(), layout, {g.B, g.C, g.H, g.W});
+        normkit_tensor yt =
+            TensorOf(yo.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, 1, g.Hout(), g.Wout()});
+        normkit_tensor yin =
+            TensorOf(y.v.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {g.B, 1, g.Hout(), g.Wout()});
+        normkit_tensor xgt = TensorOf(xg.data(), layout, {g.B, g.C, g.H, g.W});
+        ASSERT_EQ(normkit_shift_sum(ctx.ctx, &xt, &params, &yt), NORMKIT_SUCCESS);
+        ASSERT_EQ(normkit_shift_sum_gap_step(ctx.ctx, &xgt, &yin, &params, 0.5, 0.1, nullptr),
+                  NORMKIT_SUCCESS);
+        if (first_y.empty()) {
+          first_y = yo;
+          first_x = xg;
+        } else {
+          ASSERT_EQ(std::memcmp(first_y.data(), yo.data(), yo.size() * 4), 0) << threads;
+          ASSERT_EQ(std::memcmp(first_x.data(), xg.data(), xg.size() * 4), 0) << threads;
+        }
       }
     }
   }

@@ -107,6 +107,113 @@ void SumPlanesT(const ShiftSumPlanesRow<T>& r) {
   }
 }
 
+// The systolic walk of ShiftSumSkew for NB vectors of channels and R rows side by
+// side (two rows: two independent chains of multiply-add -> rotate -> blend, whose
+// latency sets the pace of one). Lane j of block k holds channel k * L + j. A pixel's
+// step adds its channels, then rotates every block up one lane: lane 0 of block k
+// takes the top lane of block k - 1 (block 0: zero, a new sum), and the top lane of
+// the last block (channel C - 1) is a finished y element, read from lane 0 of its
+// rotation. Lanes past channel C - 1 in the last block only move up: what they read
+// never reaches a sum. Pixels t = j - offset0 - c * step of one y element are a step
+// apart only within a phase (t mod |step|), so each phase is a walk of its own, in
+// the direction that meets channel 0 first.
+template <class T, int NB, int R, bool kMask>
+void SkewT(const ShiftSumSkewRows<T>& s) {
+  const hn::ScalableTag<T> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  using TI = hn::TFromD<decltype(di)>;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t C = s.C, W = s.W, step = s.step, a = step < 0 ? -step : step;
+  const int64_t top = C - 1 - (NB - 1) * L;  // the lane of channel C - 1
+  HWY_ALIGN TI up[HWY_MAX_BYTES / sizeof(T)];
+  HWY_ALIGN TI up_last[HWY_MAX_BYTES / sizeof(T)];
+  for (int64_t j = 0; j < L; ++j) {
+    up[j] = static_cast<TI>(j == 0 ? L - 1 : j - 1);
+    up_last[j] = static_cast<TI>(j == 0 ? top : j - 1);
+  }
+  const auto rotate = hn::SetTableIndices(d, up);
+  const auto rotate_last = hn::SetTableIndices(d, up_last);
+  const auto lane0 = hn::FirstN(d, 1);
+  // Multiplying by 1 is exact, so the scale is always applied (the tile kernel's bits).
+  const T scale = s.scale;
+  const T* xs[R];
+  const T* ms[R];
+  for (int r = 0; r < R; ++r) {
+    xs[r] = s.x[r];
+    ms[r] = s.m[r];
+  }
+  const int64_t offset0 = step < 0 ? (C - 1) * a : 0;
+  const int64_t dt = -step;
+  // Lines of the prefetch range requested a step: the walk takes W + (C - 1) * a steps.
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  const int64_t lines = (s.prefetch_count + kLine - 1) / kLine;
+  const int64_t steps = W + (C - 1) * a;
+  const int64_t lines_a_step = (lines + steps - 1) / steps;
+  const T* prefetch = s.prefetch;
+  int64_t lines_left = lines;
+  for (int64_t phase = 0; phase < a; ++phase) {
+    const int64_t pixels = (W - 1 - phase) / a + 1;
+    const int64_t t0 = step > 0 ? phase + a * (pixels - 1) : phase;  // the first pixel walked
+    T* ys[R];
+    for (int r = 0; r < R; ++r) ys[r] = s.y[r] + t0 + offset0 + (C - 1) * step;
+    V acc[R][NB];
+    for (int r = 0; r < R; ++r)
+      for (int k = 0; k < NB; ++k) acc[r][k] = hn::Zero(d);
+    for (int64_t q = 0; q < pixels + C - 1; ++q) {
+      for (int64_t i = 0; i < lines_a_step && lines_left > 0; ++i, --lines_left) {
+        __builtin_prefetch(prefetch, 0, 2);  // into L2 (prefetcht1)
+        prefetch += kLine;
+      }
+      if (q < pixels) {
+        const int64_t t = t0 + q * dt;
+        for (int r = 0; r < R; ++r) {
+          const T* x = xs[r] + t * C;
+          if constexpr (kMask) {
+            const V m = hn::Set(d, ms[r][t]);
+            for (int k = 0; k < NB; ++k)
+              acc[r][k] = hn::MulAdd(m, hn::LoadU(d, x + k * L), acc[r][k]);
+          } else {
+            for (int k = 0; k < NB; ++k) acc[r][k] = acc[r][k] + hn::LoadU(d, x + k * L);
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        V moved[NB];
+        for (int k = 0; k < NB; ++k)
+          moved[k] = hn::TableLookupLanes(acc[r][k], k == NB - 1 ? rotate_last : rotate);
+        ys[r][q * dt] = hn::GetLane(moved[NB - 1]) * scale;
+        acc[r][0] = hn::IfThenZeroElse(lane0, moved[0]);
+        for (int k = 1; k < NB; ++k) acc[r][k] = hn::IfThenElse(lane0, moved[k - 1], moved[k]);
+      }
+    }
+  }
+}
+
+template <class T, int NB>
+void SkewBlocksT(const ShiftSumSkewRows<T>& s) {
+  const bool two = s.y[1] != nullptr;
+  if (s.m[0]) return two ? SkewT<T, NB, 2, true>(s) : SkewT<T, NB, 1, true>(s);
+  return two ? SkewT<T, NB, 2, false>(s) : SkewT<T, NB, 1, false>(s);
+}
+
+template <class T>
+void SkewAnyT(const ShiftSumSkewRows<T>& s) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  const int64_t blocks = (s.C + L - 1) / L;
+  switch (blocks) {
+    case 1: return SkewBlocksT<T, 1>(s);
+    case 2: return SkewBlocksT<T, 2>(s);
+    case 3: return SkewBlocksT<T, 3>(s);
+    default: return SkewBlocksT<T, 4>(s);
+  }
+}
+
+template <class T>
+int64_t SkewMaxChannelsT() {
+  return 4 * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+}
+
 template <bool kStream, class D, class V, class T>
 HWY_INLINE void Put(D d, V v, T* y) {
   if constexpr (kStream && hn::MaxLanes(D()) > 1) {
@@ -421,6 +528,18 @@ void SumPlanesF(const ShiftSumPlanesRow<float>& row) {
 void SumPlanesD(const ShiftSumPlanesRow<double>& row) {
   SumPlanesT(row);
 }
+void SkewF(const ShiftSumSkewRows<float>& rows) {
+  SkewAnyT(rows);
+}
+void SkewD(const ShiftSumSkewRows<double>& rows) {
+  SkewAnyT(rows);
+}
+int64_t SkewMaxChannelsF() {
+  return SkewMaxChannelsT<float>();
+}
+int64_t SkewMaxChannelsD() {
+  return SkewMaxChannelsT<double>();
+}
 void FromPlanesAxpyF(const float* planes, int64_t plane_stride, const float* r, int64_t r_step,
                      const float* m, int64_t m_stride, float a, int64_t pixels, int64_t channels,
                      float* x) {
@@ -502,6 +621,10 @@ HWY_EXPORT(ScaledProductF);
 HWY_EXPORT(ScaledProductD);
 HWY_EXPORT(SumPlanesF);
 HWY_EXPORT(SumPlanesD);
+HWY_EXPORT(SkewF);
+HWY_EXPORT(SkewD);
+HWY_EXPORT(SkewMaxChannelsF);
+HWY_EXPORT(SkewMaxChannelsD);
 HWY_EXPORT(FromPlanesAxpyF);
 HWY_EXPORT(FromPlanesAxpyD);
 HWY_EXPORT(ToPlanesF);
@@ -554,6 +677,22 @@ void ShiftSumSumPlanes<float>(const ShiftSumPlanesRow<float>& row) {
 template <>
 void ShiftSumSumPlanes<double>(const ShiftSumPlanesRow<double>& row) {
   HWY_DYNAMIC_DISPATCH(SumPlanesD)(row);
+}
+template <>
+void ShiftSumSkew<float>(const ShiftSumSkewRows<float>& rows) {
+  HWY_DYNAMIC_DISPATCH(SkewF)(rows);
+}
+template <>
+void ShiftSumSkew<double>(const ShiftSumSkewRows<double>& rows) {
+  HWY_DYNAMIC_DISPATCH(SkewD)(rows);
+}
+template <>
+int64_t ShiftSumSkewMaxChannels<float>() {
+  return HWY_DYNAMIC_DISPATCH(SkewMaxChannelsF)();
+}
+template <>
+int64_t ShiftSumSkewMaxChannels<double>() {
+  return HWY_DYNAMIC_DISPATCH(SkewMaxChannelsD)();
 }
 template <>
 void ShiftSumFromPlanesAxpy<float>(const float* planes, int64_t plane_stride, const float* r,

@@ -68,6 +68,38 @@ struct ShiftSumPlanesRow {
 template <class T>
 void ShiftSumSumPlanes(const ShiftSumPlanesRow<T>& row);
 
+// The forward sum along W straight from channels-last rows, no transposition: up to
+// two y rows, each from one x row of [W, C] values and an optional mask row of W
+// (null: all ones):
+//   y[j] = scale * (sum over c = 0, 1, ... of m[t] * x[t * C + c], t = j - (offset0 + c * step),
+//                   over the c with 0 <= t < W),
+// offset0 = (C - 1) * |step| when step < 0, else 0; y rows hold W + (C - 1) * |step|
+// values. The vectors of a pixel's channels form a systolic array: every step adds one
+// pixel's channels to it and moves each partial sum one channel up, so a y element
+// sums its channels in order 0, 1, ... with ShiftSumAccumulate's steps (the bits of
+// the planes and tile kernels). Requires 2 <= C <= ShiftSumSkewMaxChannels<T>() and
+// 1 <= |step| <= W. Loads read up to ShiftSumSkewMaxChannels<T>() values past a row's
+// last pixel: they must be readable (their values do not matter). As the walk goes,
+// it requests prefetch[0, prefetch_count) into L2, spread evenly over its steps (the
+// rows it reads next; 0: none).
+template <class T>
+struct ShiftSumSkewRows {
+  T* y[2];  // y[1] null: one row
+  const T* x[2];
+  const T* m[2];
+  int64_t W, C, step;
+  T scale;
+  const T* prefetch;
+  int64_t prefetch_count;
+};
+
+template <class T>
+void ShiftSumSkew(const ShiftSumSkewRows<T>& rows);
+
+// The most channels ShiftSumSkew takes on the dispatched target (four vectors).
+template <class T>
+int64_t ShiftSumSkewMaxChannels();
+
 // y[i] = s * m[i] * x[i]. `stream`: non-temporal stores (an output larger than the
 // last-level cache); the caller fences them (hwy::FlushStream) before its task ends.
 template <class T>
