@@ -351,7 +351,7 @@ TEST(ShiftSum, ChannelsLastOnEveryTarget) {
 }
 
 // The forward of channels-last x against the reference and against channels-first x
-// (the same bits), 3 threads.
+// (the same bits), and the GAP step against channels-first x; 3 threads.
 template <class T>
 void CheckForwardLayouts(const Geometry& g) {
   SCOPED_TRACE(Name(g, true) + (sizeof(T) == 8 ? " double" : " float"));
@@ -387,15 +387,35 @@ void CheckForwardLayouts(const Geometry& g) {
   ExpectClose(y_last, RefForward(g, x.d(), mask.d(), false), RefForward(ga, absx, absm, false), g.C,
               "forward");
   EXPECT_EQ(std::memcmp(y_first.data(), y_last.data(), ny * sizeof(T)), 0);
+  // The GAP step (A x, the residual and the update, each from the [W, C] rows when C is
+  // at least a vector) against the channels-first step, tested against the reference.
+  const Data<T> y = Random<T>(ny, 43);
+  std::vector<T> gf = x.v, gl = xl;
+  normkit_tensor yin = TensorOf(const_cast<T*>(y.v.data()), NORMKIT_LAYOUT_CHANNELS_FIRST, yshape);
+  normkit_tensor gft = TensorOf(gf.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, xshape);
+  normkit_tensor glt = TensorOf(gl.data(), NORMKIT_LAYOUT_CHANNELS_LAST, xshape);
+  ASSERT_EQ(normkit_shift_sum_gap_step(ctx.ctx, &gft, &yin, &params, 0.7, 0.25, nullptr),
+            NORMKIT_SUCCESS);
+  ASSERT_EQ(normkit_shift_sum_gap_step(ctx.ctx, &glt, &yin, &params, 0.7, 0.25, nullptr),
+            NORMKIT_SUCCESS);
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t w = 0; w < g.W; ++w)
+          ASSERT_EQ(std::memcmp(&gf[g.XIndex(b, c, h, w, false)], &gl[g.XIndex(b, c, h, w, true)],
+                                sizeof(T)),
+                    0)
+              << "gap step " << b << " " << c << " " << h << " " << w;
 }
 
 // Channels-last rows with no mask or a [H, W] one, and up to four vectors of channels,
-// are summed without a transposition (ShiftSumSkew, written per target): on every
-// target, against the reference and bit for bit against channels-first x. The
-// channel counts span one to four vectors and past them (the planes path) on
-// 4-, 8- and 16-lane targets; |S| = W and |S| > W (gaps); odd row counts (a row
-// walked alone) and 3 threads (ranges of odd length).
-TEST(ShiftSum, SkewedForwardOnEveryTarget) {
+// are summed and updated without a transposition (ShiftSumSkew, ShiftSumSkewAxpy,
+// written per target): on every target, against the reference and bit for bit against
+// channels-first x. The channel counts span under one to four vectors and past them
+// (the planes path) on 4-, 8- and 16-lane targets; |S| = W and |S| > W (gaps); odd row
+// counts (a row walked alone). (Ranges of odd length over threads:
+// BitwiseIdenticalAcrossThreadCounts.)
+TEST(ShiftSum, SkewedWalksOnEveryTarget) {
   const std::vector<Geometry> shapes = {
       {1, 2, 3, 5, 1, false, 0, 1.0},       {2, 9, 3, 11, -2, false, 0, 0.5},
       {1, 16, 2, 16, 3, false, 0, 1.0},     {1, 17, 3, 20, -1, false, 0, 1.0},

@@ -209,6 +209,88 @@ void SkewAnyT(const ShiftSumSkewRows<T>& s) {
   }
 }
 
+// ShiftSumSkewAxpy for NB vectors of channels and R rows. Block k covers channels
+// [c_k, c_k + L), c_k = k * L, the last one ending at channel C - 1 (it may overlap the
+// one before: every block's x is loaded before any is stored, so the shared lanes
+// store the same values). g[k] lane j holds r[t + offset0 + (c_k + j) * step] for the
+// pixel t being updated; the next pixel of the phase, t + |step|, finds those values
+// one lane down (step > 0) or up, and one new value in the top (bottom) lane.
+template <class T, int NB, int R, bool kMask>
+void SkewAxpyT(const ShiftSumSkewAxpyRows<T>& s) {
+  const hn::ScalableTag<T> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  using TI = hn::TFromD<decltype(di)>;
+  using V = hn::Vec<decltype(d)>;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t C = s.C, W = s.W, step = s.step, a = step < 0 ? -step : step;
+  const int64_t offset0 = step < 0 ? (C - 1) * a : 0;
+  HWY_ALIGN TI moves[HWY_MAX_BYTES / sizeof(T)];
+  for (int64_t j = 0; j < L; ++j) {
+    moves[j] = static_cast<TI>(step > 0 ? (j + 1 < L ? j + 1 : j) : (j > 0 ? j - 1 : 0));
+  }
+  const auto move = hn::SetTableIndices(d, moves);
+  const auto fresh =
+      step > 0 ? hn::Not(hn::FirstN(d, static_cast<size_t>(L - 1))) : hn::FirstN(d, 1);
+  const int64_t fresh_lane = step > 0 ? L - 1 : 0;
+  int64_t first[NB];
+  for (int k = 0; k < NB; ++k) first[k] = k + 1 < NB ? k * L : C - L;
+  T* xs[R];
+  const T* rs[R];
+  const T* ms[R];
+  for (int r = 0; r < R; ++r) {
+    xs[r] = s.x[r];
+    rs[r] = s.r[r] + offset0;
+    ms[r] = s.m[r];
+  }
+  HWY_ALIGN T lanes[HWY_MAX_BYTES / sizeof(T)];
+  for (int64_t phase = 0; phase < a && phase < W; ++phase) {
+    V g[R][NB];
+    for (int r = 0; r < R; ++r)
+      for (int k = 0; k < NB; ++k) {
+        for (int64_t j = 0; j < L; ++j) lanes[j] = rs[r][phase + (first[k] + j) * step];
+        g[r][k] = hn::Load(d, lanes);
+      }
+    for (int64_t t = phase; t < W; t += a) {
+      for (int r = 0; r < R; ++r) {
+        T* x = xs[r] + t * C;
+        const V f = hn::Set(d, kMask ? s.a * ms[r][t] : s.a);
+        V v[NB];
+        for (int k = 0; k < NB; ++k) v[k] = hn::LoadU(d, x + first[k]);
+        for (int k = 0; k < NB; ++k) hn::StoreU(hn::MulAdd(f, g[r][k], v[k]), d, x + first[k]);
+        if (t + a < W) {
+          for (int k = 0; k < NB; ++k) {
+            const T in = rs[r][t + a + (first[k] + fresh_lane) * step];
+            g[r][k] = hn::IfThenElse(fresh, hn::Set(d, in), hn::TableLookupLanes(g[r][k], move));
+          }
+        }
+      }
+    }
+  }
+}
+
+template <class T, int NB>
+void SkewAxpyBlocksT(const ShiftSumSkewAxpyRows<T>& s) {
+  const bool two = s.x[1] != nullptr;
+  if (s.m[0]) return two ? SkewAxpyT<T, NB, 2, true>(s) : SkewAxpyT<T, NB, 1, true>(s);
+  return two ? SkewAxpyT<T, NB, 2, false>(s) : SkewAxpyT<T, NB, 1, false>(s);
+}
+
+template <class T>
+void SkewAxpyAnyT(const ShiftSumSkewAxpyRows<T>& s) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+  switch ((s.C + L - 1) / L) {
+    case 1: return SkewAxpyBlocksT<T, 1>(s);
+    case 2: return SkewAxpyBlocksT<T, 2>(s);
+    case 3: return SkewAxpyBlocksT<T, 3>(s);
+    default: return SkewAxpyBlocksT<T, 4>(s);
+  }
+}
+
+template <class T>
+int64_t SkewAxpyMinChannelsT() {
+  return static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
+}
+
 template <class T>
 int64_t SkewMaxChannelsT() {
   return 4 * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
@@ -540,6 +622,18 @@ int64_t SkewMaxChannelsF() {
 int64_t SkewMaxChannelsD() {
   return SkewMaxChannelsT<double>();
 }
+void SkewAxpyF(const ShiftSumSkewAxpyRows<float>& rows) {
+  SkewAxpyAnyT(rows);
+}
+void SkewAxpyD(const ShiftSumSkewAxpyRows<double>& rows) {
+  SkewAxpyAnyT(rows);
+}
+int64_t SkewAxpyMinChannelsF() {
+  return SkewAxpyMinChannelsT<float>();
+}
+int64_t SkewAxpyMinChannelsD() {
+  return SkewAxpyMinChannelsT<double>();
+}
 void FromPlanesAxpyF(const float* planes, int64_t plane_stride, const float* r, int64_t r_step,
                      const float* m, int64_t m_stride, float a, int64_t pixels, int64_t channels,
                      float* x) {
@@ -625,6 +719,10 @@ HWY_EXPORT(SkewF);
 HWY_EXPORT(SkewD);
 HWY_EXPORT(SkewMaxChannelsF);
 HWY_EXPORT(SkewMaxChannelsD);
+HWY_EXPORT(SkewAxpyF);
+HWY_EXPORT(SkewAxpyD);
+HWY_EXPORT(SkewAxpyMinChannelsF);
+HWY_EXPORT(SkewAxpyMinChannelsD);
 HWY_EXPORT(FromPlanesAxpyF);
 HWY_EXPORT(FromPlanesAxpyD);
 HWY_EXPORT(ToPlanesF);
@@ -693,6 +791,22 @@ int64_t ShiftSumSkewMaxChannels<float>() {
 template <>
 int64_t ShiftSumSkewMaxChannels<double>() {
   return HWY_DYNAMIC_DISPATCH(SkewMaxChannelsD)();
+}
+template <>
+void ShiftSumSkewAxpy<float>(const ShiftSumSkewAxpyRows<float>& rows) {
+  HWY_DYNAMIC_DISPATCH(SkewAxpyF)(rows);
+}
+template <>
+void ShiftSumSkewAxpy<double>(const ShiftSumSkewAxpyRows<double>& rows) {
+  HWY_DYNAMIC_DISPATCH(SkewAxpyD)(rows);
+}
+template <>
+int64_t ShiftSumSkewAxpyMinChannels<float>() {
+  return HWY_DYNAMIC_DISPATCH(SkewAxpyMinChannelsF)();
+}
+template <>
+int64_t ShiftSumSkewAxpyMinChannels<double>() {
+  return HWY_DYNAMIC_DISPATCH(SkewAxpyMinChannelsD)();
 }
 template <>
 void ShiftSumFromPlanesAxpy<float>(const float* planes, int64_t plane_stride, const float* r,

@@ -100,6 +100,29 @@ void ShiftSumSkew(const ShiftSumSkewRows<T>& rows);
 template <class T>
 int64_t ShiftSumSkewMaxChannels();
 
+// The GAP step's update of up to two channels-last rows straight from their residual
+// rows, no transposition: x[t * C + c] += (a * m[t]) * r[t + offset0 + c * step] (one
+// fused multiply-add: ShiftSumAxpy's steps; m null: a), offset0 as in ShiftSumSkew.
+// Each vector of channels carries its residual values from pixel to pixel (|step|
+// apart): one lane moves in, the rest move one lane over. Requires
+// ShiftSumSkewAxpyMinChannels<T>() <= C <= ShiftSumSkewMaxChannels<T>() and
+// 1 <= |step| <= W; reads and writes only x's rows.
+template <class T>
+struct ShiftSumSkewAxpyRows {
+  T* x[2];  // x[1] null: one row
+  const T* r[2];
+  const T* m[2];
+  int64_t W, C, step;
+  T a;
+};
+
+template <class T>
+void ShiftSumSkewAxpy(const ShiftSumSkewAxpyRows<T>& rows);
+
+// The fewest channels ShiftSumSkewAxpy takes on the dispatched target (one vector).
+template <class T>
+int64_t ShiftSumSkewAxpyMinChannels();
+
 // y[i] = s * m[i] * x[i]. `stream`: non-temporal stores (an output larger than the
 // last-level cache); the caller fences them (hwy::FlushStream) before its task ends.
 template <class T>
