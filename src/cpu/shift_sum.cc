@@ -352,9 +352,9 @@ void ForwardChannelsLastInRegisters(const ShiftSumProblem<T>& p, const T* x, T* 
 // into L2 as it goes (without that it waited on DRAM: 0.46-0.53 of memcpy). Seed
 // 003's NHWC forward, alternating with the planes path, 3 rounds: 0.52-0.58 -> 0.88-0.90
 // at 1 thread, 0.54-0.76 -> 0.90-1.01 at 2; one image in cache 0.25-0.30 -> 0.38-0.48.
-// Per-channel and Phi masks would need a gather per pixel: they keep the planes. The
-// tensor's last row is read from a padded copy (the last vector of channels reads
-// past a pixel).
+// Per-channel and Phi masks would need a gather per pixel: they keep the planes. Rows
+// whose last vector of channels would read past x are read from padded copies
+// (SkewRows).
 template <class T>
 bool SkewsRows(const ShiftSumProblem<T>& p) {
   const int64_t a = p.step < 0 ? -p.step : p.step;
@@ -372,12 +372,15 @@ bool SkewsGapRows(const ShiftSumProblem<T>& p) {
   return SkewsRows(p) && p.C >= kernels::ShiftSumSkewAxpyMinChannels<T>();
 }
 
-// ShiftSumSkew over x rows [row, row + n), n <= 2, into y_rows[0, n). Row
-// `padded_row` is read from a padded copy: its last vector of channels reads past it.
+// ShiftSumSkew over x rows [row, row + n), n <= 2, into y_rows[0, n). The last vector
+// of a pixel's channels reads up to ShiftSumSkewMaxChannels values past it: a row
+// whose reads would reach x row `limit` (the end of x, or rows another task writes)
+// is read from a padded copy (with short rows, more than the last one).
 template <class T>
 void SkewRows(const ShiftSumProblem<T>& p, const T* x, int64_t row, int64_t n, T* const* y_rows,
-              int64_t padded_row, std::vector<T>& padded) {
+              int64_t limit, std::vector<T> (&padded)[2]) {
   const int64_t row_elems = p.W * p.C;
+  const int64_t over = kernels::ShiftSumSkewMaxChannels<T>();
   kernels::ShiftSumSkewRows<T> rows{};
   rows.W = p.W;
   rows.C = p.C;
@@ -388,10 +391,10 @@ void SkewRows(const ShiftSumProblem<T>& p, const T* x, int64_t row, int64_t n, T
     rows.y[i] = y_rows[i];
     rows.x[i] = x + r * row_elems;
     rows.m[i] = p.mask_kind == ShiftMask::kHW ? p.mask + (r % p.H) * p.W : nullptr;
-    if (r == padded_row) {
-      padded.assign(static_cast<size_t>(row_elems + kernels::ShiftSumSkewMaxChannels<T>()), T(0));
-      std::copy(rows.x[i], rows.x[i] + row_elems, padded.begin());
-      rows.x[i] = padded.data();
+    if ((r + 1) * row_elems + over > limit * row_elems) {
+      padded[i].assign(static_cast<size_t>(row_elems + over), T(0));
+      std::copy(rows.x[i], rows.x[i] + row_elems, padded[i].begin());
+      rows.x[i] = padded[i].data();
     }
   }
   const PlanesPrefetch<T> ahead = PrefetchAhead(p, x, row, 2);
@@ -403,10 +406,10 @@ void SkewRows(const ShiftSumProblem<T>& p, const T* x, int64_t row, int64_t n, T
 template <class T>
 void ForwardChannelsLastSkewed(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
                                int64_t end) {
-  std::vector<T> padded;
+  std::vector<T> padded[2];
   for (int64_t row = begin; row < end; row += 2) {
     T* y_rows[2] = {y + row * p.W_out, y + (row + 1) * p.W_out};
-    SkewRows(p, x, row, std::min<int64_t>(2, end - row), y_rows, p.B * p.H - 1, padded);
+    SkewRows(p, x, row, std::min<int64_t>(2, end - row), y_rows, p.B * p.H, padded);
   }
 }
 
@@ -637,12 +640,12 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
     ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
       std::vector<T> res(static_cast<size_t>(2 * p.W_out));
       std::vector<T> prow(static_cast<size_t>(p.W_out));
-      std::vector<T> padded;
+      std::vector<T> padded[2];
       for (int64_t row = begin; row < end; row += 2) {
         const int64_t n = std::min<int64_t>(2, end - row);
         T* res_rows[2] = {res.data(), res.data() + p.W_out};
-        // The range's last row from a copy: past it, another task updates x.
-        SkewRows(p, static_cast<const T*>(x), row, n, res_rows, end - 1, padded);
+        // Rows past the range are another task's to update: not read.
+        SkewRows(p, static_cast<const T*>(x), row, n, res_rows, end, padded);
         kernels::ShiftSumSkewAxpyRows<T> update{};
         update.W = p.W;
         update.C = p.C;
