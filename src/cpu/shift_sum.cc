@@ -356,7 +356,7 @@ void ForwardChannelsLastInRegisters(const ShiftSumProblem<T>& p, const T* x, T* 
 // whose last vector of channels would read past x are read from padded copies
 // (SkewRows).
 template <class T>
-bool SkewsRows(const ShiftSumProblem<T>& p) {
+bool CanSkewRows(const ShiftSumProblem<T>& p) {
   const int64_t a = p.step < 0 ? -p.step : p.step;
   return (p.mask_kind == ShiftMask::kNone || p.mask_kind == ShiftMask::kHW) && p.C >= 2 && a >= 1 &&
          a <= p.W && p.C <= kernels::ShiftSumSkewMaxChannels<T>();
@@ -368,8 +368,8 @@ bool SkewsRows(const ShiftSumProblem<T>& p) {
 // alternating with the planes path, 3 rounds: 0.59-0.69 of memcpy -> 1.11-1.13 at 1
 // thread, 0.61-0.84 -> 0.98-1.46 at 2; one image in cache 0.42-0.45 -> 0.62-0.83.
 template <class T>
-bool SkewsGapRows(const ShiftSumProblem<T>& p) {
-  return SkewsRows(p) && p.C >= kernels::ShiftSumSkewAxpyMinChannels<T>();
+bool CanSkewGapRows(const ShiftSumProblem<T>& p) {
+  return CanSkewRows(p) && p.C >= kernels::ShiftSumSkewAxpyMinChannels<T>();
 }
 
 // ShiftSumSkew over x rows [row, row + n), n <= 2, into y_rows[0, n). The last vector
@@ -424,7 +424,7 @@ constexpr int64_t kPlanesSliceBytes = int64_t{16} << 10;
 template <class T>
 void ForwardChannelsLast(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
                          int64_t end) {
-  if (SkewsRows(p)) {
+  if (CanSkewRows(p)) {
     ForwardChannelsLastSkewed(p, x, y, begin, end);
     return;
   }
@@ -634,9 +634,9 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
   const T step_scale = lambda * p.scale;
   std::vector<T> table;
   const T* normalizer = SharedNormalizer(ctx, p, given_normalizer, table);
-  if (!p.along_h && p.channels_last && SkewsGapRows(p)) {
+  if (!p.along_h && p.channels_last && CanSkewGapRows(p)) {
     // Two rows at a time: A x straight from their [W, C] rows, the residual, and the
-    // update of the rows, none transposed (see SkewsGapRows).
+    // update of the rows, none transposed (see CanSkewGapRows).
     ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
       std::vector<T> res(static_cast<size_t>(2 * p.W_out));
       std::vector<T> prow(static_cast<size_t>(p.W_out));
