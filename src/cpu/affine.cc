@@ -60,7 +60,7 @@ int64_t PeriodFor(int64_t cycle, int64_t lanes) {
 // Tensors too small to repay waking a thread stay on the calling thread.
 void RunBlocks(const normkit_context& context, int64_t numel,
                const std::function<void(int64_t, int64_t)>& range) {
-  if (numel * int64_t{2 * sizeof(float)} < kMinParallelBytes) {
+  if (numel * int64_t{2 * sizeof(float)} < kMinParallelAffineBytes) {
     range(0, numel);
     return;
   }

@@ -3,7 +3,9 @@
 
 #include <vector>
 
+#include "core/context.h"
 #include "cpu/affine.h"
+#include "cpu/memory_plan.h"
 
 namespace normkit {
 namespace cpu {
@@ -25,7 +27,9 @@ void BatchNormInference(const normkit_context& context, const TensorView& x, con
   AffineParams params;
   params.scale = scale;
   params.shift = shift;
-  Affine(context, x, y, params);
+  // Below kMinParallelBytes a batch norm stays on the calling thread, though the
+  // affine alone splits sooner (see memory_plan.h).
+  Affine(x.bytes * 2 < kMinParallelBytes ? SerialContext() : context, x, y, params);
 }
 
 }  // namespace cpu
