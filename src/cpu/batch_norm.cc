@@ -3,7 +3,6 @@
 
 #include <vector>
 
-#include "core/context.h"
 #include "cpu/affine.h"
 #include "cpu/memory_plan.h"
 
@@ -29,7 +28,7 @@ void BatchNormInference(const normkit_context& context, const TensorView& x, con
   params.shift = shift;
   // Below kMinParallelBytes a batch norm stays on the calling thread, though the
   // affine alone splits sooner (see memory_plan.h).
-  Affine(x.bytes * 2 < kMinParallelBytes ? SerialContext() : context, x, y, params);
+  Affine(ContextForBytes(context, x.bytes * 2), x, y, params);
 }
 
 }  // namespace cpu

@@ -214,7 +214,7 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   // exponential), so a second thread pays off at a quarter of the bytes: 1x256x14x14
   // G=32 + SiLU, 2 threads, went from 0.11-0.14 to 0.21-0.28 of a 2-thread memcpy.
   const int64_t traffic = x.bytes * (args.activation == NORMKIT_ACTIVATION_SILU ? 8 : 2);
-  const normkit_context& ctx = traffic < kMinParallelBytes ? SerialContext() : context;
+  const normkit_context& ctx = ContextForBytes(context, traffic);
   const int64_t unit_bytes = p.unit_elems * static_cast<int64_t>(sizeof(float));
   // Block moments are merged in the same order whichever way the work is split, so
   // this choice (which does look at the threads) never changes a result bit.
@@ -261,7 +261,7 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   const bool stream = x.data != y.data && y.bytes >= kStreamingStoreBytes;
   const int64_t rows_per_task = std::max<int64_t>(1, (int64_t{1} << 15) / D);
   const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
-  const normkit_context& ctx = x.bytes * 2 < kMinParallelBytes ? SerialContext() : context;
+  const normkit_context& ctx = ContextForBytes(context, x.bytes * 2);
   ParallelFor(ctx, tasks, [&](int64_t task) {
     const int64_t r_end = std::min(rows, (task + 1) * rows_per_task);
     for (int64_t r = task * rows_per_task; r < r_end; ++r) {

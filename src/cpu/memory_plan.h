@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/context.h"
+
 namespace normkit {
 namespace cpu {
 
@@ -30,6 +32,12 @@ constexpr int64_t kMinParallelBytes = int64_t{1024} << 10;
 // Why is not known: a C driver timing the calls back to back found the split faster
 // (1x256x14x14: 4.5 -> 3.35 us), and the bench's order reproduced either way.
 constexpr int64_t kMinParallelAffineBytes = int64_t{256} << 10;
+
+// `context`, or the calling thread alone for a call that moves fewer than `min_bytes`.
+inline const normkit_context& ContextForBytes(const normkit_context& context, int64_t bytes,
+                                              int64_t min_bytes = kMinParallelBytes) {
+  return bytes < min_bytes ? SerialContext() : context;
+}
 
 }  // namespace cpu
 }  // namespace normkit

@@ -37,7 +37,7 @@ void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_byte
                   const Body& body) {
   const int64_t per_task = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(row_bytes, 1));
   const int64_t tasks = (rows + per_task - 1) / per_task;
-  const normkit_context& ctx = rows * row_bytes < kMinParallelBytes ? SerialContext() : context;
+  const normkit_context& ctx = ContextForBytes(context, rows * row_bytes);
   ParallelFor(ctx, tasks,
               [&](int64_t t) { body(t * per_task, std::min(rows, (t + 1) * per_task)); });
 }
