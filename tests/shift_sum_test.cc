@@ -436,6 +436,31 @@ TEST(ShiftSum, SkewedWalksOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// Channels-last rows past four vectors of channels, no mask or a [H, W] one, are
+// summed by phases (ShiftSumPhases: each pixel's channels one contiguous run into a
+// phase of its y row), walking the pixels in the order that gives each y element its
+// channels 0, 1, ...: on every target, against the reference and bit for bit against
+// channels-first x. Steps of either sign, |S| = 1, |S| > W (pixels alone in their
+// phase), channel counts with and without a partial last vector, B > 1.
+TEST(ShiftSum, PhaseWalksOnEveryTarget) {
+  const std::vector<Geometry> shapes = {
+      {1, 70, 3, 9, -3, false, 0, 1.0},   {2, 97, 2, 5, 7, false, 0, 0.5},
+      {1, 130, 2, 13, 2, false, 0, 1.0},  {2, 65, 3, 16, 1, false, 0, 2.0 / 65},
+      {1, 128, 1, 11, -1, false, 0, 1.0}, {1, 80, 2, 6, -9, false, 0, 1.0}};
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (Geometry g : shapes) {
+      for (int32_t kind : {NORMKIT_MASK_NONE, NORMKIT_MASK_HW}) {
+        g.mask_kind = kind;
+        CheckForwardLayouts<float>(g);
+        CheckForwardLayouts<double>(g);
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 // <A x, y> = <x, A^T y> in float64, for every mask form, both axes and layouts.
 TEST(ShiftSum, AdjointIdentity) {
   for (int32_t kind = NORMKIT_MASK_NONE; kind <= NORMKIT_MASK_PHI_BCHW; ++kind) {

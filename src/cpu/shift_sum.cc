@@ -413,6 +413,54 @@ void ForwardChannelsLastSkewed(const ShiftSumProblem<T>& p, const T* x, T* y, in
   }
 }
 
+// Channels-last forward along W past the skewed walk's channels (C = 512: a 512 KiB
+// row) with no mask or a [H, W] one: ShiftSumPhases adds each pixel's channels, one
+// contiguous run, into the phases of its y row (L1-resident: a 5 KiB y row at C = 512),
+// which then interleave into y. x is read once, in place, with no transposition.
+// Seed 003's C = 512 NHWC forward: the planes path (channel slices transposed to L1
+// planes) ran at 0.34-0.39 of memcpy at 1 thread, 0.39-0.51 at 2 (3 rounds alternating
+// builds); this one at 0.84-1.01 and 0.90-1.05 (5 runs of the same build).
+// How far ahead of the pixel it sums the phase walk requests x into L2. The walk goes
+// down each row for step > 0, which the hardware prefetchers did not follow: seed 003's
+// C = 512 NHWC forward ran at 0.46-0.49 of memcpy (1 thread) with the planes path's
+// requests, 0.80-1.01 at 8-32 KiB ahead, 0.70-0.79 at 64 KiB, 0.59-0.61 at 256 KiB.
+constexpr int64_t kPhasesAheadBytes = int64_t{16} << 10;
+
+template <class T>
+bool CanSumPhases(const ShiftSumProblem<T>& p) {
+  return (p.mask_kind == ShiftMask::kNone || p.mask_kind == ShiftMask::kHW) && p.step != 0;
+}
+
+template <class T>
+void ForwardChannelsLastPhases(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
+                               int64_t end) {
+  const int64_t a = p.step < 0 ? -p.step : p.step;
+  const int64_t len = (p.W_out + a - 1) / a;
+  std::vector<T> phases(static_cast<size_t>(a * len));
+  for (int64_t row = begin; row < end; ++row) {
+    std::fill(phases.begin(), phases.end(), T(0));
+    kernels::ShiftSumPhaseRow<T> s{};
+    s.phases = phases.data();
+    s.len = len;
+    s.x = x + row * p.W * p.C;
+    s.m = p.mask_kind == ShiftMask::kHW ? p.mask + (row % p.H) * p.W : nullptr;
+    s.W = p.W;
+    s.C = p.C;
+    s.step = p.step;
+    s.next_x = row + 1 < end ? s.x + p.W * p.C : nullptr;
+    s.ahead = std::max<int64_t>(1, kPhasesAheadBytes / (p.C * static_cast<int64_t>(sizeof(T))));
+    kernels::ShiftSumPhases(s);
+    T* yrow = y + row * p.W_out;
+    for (int64_t r = 0; r < a; ++r) {
+      const T* phase = phases.data() + r * len;
+      for (int64_t k = 0, j = r; j < p.W_out; ++k, j += a) {
+        yrow[j] = phase[p.step > 0 ? k : len - 1 - k];
+      }
+    }
+    if (p.scale != T(1)) ShiftSumScale(yrow, p.scale, p.W_out);
+  }
+}
+
 // Channels-last forward along W otherwise (C = 512: a 512 KiB row): a tile's x rows are transposed
 // to channel planes a slice of channels at a time, and each slice is summed (the
 // channels-first tile kernel) before the next, so every y element still sums its
@@ -426,6 +474,10 @@ void ForwardChannelsLast(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t 
                          int64_t end) {
   if (CanSkewRows(p)) {
     ForwardChannelsLastSkewed(p, x, y, begin, end);
+    return;
+  }
+  if (CanSumPhases(p)) {
+    ForwardChannelsLastPhases(p, x, y, begin, end);
     return;
   }
   if (SumsPlanesInRegisters(p)) {

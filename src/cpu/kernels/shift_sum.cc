@@ -61,6 +61,40 @@ void AccumulateTileT(const ShiftSumTile<T>& t) {
   }
 }
 
+template <class T>
+void PhasesT(const ShiftSumPhaseRow<T>& s) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  const int64_t a = s.step < 0 ? -s.step : s.step;
+  const bool forwards = s.step < 0;
+  const size_t C = static_cast<size_t>(s.C);
+  // Pixel k of the walk (counted in walk order, into the next row past this one's end).
+  const auto walk_pixel = [&](int64_t k) -> const T* {
+    const T* row = k < s.W ? s.x : s.next_x;
+    if (k >= s.W) k -= s.W;
+    if (!row || k >= s.W) return nullptr;
+    return row + (forwards ? k : s.W - 1 - k) * s.C;
+  };
+  for (int64_t k = 0; k < s.W; ++k) {
+    if (const T* ahead = walk_pixel(k + s.ahead)) {
+      for (int64_t i = 0; i < s.C; i += kLine) __builtin_prefetch(ahead + i, 0, 2);
+    }
+    const int64_t t = forwards ? k : s.W - 1 - k;
+    const int64_t q = t / a;
+    T* HWY_RESTRICT y = s.phases + (t % a) * s.len + (forwards ? s.len - s.C - q : q);
+    const T* HWY_RESTRICT x = s.x + t * s.C;
+    if (s.m) {
+      const T mt = s.m[t];
+      ForRow<T>(C, [&](auto d, size_t i) {
+        hn::StoreU(hn::MulAdd(hn::Set(d, mt), hn::LoadU(d, x + i), hn::LoadU(d, y + i)), d, y + i);
+      });
+    } else {
+      ForRow<T>(C, [&](auto d, size_t i) {
+        hn::StoreU(hn::LoadU(d, y + i) + hn::LoadU(d, x + i), d, y + i);
+      });
+    }
+  }
+}
+
 // Four y blocks at a time: each sums its channels in one dependent chain of
 // multiply-adds, so independent blocks side by side hide the latency (one block at a
 // time ran at a quarter of the speed). kSumBlocks vectors past either end of a plane stay
@@ -598,6 +632,12 @@ void AccumulateTileF(const ShiftSumTile<float>& tile) {
 void AccumulateTileD(const ShiftSumTile<double>& tile) {
   AccumulateTileT(tile);
 }
+void PhasesF(const ShiftSumPhaseRow<float>& row) {
+  PhasesT(row);
+}
+void PhasesD(const ShiftSumPhaseRow<double>& row) {
+  PhasesT(row);
+}
 void ScaledProductF(float* y, const float* x, const float* m, float s, int64_t n, bool stream) {
   stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);
 }
@@ -711,6 +751,8 @@ HWY_EXPORT(AccumulateF);
 HWY_EXPORT(AccumulateD);
 HWY_EXPORT(AccumulateTileF);
 HWY_EXPORT(AccumulateTileD);
+HWY_EXPORT(PhasesF);
+HWY_EXPORT(PhasesD);
 HWY_EXPORT(ScaledProductF);
 HWY_EXPORT(ScaledProductD);
 HWY_EXPORT(SumPlanesF);
@@ -757,6 +799,14 @@ void ShiftSumAccumulateTile<float>(const ShiftSumTile<float>& tile) {
 template <>
 void ShiftSumAccumulateTile<double>(const ShiftSumTile<double>& tile) {
   HWY_DYNAMIC_DISPATCH(AccumulateTileD)(tile);
+}
+template <>
+void ShiftSumPhases<float>(const ShiftSumPhaseRow<float>& row) {
+  HWY_DYNAMIC_DISPATCH(PhasesF)(row);
+}
+template <>
+void ShiftSumPhases<double>(const ShiftSumPhaseRow<double>& row) {
+  HWY_DYNAMIC_DISPATCH(PhasesD)(row);
 }
 template <>
 void ShiftSumScaledProduct<float>(float* y, const float* x, const float* m, float s, int64_t n,

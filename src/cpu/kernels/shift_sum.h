@@ -100,6 +100,32 @@ void ShiftSumSkew(const ShiftSumSkewRows<T>& rows);
 template <class T>
 int64_t ShiftSumSkewMaxChannels();
 
+// The forward sum along W of one channels-last x row ([W, C] values, mask row m of W
+// or null) into the phases of its y row, for C past ShiftSumSkew's four vectors. The
+// y elements a pixel t reaches, t + offset0 + c * step, are |step| apart: within the
+// phase j mod |step| they are consecutive, so each pixel is one contiguous multiply-add
+// of its C channels (m[t] * x + y; no mask: y + x) into a phase row. Phase r holds
+// y[r + k * |step|] at k (step > 0) or at len - 1 - k (step < 0, so a pixel's channels
+// still run forwards); `phases` is |step| rows of `len` = ceil(y row / |step|) values,
+// zero on entry. Pixels go in the order that meets channel 0 of every y element first
+// (descending for step > 0), so each sums its channels in order 0, 1, ... with
+// ShiftSumAccumulate's steps: the bits of the channels-first kernels. Each pixel
+// requests the pixel `ahead` places further on in the walk into L2 (past the row's
+// last: next_x's pixels, in the order its own walk takes them).
+template <class T>
+struct ShiftSumPhaseRow {
+  T* phases;
+  int64_t len;
+  const T* x;
+  const T* m;
+  int64_t W, C, step;
+  const T* next_x;  // the row walked after this one (null: none)
+  int64_t ahead;    // pixels
+};
+
+template <class T>
+void ShiftSumPhases(const ShiftSumPhaseRow<T>& row);
+
 // The GAP step's update of up to two channels-last rows straight from their residual
 // rows, no transposition: x[t * C + c] += (a * m[t]) * r[t + offset0 + c * step] (one
 // fused multiply-add: ShiftSumAxpy's steps; m null: a), offset0 as in ShiftSumSkew.
