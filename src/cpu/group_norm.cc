@@ -213,8 +213,11 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   // A fused SiLU costs several times the memory traffic in arithmetic (its
   // exponential), so a second thread pays off at a quarter of the bytes: 1x256x14x14
   // G=32 + SiLU, 2 threads, went from 0.11-0.14 to 0.21-0.28 of a 2-thread memcpy.
+  // Without it, from affine's threshold: 1x256x14x14 G=32 NCHW at 2 threads, against
+  // kMinParallelBytes (4 rounds alternating builds, medians), 0.41 -> 0.47 of a 2-thread
+  // memcpy out of place, 0.35 -> 0.47 in place; NHWC unchanged (0.32).
   const int64_t traffic = x.bytes * (args.activation == NORMKIT_ACTIVATION_SILU ? 8 : 2);
-  const normkit_context& ctx = ContextForBytes(context, traffic);
+  const normkit_context& ctx = ContextForBytes(context, traffic, kMinParallelAffineBytes);
   const int64_t unit_bytes = p.unit_elems * static_cast<int64_t>(sizeof(float));
   // Block moments are merged in the same order whichever way the work is split, so
   // this choice (which does look at the threads) never changes a result bit.

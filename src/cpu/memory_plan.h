@@ -24,7 +24,7 @@ constexpr int64_t kStreamingStoreBytes = int64_t{24} << 20;
 // 0.76-0.77 -> 0.55-0.95).
 constexpr int64_t kMinParallelBytes = int64_t{1024} << 10;
 
-// Affine (not batch norm) splits from a quarter of that. Against kMinParallelBytes,
+// Affine and group norm (not batch norm) split from a quarter of that. Against kMinParallelBytes,
 // alternating builds, 8 rounds, 2 threads, medians: the 200 KB edge shapes' affine and
 // scale-only rows went from 0.47-1.02 of a 2-thread copy to 0.59-0.88 (14 of 16 rows
 // up; 1x256x14x14 out of place 0.65 -> 0.84, 1x1024x7x7 0.53 -> 0.74). Batch norm at
