@@ -406,6 +406,20 @@ void CheckForwardLayouts(const Geometry& g) {
                                 sizeof(T)),
                     0)
               << "gap step " << b << " " << c << " " << h << " " << w;
+  // The adjoint of the same y, likewise.
+  std::vector<T> af(nx, T(-9)), al(nx, T(-9));
+  normkit_tensor aft = TensorOf(af.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, xshape);
+  normkit_tensor alt = TensorOf(al.data(), NORMKIT_LAYOUT_CHANNELS_LAST, xshape);
+  ASSERT_EQ(normkit_shift_sum_adjoint(ctx.ctx, &yin, &params, &aft), NORMKIT_SUCCESS);
+  ASSERT_EQ(normkit_shift_sum_adjoint(ctx.ctx, &yin, &params, &alt), NORMKIT_SUCCESS);
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t w = 0; w < g.W; ++w)
+          ASSERT_EQ(std::memcmp(&af[g.XIndex(b, c, h, w, false)], &al[g.XIndex(b, c, h, w, true)],
+                                sizeof(T)),
+                    0)
+              << "adjoint " << b << " " << c << " " << h << " " << w;
 }
 
 // Channels-last rows with no mask or a [H, W] one, and up to four vectors of channels,
@@ -439,8 +453,9 @@ TEST(ShiftSum, SkewedWalksOnEveryTarget) {
 // Channels-last rows past four vectors of channels, no mask or a [H, W] one, are
 // summed by phases (ShiftSumPhases: each pixel's channels one contiguous run into a
 // phase of its y row), walking the pixels in the order that gives each y element its
-// channels 0, 1, ...: on every target, against the reference and bit for bit against
-// channels-first x. Steps of either sign, |S| = 1, |S| > W (pixels alone in their
+// channels 0, 1, ...; the adjoint reads each pixel's run back from y's phases. On
+// every target, against the reference and bit for bit against channels-first x.
+// Steps of either sign, |S| = 1, |S| > W (pixels alone in their
 // phase), channel counts with and without a partial last vector, B > 1.
 TEST(ShiftSum, PhaseWalksOnEveryTarget) {
   const std::vector<Geometry> shapes = {
@@ -455,6 +470,8 @@ TEST(ShiftSum, PhaseWalksOnEveryTarget) {
         g.mask_kind = kind;
         CheckForwardLayouts<float>(g);
         CheckForwardLayouts<double>(g);
+        CheckAllOps<float>(g, true, 2);  // the adjoint and pseudo-inverses, too
+        CheckAllOps<double>(g, true, 1);
       }
     }
   }

@@ -428,15 +428,35 @@ constexpr int64_t kPhasesAheadBytes = int64_t{16} << 10;
 
 template <class T>
 bool CanSumPhases(const ShiftSumProblem<T>& p) {
-  return (p.mask_kind == ShiftMask::kNone || p.mask_kind == ShiftMask::kHW) && p.step != 0;
+  return p.channels_last && !p.along_h &&
+         (p.mask_kind == ShiftMask::kNone || p.mask_kind == ShiftMask::kHW) && p.step != 0;
+}
+
+// Phase rows of a y row: |step| rows of this many values.
+template <class T>
+int64_t PhaseLen(const ShiftSumProblem<T>& p) {
+  const int64_t a = p.step < 0 ? -p.step : p.step;
+  return (p.W_out + a - 1) / a;
+}
+
+// Calls f(j, i) for each element j of a y row and its index i in the phases
+// (ShiftSumPhases' order).
+template <class T, class F>
+void ForPhasePlaces(const ShiftSumProblem<T>& p, const F& f) {
+  const int64_t a = p.step < 0 ? -p.step : p.step;
+  const int64_t len = PhaseLen(p);
+  for (int64_t r = 0; r < a; ++r) {
+    for (int64_t k = 0, j = r; j < p.W_out; ++k, j += a) {
+      f(j, r * len + (p.step > 0 ? k : len - 1 - k));
+    }
+  }
 }
 
 template <class T>
 void ForwardChannelsLastPhases(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
                                int64_t end) {
-  const int64_t a = p.step < 0 ? -p.step : p.step;
-  const int64_t len = (p.W_out + a - 1) / a;
-  std::vector<T> phases(static_cast<size_t>(a * len));
+  const int64_t len = PhaseLen(p);
+  std::vector<T> phases(static_cast<size_t>((p.step < 0 ? -p.step : p.step) * len));
   for (int64_t row = begin; row < end; ++row) {
     std::fill(phases.begin(), phases.end(), T(0));
     kernels::ShiftSumPhaseRow<T> s{};
@@ -451,13 +471,32 @@ void ForwardChannelsLastPhases(const ShiftSumProblem<T>& p, const T* x, T* y, in
     s.ahead = std::max<int64_t>(1, kPhasesAheadBytes / (p.C * static_cast<int64_t>(sizeof(T))));
     kernels::ShiftSumPhases(s);
     T* yrow = y + row * p.W_out;
-    for (int64_t r = 0; r < a; ++r) {
-      const T* phase = phases.data() + r * len;
-      for (int64_t k = 0, j = r; j < p.W_out; ++k, j += a) {
-        yrow[j] = phase[p.step > 0 ? k : len - 1 - k];
-      }
-    }
+    ForPhasePlaces(p, [&](int64_t j, int64_t i) { yrow[j] = phases[i]; });
     if (p.scale != T(1)) ShiftSumScale(yrow, p.scale, p.W_out);
+  }
+}
+
+// The adjoint the same way: each y row (of `src`, y-shaped) goes to its phases, and
+// every pixel's C values are one contiguous run of them (ShiftSumPhasesAdjoint).
+template <class T>
+void AdjointChannelsLastPhases(const ShiftSumProblem<T>& p, const T* src, T* x, int64_t begin,
+                               int64_t end, bool stream) {
+  const int64_t len = PhaseLen(p);
+  std::vector<T> phases(static_cast<size_t>((p.step < 0 ? -p.step : p.step) * len));
+  for (int64_t row = begin; row < end; ++row) {
+    const T* yrow = src + row * p.W_out;
+    ForPhasePlaces(p, [&](int64_t j, int64_t i) { phases[i] = yrow[j]; });
+    kernels::ShiftSumPhaseAdjointRow<T> s{};
+    s.phases = phases.data();
+    s.len = len;
+    s.x = x + row * p.W * p.C;
+    s.m = p.mask_kind == ShiftMask::kHW ? p.mask + (row % p.H) * p.W : nullptr;
+    s.W = p.W;
+    s.C = p.C;
+    s.step = p.step;
+    s.scale = p.scale;
+    s.stream = stream;
+    kernels::ShiftSumPhasesAdjoint(s);
   }
 }
 
@@ -588,7 +627,13 @@ template <class T>
 void ShiftSumAdjoint(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* y, T* x) {
   ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
     const bool stream = StreamX(p);
-    for (int64_t row = begin; row < end; ++row) AdjointRows(p, y, row / p.H, row % p.H, x, stream);
+    if (CanSumPhases(p) && !CanSkewRows(p)) {  // as the forward: C past four vectors
+      AdjointChannelsLastPhases(p, y, x, begin, end, stream);
+    } else {
+      for (int64_t row = begin; row < end; ++row) {
+        AdjointRows(p, y, row / p.H, row % p.H, x, stream);
+      }
+    }
     if (stream) hwy::FlushStream();
   });
 }

@@ -357,6 +357,31 @@ void ScaledProductT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RES
   for (; i < n; ++i) one(d1, i);
 }
 
+template <bool kStream, class T>
+void PhasesAdjointT(const ShiftSumPhaseAdjointRow<T>& s) {
+  const hn::ScalableTag<T> d;
+  const hn::CappedTag<T, 1> d1;
+  const size_t N = hn::Lanes(d), C = static_cast<size_t>(s.C);
+  const int64_t a = s.step < 0 ? -s.step : s.step;
+  const bool forwards = s.step < 0;
+  for (int64_t t = 0; t < s.W; ++t) {
+    const int64_t q = t / a;
+    const T* HWY_RESTRICT src = s.phases + (t % a) * s.len + (forwards ? s.len - s.C - q : q);
+    T* HWY_RESTRICT dst = s.x + t * s.C;
+    const T mt = s.m ? s.m[t] : T(1);
+    const auto one = [&](auto dt, size_t i) {
+      const auto v = hn::Set(dt, s.scale) * hn::LoadU(dt, src + i);
+      Put<kStream>(dt, s.m ? v * hn::Set(dt, mt) : v, dst + i);
+    };
+    size_t i = 0;
+    if constexpr (kStream) {  // Stream needs aligned addresses: peel to the next one
+      for (; i < C && reinterpret_cast<uintptr_t>(dst + i) % (N * sizeof(T)) != 0; ++i) one(d1, i);
+    }
+    for (; i + N <= C; i += N) one(d, i);
+    for (; i < C; ++i) one(d1, i);
+  }
+}
+
 // Tiles of the channels-last <-> planes transposition: K x K values, K the lanes of a
 // 128-bit vector, transposed in registers. (8 x 8 tiles of 256-bit vectors take fewer
 // shuffles, but measured slower here: seed 003's NHWC adjoint 0.73-0.80 of memcpy
@@ -638,6 +663,12 @@ void PhasesF(const ShiftSumPhaseRow<float>& row) {
 void PhasesD(const ShiftSumPhaseRow<double>& row) {
   PhasesT(row);
 }
+void PhasesAdjointF(const ShiftSumPhaseAdjointRow<float>& row) {
+  row.stream ? PhasesAdjointT<true>(row) : PhasesAdjointT<false>(row);
+}
+void PhasesAdjointD(const ShiftSumPhaseAdjointRow<double>& row) {
+  row.stream ? PhasesAdjointT<true>(row) : PhasesAdjointT<false>(row);
+}
 void ScaledProductF(float* y, const float* x, const float* m, float s, int64_t n, bool stream) {
   stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);
 }
@@ -753,6 +784,8 @@ HWY_EXPORT(AccumulateTileF);
 HWY_EXPORT(AccumulateTileD);
 HWY_EXPORT(PhasesF);
 HWY_EXPORT(PhasesD);
+HWY_EXPORT(PhasesAdjointF);
+HWY_EXPORT(PhasesAdjointD);
 HWY_EXPORT(ScaledProductF);
 HWY_EXPORT(ScaledProductD);
 HWY_EXPORT(SumPlanesF);
@@ -807,6 +840,14 @@ void ShiftSumPhases<float>(const ShiftSumPhaseRow<float>& row) {
 template <>
 void ShiftSumPhases<double>(const ShiftSumPhaseRow<double>& row) {
   HWY_DYNAMIC_DISPATCH(PhasesD)(row);
+}
+template <>
+void ShiftSumPhasesAdjoint<float>(const ShiftSumPhaseAdjointRow<float>& row) {
+  HWY_DYNAMIC_DISPATCH(PhasesAdjointF)(row);
+}
+template <>
+void ShiftSumPhasesAdjoint<double>(const ShiftSumPhaseAdjointRow<double>& row) {
+  HWY_DYNAMIC_DISPATCH(PhasesAdjointD)(row);
 }
 template <>
 void ShiftSumScaledProduct<float>(float* y, const float* x, const float* m, float s, int64_t n,

@@ -126,6 +126,25 @@ struct ShiftSumPhaseRow {
 template <class T>
 void ShiftSumPhases(const ShiftSumPhaseRow<T>& row);
 
+// The adjoint of ShiftSumPhases for one channels-last x row: x[t * C + c] =
+// (scale * y[t + offset0 + c * step]) * m[t] (m null: no second product; the roundings
+// of ShiftSumScaledProduct), y's row given as its phases in ShiftSumPhases' order, so
+// each pixel's C values are one contiguous run. `stream`: non-temporal stores where x's
+// alignment allows them (the caller fences).
+template <class T>
+struct ShiftSumPhaseAdjointRow {
+  const T* phases;
+  int64_t len;
+  T* x;
+  const T* m;
+  int64_t W, C, step;
+  T scale;
+  bool stream;
+};
+
+template <class T>
+void ShiftSumPhasesAdjoint(const ShiftSumPhaseAdjointRow<T>& row);
+
 // The GAP step's update of up to two channels-last rows straight from their residual
 // rows, no transposition: x[t * C + c] += (a * m[t]) * r[t + offset0 + c * step] (one
 // fused multiply-add: ShiftSumAxpy's steps; m null: a), offset0 as in ShiftSumSkew.
