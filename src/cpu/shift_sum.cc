@@ -452,27 +452,33 @@ void ForPhasePlaces(const ShiftSumProblem<T>& p, const F& f) {
   }
 }
 
+// y row `row` (B * H rows) from x's by phases; next_x: the x row summed after it, if any.
+template <class T>
+void SumRowByPhases(const ShiftSumProblem<T>& p, const T* x, int64_t row, const T* next_x,
+                    std::vector<T>& phases, T* yrow) {
+  std::fill(phases.begin(), phases.end(), T(0));
+  kernels::ShiftSumPhaseRow<T> s{};
+  s.phases = phases.data();
+  s.len = PhaseLen(p);
+  s.x = x + row * p.W * p.C;
+  s.m = p.mask_kind == ShiftMask::kHW ? p.mask + (row % p.H) * p.W : nullptr;
+  s.W = p.W;
+  s.C = p.C;
+  s.step = p.step;
+  s.next_x = next_x;
+  s.ahead = std::max<int64_t>(1, kPhasesAheadBytes / (p.C * static_cast<int64_t>(sizeof(T))));
+  kernels::ShiftSumPhases(s);
+  ForPhasePlaces(p, [&](int64_t j, int64_t i) { yrow[j] = phases[i]; });
+  if (p.scale != T(1)) ShiftSumScale(yrow, p.scale, p.W_out);
+}
+
 template <class T>
 void ForwardChannelsLastPhases(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
                                int64_t end) {
-  const int64_t len = PhaseLen(p);
-  std::vector<T> phases(static_cast<size_t>((p.step < 0 ? -p.step : p.step) * len));
+  std::vector<T> phases(static_cast<size_t>((p.step < 0 ? -p.step : p.step) * PhaseLen(p)));
   for (int64_t row = begin; row < end; ++row) {
-    std::fill(phases.begin(), phases.end(), T(0));
-    kernels::ShiftSumPhaseRow<T> s{};
-    s.phases = phases.data();
-    s.len = len;
-    s.x = x + row * p.W * p.C;
-    s.m = p.mask_kind == ShiftMask::kHW ? p.mask + (row % p.H) * p.W : nullptr;
-    s.W = p.W;
-    s.C = p.C;
-    s.step = p.step;
-    s.next_x = row + 1 < end ? s.x + p.W * p.C : nullptr;
-    s.ahead = std::max<int64_t>(1, kPhasesAheadBytes / (p.C * static_cast<int64_t>(sizeof(T))));
-    kernels::ShiftSumPhases(s);
-    T* yrow = y + row * p.W_out;
-    ForPhasePlaces(p, [&](int64_t j, int64_t i) { yrow[j] = phases[i]; });
-    if (p.scale != T(1)) ShiftSumScale(yrow, p.scale, p.W_out);
+    const T* next_x = row + 1 < end ? x + (row + 1) * p.W * p.C : nullptr;
+    SumRowByPhases(p, x, row, next_x, phases, y + row * p.W_out);
   }
 }
 
@@ -496,6 +502,34 @@ void AdjointChannelsLastPhases(const ShiftSumProblem<T>& p, const T* src, T* x, 
     s.step = p.step;
     s.scale = p.scale;
     s.stream = stream;
+    kernels::ShiftSumPhasesAdjoint(s);
+  }
+}
+
+// The GAP step a row at a time the same way: A x by phases, the residual, and the
+// update of the row from the residual's phases (the row is still in L2).
+template <class T>
+void GapStepChannelsLastPhases(const ShiftSumProblem<T>& p, T step_scale, T gamma,
+                               const T* normalizer, const T* y, T* x, int64_t begin, int64_t end) {
+  std::vector<T> res(static_cast<size_t>(p.W_out)), prow(static_cast<size_t>(p.W_out));
+  std::vector<T> phases(static_cast<size_t>((p.step < 0 ? -p.step : p.step) * PhaseLen(p)));
+  for (int64_t row = begin; row < end; ++row) {
+    const T* next_x = row + 1 < end ? x + (row + 1) * p.W * p.C : nullptr;
+    SumRowByPhases(p, static_cast<const T*>(x), row, next_x, phases, res.data());
+    ShiftSumResidual(res.data(), y + row * p.W_out, p.W_out);
+    const T* pr = NormalizerRowOrGiven(p, normalizer, row / p.H, row % p.H, prow.data());
+    ShiftSumDivide(res.data(), res.data(), pr, T(1), gamma, p.W_out);
+    ForPhasePlaces(p, [&](int64_t j, int64_t i) { phases[i] = res[j]; });
+    kernels::ShiftSumPhaseAdjointRow<T> s{};
+    s.phases = phases.data();
+    s.len = PhaseLen(p);
+    s.x = x + row * p.W * p.C;
+    s.m = p.mask_kind == ShiftMask::kHW ? p.mask + (row % p.H) * p.W : nullptr;
+    s.W = p.W;
+    s.C = p.C;
+    s.step = p.step;
+    s.scale = step_scale;
+    s.update = true;
     kernels::ShiftSumPhasesAdjoint(s);
   }
 }
@@ -759,6 +793,12 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
         }
         kernels::ShiftSumSkewAxpy(update);
       }
+    });
+    return;
+  }
+  if (CanSumPhases(p) && !CanSkewRows(p)) {  // as the forward: C past four vectors
+    ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
+      GapStepChannelsLastPhases(p, step_scale, gamma, normalizer, y, x, begin, end);
     });
     return;
   }

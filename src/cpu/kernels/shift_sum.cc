@@ -357,7 +357,7 @@ void ScaledProductT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RES
   for (; i < n; ++i) one(d1, i);
 }
 
-template <bool kStream, class T>
+template <bool kStream, bool kUpdate, class T>
 void PhasesAdjointT(const ShiftSumPhaseAdjointRow<T>& s) {
   const hn::ScalableTag<T> d;
   const hn::CappedTag<T, 1> d1;
@@ -370,8 +370,13 @@ void PhasesAdjointT(const ShiftSumPhaseAdjointRow<T>& s) {
     T* HWY_RESTRICT dst = s.x + t * s.C;
     const T mt = s.m ? s.m[t] : T(1);
     const auto one = [&](auto dt, size_t i) {
-      const auto v = hn::Set(dt, s.scale) * hn::LoadU(dt, src + i);
-      Put<kStream>(dt, s.m ? v * hn::Set(dt, mt) : v, dst + i);
+      if constexpr (kUpdate) {
+        const auto a = s.m ? hn::Set(dt, s.scale) * hn::Set(dt, mt) : hn::Set(dt, s.scale);
+        hn::StoreU(hn::MulAdd(a, hn::LoadU(dt, src + i), hn::LoadU(dt, dst + i)), dt, dst + i);
+      } else {
+        const auto v = hn::Set(dt, s.scale) * hn::LoadU(dt, src + i);
+        Put<kStream>(dt, s.m ? v * hn::Set(dt, mt) : v, dst + i);
+      }
     };
     size_t i = 0;
     if constexpr (kStream) {  // Stream needs aligned addresses: peel to the next one
@@ -664,10 +669,14 @@ void PhasesD(const ShiftSumPhaseRow<double>& row) {
   PhasesT(row);
 }
 void PhasesAdjointF(const ShiftSumPhaseAdjointRow<float>& row) {
-  row.stream ? PhasesAdjointT<true>(row) : PhasesAdjointT<false>(row);
+  row.update   ? PhasesAdjointT<false, true>(row)
+  : row.stream ? PhasesAdjointT<true, false>(row)
+               : PhasesAdjointT<false, false>(row);
 }
 void PhasesAdjointD(const ShiftSumPhaseAdjointRow<double>& row) {
-  row.stream ? PhasesAdjointT<true>(row) : PhasesAdjointT<false>(row);
+  row.update   ? PhasesAdjointT<false, true>(row)
+  : row.stream ? PhasesAdjointT<true, false>(row)
+               : PhasesAdjointT<false, false>(row);
 }
 void ScaledProductF(float* y, const float* x, const float* m, float s, int64_t n, bool stream) {
   stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);

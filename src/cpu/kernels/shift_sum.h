@@ -130,7 +130,8 @@ void ShiftSumPhases(const ShiftSumPhaseRow<T>& row);
 // (scale * y[t + offset0 + c * step]) * m[t] (m null: no second product; the roundings
 // of ShiftSumScaledProduct), y's row given as its phases in ShiftSumPhases' order, so
 // each pixel's C values are one contiguous run. `stream`: non-temporal stores where x's
-// alignment allows them (the caller fences).
+// alignment allows them (the caller fences). `update` (the GAP step): x[t * C + c] +=
+// (scale * m[t]) * y[...] instead, one fused multiply-add (ShiftSumAxpy's steps).
 template <class T>
 struct ShiftSumPhaseAdjointRow {
   const T* phases;
@@ -140,6 +141,7 @@ struct ShiftSumPhaseAdjointRow {
   int64_t W, C, step;
   T scale;
   bool stream;
+  bool update;
 };
 
 template <class T>
