@@ -294,7 +294,14 @@ TEST(Validation, GroupNormRules) {
        NORMKIT_ERROR_INVALID_ARGUMENT, "rstd_out overlaps the input x"},
       {"rstd_out overlapping mean_out", [](Call& c) { c.rstd_out = c.stats.data() + 2; },
        NORMKIT_ERROR_INVALID_ARGUMENT, "mean_out overlaps rstd_out"},
-      {"mean_out overlapping beta", [](Call& c) { c.mean_out = c.shift.data(); },
+      // mean_out's 6 floats must lie inside beta's buffer: past its end they could reach
+      // gamma's allocation (under TSan's allocator they did, and named gamma instead).
+      {"mean_out overlapping beta",
+       [](Call& c) {
+         c.shift.assign(8, 0.5f);
+         c.shift_p = c.shift.data();
+         c.mean_out = c.shift.data() + 1;
+       },
        NORMKIT_ERROR_INVALID_ARGUMENT, "mean_out overlaps beta"},
   };
   for (const Rule& rule : rules) {
