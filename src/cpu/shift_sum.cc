@@ -452,6 +452,12 @@ void ForPhasePlaces(const ShiftSumProblem<T>& p, const F& f) {
   }
 }
 
+// Zeroed phase rows of one y row.
+template <class T>
+std::vector<T> PhaseBuffer(const ShiftSumProblem<T>& p) {
+  return std::vector<T>(static_cast<size_t>((p.step < 0 ? -p.step : p.step) * PhaseLen(p)));
+}
+
 // y row `row` (B * H rows) from x's by phases; next_x: the x row summed after it, if any.
 template <class T>
 void SumRowByPhases(const ShiftSumProblem<T>& p, const T* x, int64_t row, const T* next_x,
@@ -472,10 +478,30 @@ void SumRowByPhases(const ShiftSumProblem<T>& p, const T* x, int64_t row, const 
   if (p.scale != T(1)) ShiftSumScale(yrow, p.scale, p.W_out);
 }
 
+// x row `row` from a y-shaped row `yrow` through its phases (ShiftSumPhasesAdjoint):
+// x = (scale * y) * m, or with `update` x += (scale * m) * y.
+template <class T>
+void SpreadRowByPhases(const ShiftSumProblem<T>& p, const T* yrow, int64_t row, T scale,
+                       bool stream, bool update, std::vector<T>& phases, T* x) {
+  ForPhasePlaces(p, [&](int64_t j, int64_t i) { phases[i] = yrow[j]; });
+  kernels::ShiftSumPhaseAdjointRow<T> s{};
+  s.phases = phases.data();
+  s.len = PhaseLen(p);
+  s.x = x + row * p.W * p.C;
+  s.m = p.mask_kind == ShiftMask::kHW ? p.mask + (row % p.H) * p.W : nullptr;
+  s.W = p.W;
+  s.C = p.C;
+  s.step = p.step;
+  s.scale = scale;
+  s.stream = stream;
+  s.update = update;
+  kernels::ShiftSumPhasesAdjoint(s);
+}
+
 template <class T>
 void ForwardChannelsLastPhases(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
                                int64_t end) {
-  std::vector<T> phases(static_cast<size_t>((p.step < 0 ? -p.step : p.step) * PhaseLen(p)));
+  std::vector<T> phases = PhaseBuffer(p);
   for (int64_t row = begin; row < end; ++row) {
     const T* next_x = row + 1 < end ? x + (row + 1) * p.W * p.C : nullptr;
     SumRowByPhases(p, x, row, next_x, phases, y + row * p.W_out);
@@ -483,26 +509,13 @@ void ForwardChannelsLastPhases(const ShiftSumProblem<T>& p, const T* x, T* y, in
 }
 
 // The adjoint the same way: each y row (of `src`, y-shaped) goes to its phases, and
-// every pixel's C values are one contiguous run of them (ShiftSumPhasesAdjoint).
+// every pixel's C values are one contiguous run of them.
 template <class T>
 void AdjointChannelsLastPhases(const ShiftSumProblem<T>& p, const T* src, T* x, int64_t begin,
                                int64_t end, bool stream) {
-  const int64_t len = PhaseLen(p);
-  std::vector<T> phases(static_cast<size_t>((p.step < 0 ? -p.step : p.step) * len));
+  std::vector<T> phases = PhaseBuffer(p);
   for (int64_t row = begin; row < end; ++row) {
-    const T* yrow = src + row * p.W_out;
-    ForPhasePlaces(p, [&](int64_t j, int64_t i) { phases[i] = yrow[j]; });
-    kernels::ShiftSumPhaseAdjointRow<T> s{};
-    s.phases = phases.data();
-    s.len = len;
-    s.x = x + row * p.W * p.C;
-    s.m = p.mask_kind == ShiftMask::kHW ? p.mask + (row % p.H) * p.W : nullptr;
-    s.W = p.W;
-    s.C = p.C;
-    s.step = p.step;
-    s.scale = p.scale;
-    s.stream = stream;
-    kernels::ShiftSumPhasesAdjoint(s);
+    SpreadRowByPhases(p, src + row * p.W_out, row, p.scale, stream, false, phases, x);
   }
 }
 
@@ -512,25 +525,14 @@ template <class T>
 void GapStepChannelsLastPhases(const ShiftSumProblem<T>& p, T step_scale, T gamma,
                                const T* normalizer, const T* y, T* x, int64_t begin, int64_t end) {
   std::vector<T> res(static_cast<size_t>(p.W_out)), prow(static_cast<size_t>(p.W_out));
-  std::vector<T> phases(static_cast<size_t>((p.step < 0 ? -p.step : p.step) * PhaseLen(p)));
+  std::vector<T> phases = PhaseBuffer(p);
   for (int64_t row = begin; row < end; ++row) {
     const T* next_x = row + 1 < end ? x + (row + 1) * p.W * p.C : nullptr;
     SumRowByPhases(p, static_cast<const T*>(x), row, next_x, phases, res.data());
     ShiftSumResidual(res.data(), y + row * p.W_out, p.W_out);
     const T* pr = NormalizerRowOrGiven(p, normalizer, row / p.H, row % p.H, prow.data());
     ShiftSumDivide(res.data(), res.data(), pr, T(1), gamma, p.W_out);
-    ForPhasePlaces(p, [&](int64_t j, int64_t i) { phases[i] = res[j]; });
-    kernels::ShiftSumPhaseAdjointRow<T> s{};
-    s.phases = phases.data();
-    s.len = PhaseLen(p);
-    s.x = x + row * p.W * p.C;
-    s.m = p.mask_kind == ShiftMask::kHW ? p.mask + (row % p.H) * p.W : nullptr;
-    s.W = p.W;
-    s.C = p.C;
-    s.step = p.step;
-    s.scale = step_scale;
-    s.update = true;
-    kernels::ShiftSumPhasesAdjoint(s);
+    SpreadRowByPhases(p, res.data(), row, step_scale, false, true, phases, x);
   }
 }
 

@@ -61,6 +61,14 @@ void AccumulateTileT(const ShiftSumTile<T>& t) {
   }
 }
 
+// Where pixel t's run of C values starts in the phase rows (`len` values each) of a
+// step of |step| = a: phase t mod a, index t / a, or counted from the row's end when
+// the phases are stored reversed (step < 0, `reversed`).
+HWY_INLINE int64_t PhaseRunStart(int64_t t, int64_t a, int64_t len, int64_t C, bool reversed) {
+  const int64_t q = t / a;
+  return (t % a) * len + (reversed ? len - C - q : q);
+}
+
 template <class T>
 void PhasesT(const ShiftSumPhaseRow<T>& s) {
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
@@ -79,8 +87,7 @@ void PhasesT(const ShiftSumPhaseRow<T>& s) {
       for (int64_t i = 0; i < s.C; i += kLine) __builtin_prefetch(ahead + i, 0, 2);
     }
     const int64_t t = forwards ? k : s.W - 1 - k;
-    const int64_t q = t / a;
-    T* HWY_RESTRICT y = s.phases + (t % a) * s.len + (forwards ? s.len - s.C - q : q);
+    T* HWY_RESTRICT y = s.phases + PhaseRunStart(t, a, s.len, s.C, forwards);
     const T* HWY_RESTRICT x = s.x + t * s.C;
     if (s.m) {
       const T mt = s.m[t];
@@ -365,8 +372,7 @@ void PhasesAdjointT(const ShiftSumPhaseAdjointRow<T>& s) {
   const int64_t a = s.step < 0 ? -s.step : s.step;
   const bool forwards = s.step < 0;
   for (int64_t t = 0; t < s.W; ++t) {
-    const int64_t q = t / a;
-    const T* HWY_RESTRICT src = s.phases + (t % a) * s.len + (forwards ? s.len - s.C - q : q);
+    const T* HWY_RESTRICT src = s.phases + PhaseRunStart(t, a, s.len, s.C, forwards);
     T* HWY_RESTRICT dst = s.x + t * s.C;
     const T mt = s.m ? s.m[t] : T(1);
     const auto one = [&](auto dt, size_t i) {
