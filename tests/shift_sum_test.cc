@@ -427,15 +427,17 @@ void CheckForwardLayouts(const Geometry& g) {
 // written per target): on every target, against the reference and bit for bit against
 // channels-first x. The channel counts span under one to four vectors and past them
 // (the planes path) on 4-, 8- and 16-lane targets; |S| = W and |S| > W (gaps); odd row
-// counts (a row walked alone). (Ranges of odd length over threads:
+// counts (a row walked alone); phases of equal pixel counts (walked side by side) and
+// of unequal ones. (Ranges of odd length over threads:
 // BitwiseIdenticalAcrossThreadCounts.)
 TEST(ShiftSum, SkewedWalksOnEveryTarget) {
   const std::vector<Geometry> shapes = {
-      {1, 2, 3, 5, 1, false, 0, 1.0},       {2, 9, 3, 11, -2, false, 0, 0.5},
-      {1, 16, 2, 16, 3, false, 0, 1.0},     {1, 17, 3, 20, -1, false, 0, 1.0},
-      {2, 33, 1, 40, 2, false, 0, 0.25},    {1, 64, 3, 9, 1, false, 0, 1.0},
-      {1, 5, 3, 7, 7, false, 0, 1.0},       {1, 5, 2, 7, -8, false, 0, 1.0},
-      {2, 28, 5, 37, 2, false, 0, 2.0 / 28}};
+      {1, 2, 3, 5, 1, false, 0, 1.0},        {2, 9, 3, 11, -2, false, 0, 0.5},
+      {1, 16, 2, 16, 3, false, 0, 1.0},      {1, 17, 3, 20, -1, false, 0, 1.0},
+      {2, 33, 1, 40, 2, false, 0, 0.25},     {1, 64, 3, 9, 1, false, 0, 1.0},
+      {1, 5, 3, 7, 7, false, 0, 1.0},        {1, 5, 2, 7, -8, false, 0, 1.0},
+      {2, 28, 5, 37, 2, false, 0, 2.0 / 28}, {2, 28, 3, 36, 2, false, 0, 2.0 / 28},
+      {1, 20, 3, 24, -2, false, 0, 1.0},     {1, 7, 3, 30, 4, false, 0, 1.0}};
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));
