@@ -352,6 +352,20 @@ TEST(ShiftSum, ChannelsLastOnEveryTarget) {
 
 // The forward of channels-last x against the reference and against channels-first x
 // (the same bits), and the GAP step against channels-first x; 3 threads.
+// x in channels-first (`first`) and channels-last (`last`) order holds the same bits.
+template <class T>
+void ExpectSameBits(const Geometry& g, const std::vector<T>& first, const std::vector<T>& last,
+                    const char* what) {
+  for (int64_t b = 0; b < g.B; ++b)
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t h = 0; h < g.H; ++h)
+        for (int64_t w = 0; w < g.W; ++w)
+          ASSERT_EQ(std::memcmp(&first[g.XIndex(b, c, h, w, false)],
+                                &last[g.XIndex(b, c, h, w, true)], sizeof(T)),
+                    0)
+              << what << " " << b << " " << c << " " << h << " " << w;
+}
+
 template <class T>
 void CheckForwardLayouts(const Geometry& g) {
   SCOPED_TRACE(Name(g, true) + (sizeof(T) == 8 ? " double" : " float"));
@@ -398,28 +412,35 @@ void CheckForwardLayouts(const Geometry& g) {
             NORMKIT_SUCCESS);
   ASSERT_EQ(normkit_shift_sum_gap_step(ctx.ctx, &glt, &yin, &params, 0.7, 0.25, nullptr),
             NORMKIT_SUCCESS);
-  for (int64_t b = 0; b < g.B; ++b)
-    for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t h = 0; h < g.H; ++h)
-        for (int64_t w = 0; w < g.W; ++w)
-          ASSERT_EQ(std::memcmp(&gf[g.XIndex(b, c, h, w, false)], &gl[g.XIndex(b, c, h, w, true)],
-                                sizeof(T)),
-                    0)
-              << "gap step " << b << " " << c << " " << h << " " << w;
+  ExpectSameBits(g, gf, gl, "gap step");
   // The adjoint of the same y, likewise.
   std::vector<T> af(nx, T(-9)), al(nx, T(-9));
   normkit_tensor aft = TensorOf(af.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, xshape);
   normkit_tensor alt = TensorOf(al.data(), NORMKIT_LAYOUT_CHANNELS_LAST, xshape);
   ASSERT_EQ(normkit_shift_sum_adjoint(ctx.ctx, &yin, &params, &aft), NORMKIT_SUCCESS);
   ASSERT_EQ(normkit_shift_sum_adjoint(ctx.ctx, &yin, &params, &alt), NORMKIT_SUCCESS);
-  for (int64_t b = 0; b < g.B; ++b)
-    for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t h = 0; h < g.H; ++h)
-        for (int64_t w = 0; w < g.W; ++w)
-          ASSERT_EQ(std::memcmp(&af[g.XIndex(b, c, h, w, false)], &al[g.XIndex(b, c, h, w, true)],
-                                sizeof(T)),
-                    0)
-              << "adjoint " << b << " " << c << " " << h << " " << w;
+  ExpectSameBits(g, af, al, "adjoint");
+}
+
+// CheckForwardLayouts for each shape with no mask and a [H, W] one, float and double, on
+// every SIMD target; with all_ops also CheckAllOps (the adjoint and pseudo-inverses).
+void CheckLayoutsOnEveryTarget(const std::vector<Geometry>& shapes, bool all_ops) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (Geometry g : shapes) {
+      for (int32_t kind : {NORMKIT_MASK_NONE, NORMKIT_MASK_HW}) {
+        g.mask_kind = kind;
+        CheckForwardLayouts<float>(g);
+        CheckForwardLayouts<double>(g);
+        if (all_ops) {
+          CheckAllOps<float>(g, true, 2);
+          CheckAllOps<double>(g, true, 1);
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 // Channels-last rows with no mask or a [H, W] one, and up to four vectors of channels,
@@ -438,18 +459,7 @@ TEST(ShiftSum, SkewedWalksOnEveryTarget) {
       {1, 5, 3, 7, 7, false, 0, 1.0},        {1, 5, 2, 7, -8, false, 0, 1.0},
       {2, 28, 5, 37, 2, false, 0, 2.0 / 28}, {2, 28, 3, 36, 2, false, 0, 2.0 / 28},
       {1, 20, 3, 24, -2, false, 0, 1.0},     {1, 7, 3, 30, 4, false, 0, 1.0}};
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
-    for (Geometry g : shapes) {
-      for (int32_t kind : {NORMKIT_MASK_NONE, NORMKIT_MASK_HW}) {
-        g.mask_kind = kind;
-        CheckForwardLayouts<float>(g);
-        CheckForwardLayouts<double>(g);
-      }
-    }
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  CheckLayoutsOnEveryTarget(shapes, false);
 }
 
 // Channels-last rows past four vectors of channels, no mask or a [H, W] one, are
@@ -464,20 +474,7 @@ TEST(ShiftSum, PhaseWalksOnEveryTarget) {
       {1, 70, 3, 9, -3, false, 0, 1.0},   {2, 97, 2, 5, 7, false, 0, 0.5},
       {1, 130, 2, 13, 2, false, 0, 1.0},  {2, 65, 3, 16, 1, false, 0, 2.0 / 65},
       {1, 128, 1, 11, -1, false, 0, 1.0}, {1, 80, 2, 6, -9, false, 0, 1.0}};
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
-    for (Geometry g : shapes) {
-      for (int32_t kind : {NORMKIT_MASK_NONE, NORMKIT_MASK_HW}) {
-        g.mask_kind = kind;
-        CheckForwardLayouts<float>(g);
-        CheckForwardLayouts<double>(g);
-        CheckAllOps<float>(g, true, 2);  // the adjoint and pseudo-inverses, too
-        CheckAllOps<double>(g, true, 1);
-      }
-    }
-  }
-  hwy::SetSupportedTargetsForTest(0);
+  CheckLayoutsOnEveryTarget(shapes, true);
 }
 
 // <A x, y> = <x, A^T y> in float64, for every mask form, both axes and layouts.

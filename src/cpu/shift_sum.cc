@@ -458,12 +458,10 @@ std::vector<T> PhaseBuffer(const ShiftSumProblem<T>& p) {
   return std::vector<T>(static_cast<size_t>((p.step < 0 ? -p.step : p.step) * PhaseLen(p)));
 }
 
-// y row `row` (B * H rows) from x's by phases; next_x: the x row summed after it, if any.
-template <class T>
-void SumRowByPhases(const ShiftSumProblem<T>& p, const T* x, int64_t row, const T* next_x,
-                    std::vector<T>& phases, T* yrow) {
-  std::fill(phases.begin(), phases.end(), T(0));
-  kernels::ShiftSumPhaseRow<T> s{};
+// The fields a phase kernel's row shares (ShiftSumPhaseRow, ShiftSumPhaseAdjointRow):
+// channels-last x row `row` (B * H rows), its [H, W] mask row, and the phase rows.
+template <class T, class X, class Row>
+void SetPhaseRow(const ShiftSumProblem<T>& p, int64_t row, X* x, std::vector<T>& phases, Row& s) {
   s.phases = phases.data();
   s.len = PhaseLen(p);
   s.x = x + row * p.W * p.C;
@@ -471,6 +469,15 @@ void SumRowByPhases(const ShiftSumProblem<T>& p, const T* x, int64_t row, const 
   s.W = p.W;
   s.C = p.C;
   s.step = p.step;
+}
+
+// y row `row` (B * H rows) from x's by phases; next_x: the x row summed after it, if any.
+template <class T>
+void SumRowByPhases(const ShiftSumProblem<T>& p, const T* x, int64_t row, const T* next_x,
+                    std::vector<T>& phases, T* yrow) {
+  std::fill(phases.begin(), phases.end(), T(0));
+  kernels::ShiftSumPhaseRow<T> s{};
+  SetPhaseRow(p, row, x, phases, s);
   s.next_x = next_x;
   s.ahead = std::max<int64_t>(1, kPhasesAheadBytes / (p.C * static_cast<int64_t>(sizeof(T))));
   kernels::ShiftSumPhases(s);
@@ -485,13 +492,7 @@ void SpreadRowByPhases(const ShiftSumProblem<T>& p, const T* yrow, int64_t row, 
                        bool stream, bool update, std::vector<T>& phases, T* x) {
   ForPhasePlaces(p, [&](int64_t j, int64_t i) { phases[i] = yrow[j]; });
   kernels::ShiftSumPhaseAdjointRow<T> s{};
-  s.phases = phases.data();
-  s.len = PhaseLen(p);
-  s.x = x + row * p.W * p.C;
-  s.m = p.mask_kind == ShiftMask::kHW ? p.mask + (row % p.H) * p.W : nullptr;
-  s.W = p.W;
-  s.C = p.C;
-  s.step = p.step;
+  SetPhaseRow(p, row, x, phases, s);
   s.scale = scale;
   s.stream = stream;
   s.update = update;
