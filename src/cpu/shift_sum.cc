@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/parallel.h"
@@ -59,6 +60,29 @@ int64_t SourceRow(const ShiftSumProblem<T>& p, int64_t c, int64_t r) {
   if (!p.along_h) return r;
   const int64_t h = r - p.Offset(c);
   return h >= 0 && h < p.H ? h : -1;
+}
+
+// Channels whose x rows can land in y rows [r0, r1), as [first, last): along W all of
+// them; along H channel c covers rows [Offset(c), Offset(c) + H), so only a band of
+// channels does, and loops over all C would make a call with many channels and few
+// rows cost C * H' steps. The band is widened by one each side; the loops still check
+// SourceRow for each channel in it.
+template <class T>
+std::pair<int64_t, int64_t> ChannelsReaching(const ShiftSumProblem<T>& p, int64_t r0, int64_t r1) {
+  if (!p.along_h || p.step == 0) return {0, p.C};
+  const auto floor_div = [](int64_t n, int64_t d) {
+    return n / d - ((n % d != 0) && ((n < 0) != (d < 0)));
+  };
+  int64_t first, last;
+  if (p.step > 0) {  // Offset(c) < r1 and Offset(c) + H > r0
+    first = floor_div(r0 - p.base - p.H, p.step);
+    last = floor_div(r1 - 1 - p.base, p.step) + 2;
+  } else {
+    const int64_t a = -p.step;
+    first = floor_div(p.base - r1, a);
+    last = floor_div(p.base + p.H - 1 - r0, a) + 2;
+  }
+  return {std::clamp<int64_t>(first, 0, p.C), std::clamp<int64_t>(last, 0, p.C)};
 }
 
 // The mask values that multiply x row (b, c, h), element-aligned with it. Shifted-
@@ -163,7 +187,8 @@ template <class T>
 void ForwardRow(const ShiftSumProblem<T>& p, XRows<T>& xr, const T* x, int64_t b, int64_t r,
                 T* yrow) {
   std::fill(yrow, yrow + p.W_out, T(0));
-  for (int64_t c = 0; c < p.C; ++c) {
+  const auto [c0, c1] = ChannelsReaching(p, r, r + 1);
+  for (int64_t c = c0; c < c1; ++c) {
     const int64_t h = SourceRow(p, c, r);
     if (h < 0) continue;
     ShiftSumAccumulate(yrow + Place(p, c, h).col, xr.Read(x, b, c, h), AlignedMask(p, b, c, h),
@@ -176,7 +201,8 @@ void ForwardRow(const ShiftSumProblem<T>& p, XRows<T>& xr, const T* x, int64_t b
 template <class T>
 void NormalizerRow(const ShiftSumProblem<T>& p, int64_t b, int64_t r, bool count_only, T* prow) {
   std::fill(prow, prow + p.W_out, T(0));
-  for (int64_t c = 0; c < p.C; ++c) {
+  const auto [c0, c1] = ChannelsReaching(p, r, r + 1);
+  for (int64_t c = c0; c < c1; ++c) {
     const int64_t h = SourceRow(p, c, r);
     if (h < 0) continue;
     ShiftSumAddSquares(prow + Place(p, c, h).col,
@@ -645,7 +671,8 @@ void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
           }
         }
       } else {
-        for (int64_t c = 0; c < p.C; ++c) {
+        const auto [c_first, c_last] = ChannelsReaching(p, r0, r1);
+        for (int64_t c = c_first; c < c_last; ++c) {
           // The tile rows this channel reaches: consecutive x rows, one call.
           const int64_t ra = std::max(r0, p.Offset(c)), rb = std::min(r1, p.Offset(c) + p.H);
           if (ra >= rb) continue;
