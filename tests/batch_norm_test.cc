@@ -111,5 +111,49 @@ TEST(BatchNorm, InferenceMatchesReference) {
   }
 }
 
+// Batch norm folds its parameters per range (only the channels of the range's planes,
+// rotated to its first plane): bit for bit the affine of normkit_batch_norm_fold's
+// output, on shapes that split into ranges starting mid-plane and mid-sample, with
+// planes under a vector, short planes, C past the per-thread row, and both layouts.
+TEST(BatchNorm, InferenceIsTheAffineOfTheFold) {
+  const std::vector<std::vector<int64_t>> shapes = {{5, 37, 23, 29}, {2, 1024, 7, 7},
+                                                    {3, 96, 14, 14}, {4, 3000, 5},
+                                                    {2, 5000, 3, 3}, {7, 300, 2, 2, 11}};
+  for (const auto& shape : shapes) {
+    const int64_t C = shape[1], numel = Numel(shape);
+    BatchNormData bn(C, 40);
+    std::vector<float> scale(C), shift(C);
+    ASSERT_EQ(normkit_batch_norm_fold(C, bn.gamma.data(), bn.beta.data(), bn.mean.data(),
+                                      bn.var.data(), 1e-5f, scale.data(), shift.data()),
+              NORMKIT_SUCCESS);
+    const std::vector<float> x = RandomVector(numel, 41, -4.0f, 4.0f);
+    for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      std::vector<float> want(numel);
+      normkit_tensor xt = Desc(const_cast<float*>(x.data()), layout, shape),
+                     wt = Desc(want.data(), layout, shape);
+      ASSERT_EQ(normkit_affine(nullptr, &xt, scale.data(), shift.data(),
+                               NORMKIT_PARAMS_PER_CHANNEL, &wt),
+                NORMKIT_SUCCESS);
+      for (bool in_place : {false, true}) {
+        for (int threads : {1, 2, 3, 8}) {
+          SCOPED_TRACE(::testing::Message() << "numel=" << numel << " layout=" << layout
+                                            << " in_place=" << in_place << " threads=" << threads);
+          std::vector<float> xb = x, yb(numel, -1.0f);
+          float* yd = in_place ? xb.data() : yb.data();
+          normkit_tensor xbt = Desc(xb.data(), layout, shape), yt = Desc(yd, layout, shape);
+          Context ctx(threads);
+          ASSERT_EQ(normkit_batch_norm_inference(ctx.ctx, &xbt, bn.gamma.data(), bn.beta.data(),
+                                                 bn.mean.data(), bn.var.data(), 1e-5f, &yt),
+                    NORMKIT_SUCCESS)
+              << normkit_last_error();
+          for (int64_t i = 0; i < numel; ++i) {
+            ASSERT_EQ(yd[i], want[i]) << "i=" << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace normkit_test

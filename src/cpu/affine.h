@@ -6,6 +6,7 @@
 #include "core/context.h"
 #include "core/tensor.h"
 #include "cpu/memory_plan.h"
+#include "fold/fold.h"
 
 namespace normkit {
 namespace cpu {
@@ -14,6 +15,9 @@ struct AffineParams {
   const float* scale = nullptr;  // C or N * C floats, or null (scale 1)
   const float* shift = nullptr;  // same count as scale, or null (shift 0)
   bool per_sample = false;       // N * C (row-major) instead of C
+  // Batch norm: scale and shift are not given but folded from these (per channel)
+  // by each range, for the channels it reads, on the thread that reads them.
+  const fold::BatchNormParams* fold_from = nullptr;
 };
 
 // y = x * scale + shift on validated float32 CPU tensors of the same shape;
