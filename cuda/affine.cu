@@ -68,20 +68,19 @@ __global__ void AffineFlatKernel(const float* x, float* y, const float* scale, c
   }
 }
 
-// scale = gamma / sqrt(var + eps), shift = beta - mean * scale in double, rounded once to
-// float: fold::BatchNormScaleShift's formula, with the _rn intrinsics so that nvcc
-// cannot contract it into an FMA the CPU does not use.
+// scale = gamma / sqrt(var + eps), shift = beta - mean * scale in float:
+// fold::BatchNormScaleShift's formula, with the _rn intrinsics so that nvcc cannot
+// contract it into an FMA the CPU does not use (same bits as the CPU fold).
 __global__ void BatchNormFoldKernel(const float* gamma, const float* beta, const float* mean,
                                     const float* var, float eps, int64_t C, float* scale,
                                     float* shift) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const double g = gamma != nullptr ? gamma[c] : 1.0;
-  const double b = beta != nullptr ? beta[c] : 0.0;
-  const double s =
-      __ddiv_rn(g, __dsqrt_rn(__dadd_rn(static_cast<double>(var[c]), static_cast<double>(eps))));
-  scale[c] = static_cast<float>(s);
-  shift[c] = static_cast<float>(__dsub_rn(b, __dmul_rn(static_cast<double>(mean[c]), s)));
+  const float g = gamma != nullptr ? gamma[c] : 1.0f;
+  const float b = beta != nullptr ? beta[c] : 0.0f;
+  const float s = __fdiv_rn(g, __fsqrt_rn(__fadd_rn(var[c], eps)));
+  scale[c] = s;
+  shift[c] = __fsub_rn(b, __fmul_rn(mean[c], s));
 }
 
 __global__ void AffineKernel(const float* x, float* y, const float* scale, const float* shift,

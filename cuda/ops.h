@@ -43,7 +43,7 @@ normkit_status Affine(const char* op, const normkit_context* ctx, const TensorVi
                       const TensorView& y, const float* scale, const float* shift, bool per_sample);
 
 // Batch-norm inference on CUDA tensors (every parameter a device array; gamma, beta may
-// be NULL). Folds into scale / shift on the device with the CPU's double formula (the
+// be NULL). Folds into scale / shift on the device with the CPU's float formula (the
 // same bits), copies running_var to the host and calls validate(host_var) while the fold
 // runs; only if it succeeds is y written. That one wait on the stream is the price of
 // validating before writing.

@@ -23,30 +23,42 @@ double ReferenceBatchNorm(double x, double gamma, double beta, double mean, doub
   return (x - mean) / std::sqrt(var + eps) * gamma + beta;
 }
 
+// The fold's documented operations, one float rounding each (the product kept apart
+// from the subtraction so the compiler cannot fuse them).
+void FloatFold(float gamma, float beta, float mean, float var, float eps, float* scale,
+               float* shift) {
+  const float s = gamma / std::sqrt(var + eps);
+  const volatile float mean_scaled = mean * s;
+  *scale = s;
+  *shift = beta - mean_scaled;
+}
+
 TEST(BatchNorm, FoldMatchesDefinition) {
   const int64_t C = 37;
   BatchNormData bn(C, 10);
   bn.var[3] = 0.0f;  // a dead channel: only eps keeps it finite
   std::vector<float> scale(C), shift(C);
   const float eps = 1e-5f;
-  ASSERT_EQ(normkit_batch_norm_fold(C, bn.gamma.data(), bn.beta.data(), bn.mean.data(),
-                                    bn.var.data(), eps, scale.data(), shift.data()),
-            NORMKIT_SUCCESS);
-  for (int64_t c = 0; c < C; ++c) {
-    const double s = bn.gamma[c] / std::sqrt(static_cast<double>(bn.var[c]) + eps);
-    const double b = bn.beta[c] - bn.mean[c] * s;
-    // The fold is the double formula with one rounding, so bit for bit these.
-    EXPECT_EQ(scale[c], static_cast<float>(s)) << c;
-    EXPECT_EQ(shift[c], static_cast<float>(b)) << c;
-  }
-  // No gamma / beta: BatchNorm(affine=False).
-  ASSERT_EQ(normkit_batch_norm_fold(C, nullptr, nullptr, bn.mean.data(), bn.var.data(), eps,
-                                    scale.data(), shift.data()),
-            NORMKIT_SUCCESS);
-  for (int64_t c = 0; c < C; ++c) {
-    const double s = 1.0 / std::sqrt(static_cast<double>(bn.var[c]) + eps);
-    EXPECT_EQ(scale[c], static_cast<float>(s)) << c;
-    EXPECT_EQ(shift[c], static_cast<float>(0.0 - bn.mean[c] * s)) << c;
+  for (bool affine : {true, false}) {  // false: BatchNorm(affine=False), gamma / beta NULL
+    ASSERT_EQ(normkit_batch_norm_fold(C, affine ? bn.gamma.data() : nullptr,
+                                      affine ? bn.beta.data() : nullptr, bn.mean.data(),
+                                      bn.var.data(), eps, scale.data(), shift.data()),
+              NORMKIT_SUCCESS);
+    for (int64_t c = 0; c < C; ++c) {
+      const float g = affine ? bn.gamma[c] : 1.0f, b = affine ? bn.beta[c] : 0.0f;
+      // Within float rounding of the double formula: var + eps, the square root and
+      // the division round once each (under 2.5 * 2^-24 relative), the shift's
+      // product and difference once each.
+      const double s = g / std::sqrt(static_cast<double>(bn.var[c]) + eps);
+      const double h = b - bn.mean[c] * s;
+      EXPECT_NEAR(scale[c], s, 2.5 * 0x1p-24 * std::fabs(s)) << c;
+      EXPECT_NEAR(shift[c], h, 4.5 * 0x1p-24 * (std::fabs(bn.mean[c] * s) + std::fabs(h))) << c;
+      // And bit for bit the float formula the header documents.
+      float want_scale, want_shift;
+      FloatFold(g, b, bn.mean[c], bn.var[c], eps, &want_scale, &want_shift);
+      EXPECT_EQ(scale[c], want_scale) << c;
+      EXPECT_EQ(shift[c], want_shift) << c;
+    }
   }
 }
 
@@ -96,7 +108,8 @@ TEST(BatchNorm, InferenceMatchesReference) {
                 for (int64_t i = 0; i < S; ++i) {
                   const int64_t o = Offset(n, c, i, C, S, cl);
                   const double want = ReferenceBatchNorm(x[o], g, b, bn.mean[c], bn.var[c], eps);
-                  // Folding rounds scale and shift once each, then one FMA.
+                  // Folding rounds scale (at most 2.5 * 2^-24 relative) and shift, then
+                  // one FMA.
                   const double tol =
                       4 * 1.19e-7 *
                       (std::fabs(x[o] * s) + std::fabs(b) + std::fabs(bn.mean[c] * s));
@@ -131,9 +144,9 @@ TEST(BatchNorm, InferenceIsTheAffineOfTheFold) {
       std::vector<float> want(numel);
       normkit_tensor xt = Desc(const_cast<float*>(x.data()), layout, shape),
                      wt = Desc(want.data(), layout, shape);
-      ASSERT_EQ(normkit_affine(nullptr, &xt, scale.data(), shift.data(),
-                               NORMKIT_PARAMS_PER_CHANNEL, &wt),
-                NORMKIT_SUCCESS);
+      ASSERT_EQ(
+          normkit_affine(nullptr, &xt, scale.data(), shift.data(), NORMKIT_PARAMS_PER_CHANNEL, &wt),
+          NORMKIT_SUCCESS);
       for (bool in_place : {false, true}) {
         for (int threads : {1, 2, 3, 8}) {
           SCOPED_TRACE(::testing::Message() << "numel=" << numel << " layout=" << layout

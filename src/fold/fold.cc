@@ -10,6 +10,8 @@ namespace normkit {
 namespace fold {
 namespace {
 
+// Folding into a layer's weights runs once per model, so it keeps the double
+// formula and rounds each weight once.
 struct ScaleShiftD {
   double scale;
   double shift;
@@ -25,7 +27,7 @@ ScaleShiftD ChannelScaleShift(const BatchNormParams& bn, int64_t c) {
 }  // namespace
 
 void BatchNormScaleShift(int64_t channels, const BatchNormParams& bn, float* scale, float* shift) {
-  // The same double formula as ChannelScaleShift, vectorized (bitwise equal).
+  // In float: this fold runs on every batch-norm call (see the kernel).
   kernels::BatchNormFold({bn.gamma, bn.beta, bn.mean, bn.var, bn.eps, scale, shift}, channels);
 }
 

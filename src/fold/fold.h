@@ -17,7 +17,8 @@ struct BatchNormParams {
   float eps;
 };
 
-// scale = gamma / sqrt(var + eps), shift = beta - mean * scale, in double, one rounding.
+// scale = gamma / sqrt(var + eps), shift = beta - mean * scale, in float, each
+// operation correctly rounded (no FMA): the same bits on every target and on CUDA.
 // Every input of channel c is read before channel c's outputs are written, so the
 // outputs may alias gamma / beta element for element.
 void BatchNormScaleShift(int64_t channels, const BatchNormParams& bn, float* scale, float* shift);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Batch-norm folding for every SIMD target, dispatched at run time. A per-call fold
-// of C channels costs a division and a square root each; done one channel at a
-// time it took a quarter of a 1x1024x7x7 batch norm.
+// of C channels costs a division and a square root each, which the divider unit
+// runs one vector at a time: in double it took a fifth of a 1x1024x7x7 batch norm
+// (0.89 us at 1024 channels against 0.30 us in float, AVX-512).
 #include "cpu/kernels/batch_norm_fold.h"
 
 #include <cmath>
@@ -21,33 +22,30 @@ namespace kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// One channel, the same operations as a vector lane.
+// One channel, the same operations as a vector lane (no FMA: the build turns
+// contraction off, and Highway's Mul / Sub round each on every target).
 inline void FoldOne(const BatchNormFoldJob& job, int64_t c) {
-  const double gamma = job.gamma ? job.gamma[c] : 1.0;
-  const double beta = job.beta ? job.beta[c] : 0.0;
-  const double scale = gamma / std::sqrt(static_cast<double>(job.var[c]) + job.eps);
-  const double mean_scaled = static_cast<double>(job.mean[c]) * scale;
-  job.scale[c] = static_cast<float>(scale);
-  job.shift[c] = static_cast<float>(beta - mean_scaled);
+  const float gamma = job.gamma ? job.gamma[c] : 1.0f;
+  const float beta = job.beta ? job.beta[c] : 0.0f;
+  const float scale = gamma / std::sqrt(job.var[c] + job.eps);
+  job.scale[c] = scale;
+  job.shift[c] = beta - job.mean[c] * scale;
 }
 
 void BatchNormFoldImpl(const BatchNormFoldJob& job, int64_t channels) {
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;  // as many floats as dd has doubles
-  const int64_t lanes = static_cast<int64_t>(hn::Lanes(dd));
-  const auto eps = hn::Set(dd, job.eps);
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto eps = hn::Set(d, job.eps);
   int64_t c = 0;
   for (; c + lanes <= channels; c += lanes) {
     // All inputs of these channels are loaded before their outputs are stored.
-    const auto gamma =
-        job.gamma ? hn::PromoteTo(dd, hn::LoadU(df, job.gamma + c)) : hn::Set(dd, 1.0);
-    const auto beta = job.beta ? hn::PromoteTo(dd, hn::LoadU(df, job.beta + c)) : hn::Zero(dd);
-    const auto mean = hn::PromoteTo(dd, hn::LoadU(df, job.mean + c));
-    const auto var = hn::PromoteTo(dd, hn::LoadU(df, job.var + c));
+    const auto gamma = job.gamma ? hn::LoadU(d, job.gamma + c) : hn::Set(d, 1.0f);
+    const auto beta = job.beta ? hn::LoadU(d, job.beta + c) : hn::Zero(d);
+    const auto mean = hn::LoadU(d, job.mean + c);
+    const auto var = hn::LoadU(d, job.var + c);
     const auto scale = hn::Div(gamma, hn::Sqrt(hn::Add(var, eps)));
-    const auto shift = hn::Sub(beta, hn::Mul(mean, scale));
-    hn::StoreU(hn::DemoteTo(df, scale), df, job.scale + c);
-    hn::StoreU(hn::DemoteTo(df, shift), df, job.shift + c);
+    hn::StoreU(scale, d, job.scale + c);
+    hn::StoreU(hn::Sub(beta, hn::Mul(mean, scale)), d, job.shift + c);
   }
   for (; c < channels; ++c) FoldOne(job, c);
 }

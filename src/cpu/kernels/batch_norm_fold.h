@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Batch-norm folding, vectorized: scale = gamma / sqrt(var + eps), shift = beta -
-// mean * scale for a run of channels, in double with one rounding to float. Every
-// operation is a correctly rounded IEEE one (no FMA), so the result is bit for bit
-// the plain scalar double formula's, on every SIMD target.
+// mean * scale for a run of channels, in float. Every operation is a correctly
+// rounded IEEE one (no FMA), so the result is bit for bit the plain scalar float
+// formula's, on every SIMD target and on the CUDA path.
 #ifndef NORMKIT_CPU_KERNELS_BATCH_NORM_FOLD_H_
 #define NORMKIT_CPU_KERNELS_BATCH_NORM_FOLD_H_
 
@@ -16,7 +16,7 @@ struct BatchNormFoldJob {
   const float* beta;   // null: 0
   const float* mean;
   const float* var;
-  double eps;
+  float eps;
   float* scale;  // may alias gamma / beta element for element
   float* shift;
 };
