@@ -76,6 +76,22 @@ void RunBlocks(const normkit_context& context, int64_t numel,
   });
 }
 
+// The same split into at most one range per thread, for ranges that each pay a fixed
+// cost (a fold of all C channels): a TBB partition may cut RunBlocks' tasks into
+// many ranges. Range boundaries do not change an affine's bits.
+void RunPerThread(const normkit_context& context, int64_t numel,
+                  const std::function<void(int64_t, int64_t)>& range) {
+  const int64_t parts = std::min<int64_t>(context.num_threads, numel / kMinAffineBlockElems);
+  if (numel * int64_t{2 * sizeof(float)} < kMinParallelAffineBytes || parts <= 1) {
+    range(0, numel);
+    return;
+  }
+  const auto edge = [&](int64_t t) {
+    return t == parts ? numel : (numel * t / parts) & ~int64_t{63};
+  };
+  ParallelFor(context, parts, [&](int64_t t) { range(edge(t), edge(t + 1)); });
+}
+
 // Batch-norm parameters folded for the planes or rows one range reads, on its own
 // stack (heap past kLocalRepFloats channels). Folded by the thread that reads them,
 // they need not cross cores; and the threads split the fold of channels-first
@@ -173,7 +189,7 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
     // at a time. Built once by the calling thread, they crossed to every other core's
     // cache on each call: 1x256x14x14 NHWC affine took 4.0-5.1 us a call at 2 threads,
     // more than at 1 (3.8-4.0 us); built by each thread, 3.0-3.3 us.
-    RunBlocks(context, x.numel, [&](int64_t b, int64_t e) {
+    (fold ? RunPerThread : RunBlocks)(context, x.numel, [&](int64_t b, int64_t e) {
       alignas(64) float scale_row[kLocalRepFloats];
       alignas(64) float shift_row[kLocalRepFloats];
       kernels::AffinePeriodicJob local = job;

@@ -24,13 +24,13 @@ constexpr int64_t kStreamingStoreBytes = int64_t{24} << 20;
 // 0.76-0.77 -> 0.55-0.95).
 constexpr int64_t kMinParallelBytes = int64_t{1024} << 10;
 
-// Affine and group norm (not batch norm) split from a quarter of that. Against kMinParallelBytes,
-// alternating builds, 8 rounds, 2 threads, medians: the 200 KB edge shapes' affine and
-// scale-only rows went from 0.47-1.02 of a 2-thread copy to 0.59-0.88 (14 of 16 rows
-// up; 1x256x14x14 out of place 0.65 -> 0.84, 1x1024x7x7 0.53 -> 0.74). Batch norm at
-// the same sizes went down (0.43-0.77 -> 0.35-0.64), so it keeps kMinParallelBytes.
-// Why is not known: a C driver timing the calls back to back found the split faster
-// (1x256x14x14: 4.5 -> 3.35 us), and the bench's order reproduced either way.
+// Affine, batch norm and group norm split from a quarter of that. Against
+// kMinParallelBytes, alternating builds, 8 rounds, 2 threads, medians: the 200 KB edge
+// shapes' affine and scale-only rows went from 0.47-1.02 of a 2-thread copy to
+// 0.59-0.88 (14 of 16 rows up; 1x256x14x14 out of place 0.65 -> 0.84, 1x1024x7x7
+// 0.53 -> 0.74). Batch norm lost at the split (0.43-0.77 -> 0.35-0.64) while the
+// calling thread folded the parameters for all threads; folded per range by the
+// threads that read them, it gains (1x256x14x14 0.57-0.72 -> 0.73-0.81).
 constexpr int64_t kMinParallelAffineBytes = int64_t{256} << 10;
 
 // `context`, or the calling thread alone for a call that moves fewer than `min_bytes`.
