@@ -92,16 +92,17 @@ void RunPerThread(const normkit_context& context, int64_t numel,
   ParallelFor(context, parts, [&](int64_t t) { range(edge(t), edge(t + 1)); });
 }
 
-// Batch-norm parameters folded for the planes or rows one range reads, on its own
-// stack (heap past kLocalRepFloats channels). Folded by the thread that reads them,
-// they need not cross cores; and the threads split the fold of channels-first
-// tensors, which on one thread took a fifth of a 1x1024x7x7 batch norm.
+// Batch-norm parameters folded for the planes or rows one range reads. Folded by the
+// thread that reads them, they need not cross cores, and the threads split the fold
+// of channels-first tensors (on one thread, a fifth of a 1x1024x7x7 batch norm). On
+// the stack up to kStackChannels (8 KiB, beside 33 KiB of rows: threads of embedding
+// apps may have 128 KiB of stack), on the heap beyond.
 class FoldedParams {
  public:
   // Channels (first + j) % C for j < count: at most two runs of the C channels.
   FoldedParams(const fold::BatchNormParams& bn, int64_t C, int64_t first, int64_t count) {
     float* out = on_stack_;
-    if (count > kLocalRepFloats) {
+    if (count > kStackChannels) {
       on_heap_.resize(2 * static_cast<size_t>(count));
       out = on_heap_.data();
     }
@@ -123,7 +124,8 @@ class FoldedParams {
     fold::BatchNormScaleShift(count, run, scale, shift);
   }
 
-  alignas(64) float on_stack_[2 * kLocalRepFloats];
+  static constexpr int64_t kStackChannels = 1024;
+  alignas(64) float on_stack_[2 * kStackChannels];
   std::vector<float> on_heap_;
   float* scale_;
   float* shift_;
