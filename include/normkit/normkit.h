@@ -224,9 +224,12 @@ NORMKIT_API normkit_status normkit_affine(const normkit_context* context, const 
 /* Batch norm (inference)                                                    */
 /* ------------------------------------------------------------------------- */
 
-/* Folds inference batch norm into per-channel scale / shift, computed in double
- * and rounded once:  scale[c] = gamma[c] / sqrt(var[c] + eps),
- *                    shift[c] = beta[c] - mean[c] * scale[c].
+/* Folds inference batch norm into per-channel scale / shift, in float:
+ *   scale[c] = gamma[c] / sqrt(var[c] + eps),  shift[c] = beta[c] - mean[c] * scale[c],
+ * each addition, square root, division, product and difference correctly rounded
+ * and none fused, so every SIMD target and the CUDA path give the same bits; scale
+ * is within 2.5 * 2^-24 relative of the exact value. (normkit_batch_norm_inference
+ * applies exactly these scale / shift.)
  * gamma / beta may be NULL (1 / 0: BatchNorm without affine). mean and var are
  * required. scale and shift are outputs of `channels` floats; they may alias
  * gamma / beta respectively (in place) but no other input.
@@ -265,7 +268,9 @@ typedef enum normkit_conv_weight_order {
 /* Rewrites a convolution followed by BatchNorm (over the conv's out channels)
  * into one convolution:  weight'[o, ...] = weight[o, ...] * scale[o],
  *                        bias'[o] = bias[o] * scale[o] + shift[o]
- * with scale / shift from normkit_batch_norm_fold. `bias` may be NULL (a conv
+ * with scale = gamma / sqrt(var + eps), shift = beta - mean * scale computed in
+ * double (the fold runs once per model, so each weight is rounded once: closer than
+ * normkit_batch_norm_fold's float scale, not bit for bit it). `bias` may be NULL (a conv
  * without bias gets one: bias' = shift). `weight` is updated in place; `folded_bias`
  * receives out_channels floats and may equal `bias`.
  * kernel_elems is the product of the kernel's spatial dims (1 for 1x1 or linear).
