@@ -58,38 +58,42 @@ int64_t PeriodFor(int64_t cycle, int64_t lanes) {
 
 // Blocks come from the shape alone: 32K elements, or for smaller tensors 1/64 of
 // the tensor (at least 1K elements) so that a few threads still split it evenly.
-// Tensors too small to repay waking a thread stay on the calling thread.
-void RunBlocks(const normkit_context& context, int64_t numel,
-               const std::function<void(int64_t, int64_t)>& range) {
-  if (numel * int64_t{2 * sizeof(float)} < kMinParallelAffineBytes) {
-    range(0, numel);
-    return;
-  }
+int64_t BlockElems(int64_t numel) {
   int64_t block = (numel + kMinAffineBlocks - 1) / kMinAffineBlocks;
   block = (block + 63) & ~int64_t{63};  // whole cache lines
   if (block < kMinAffineBlockElems) block = kMinAffineBlockElems;
   if (block > kAffineBlockElems) block = kAffineBlockElems;
+  return block;
+}
+
+// Tensors too small to repay waking a thread stay on the calling thread.
+bool RunsOnCallingThread(int64_t numel) {
+  return numel * int64_t{2 * sizeof(float)} < kMinParallelAffineBytes;
+}
+
+// Calls range(begin, end) on runs of whole blocks, as the backend partitions them.
+void RunBlocks(const normkit_context& context, int64_t numel,
+               const std::function<void(int64_t, int64_t)>& range) {
+  if (RunsOnCallingThread(numel)) return range(0, numel);
+  const int64_t block = BlockElems(numel);
   const int64_t tasks = (numel + block - 1) / block;
   ParallelForRuns(context, tasks, [&](int64_t first, int64_t last) {
-    const int64_t end = last * block < numel ? last * block : numel;
-    range(first * block, end);
+    range(first * block, std::min(last * block, numel));
   });
 }
 
-// The same split into at most one range per thread, for ranges that each pay a fixed
-// cost (a fold of all C channels): a TBB partition may cut RunBlocks' tasks into
-// many ranges. Range boundaries do not change an affine's bits.
-void RunPerThread(const normkit_context& context, int64_t numel,
-                  const std::function<void(int64_t, int64_t)>& range) {
-  const int64_t parts = std::min<int64_t>(context.num_threads, numel / kMinAffineBlockElems);
-  if (numel * int64_t{2 * sizeof(float)} < kMinParallelAffineBytes || parts <= 1) {
-    range(0, numel);
-    return;
-  }
-  const auto edge = [&](int64_t t) {
-    return t == parts ? numel : (numel * t / parts) & ~int64_t{63};
-  };
-  ParallelFor(context, parts, [&](int64_t t) { range(edge(t), edge(t + 1)); });
+// The same blocks in one run per thread, for ranges that each pay a fixed cost (a
+// fold of all C channels): a TBB partition may cut RunBlocks' tasks into many runs.
+// Which thread takes which blocks never changes an affine's bits.
+void RunBlocksOnePerThread(const normkit_context& context, int64_t numel,
+                           const std::function<void(int64_t, int64_t)>& range) {
+  if (RunsOnCallingThread(numel)) return range(0, numel);
+  const int64_t block = BlockElems(numel);
+  const int64_t tasks = (numel + block - 1) / block;
+  const int64_t runs = std::min<int64_t>(context.num_threads, tasks);
+  ParallelFor(context, runs, [&](int64_t t) {
+    range(t * tasks / runs * block, std::min((t + 1) * tasks / runs * block, numel));
+  });
 }
 
 // Batch-norm parameters folded for the planes or rows one range reads. Folded by the
@@ -191,7 +195,7 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
     // at a time. Built once by the calling thread, they crossed to every other core's
     // cache on each call: 1x256x14x14 NHWC affine took 4.0-5.1 us a call at 2 threads,
     // more than at 1 (3.8-4.0 us); built by each thread, 3.0-3.3 us.
-    (fold ? RunPerThread : RunBlocks)(context, x.numel, [&](int64_t b, int64_t e) {
+    (fold ? RunBlocksOnePerThread : RunBlocks)(context, x.numel, [&](int64_t b, int64_t e) {
       alignas(64) float scale_row[kLocalRepFloats];
       alignas(64) float shift_row[kLocalRepFloats];
       kernels::AffinePeriodicJob local = job;
