@@ -81,6 +81,10 @@ TEST(GroupNorm, MatchesReferenceAcrossShapesAndGroups) {
       {{2, 3, 1, 1}, {1, 3}},
       {{1, 40, 70}, {8}},
       {{2, 96, 11, 13}, {32, 1}},
+      // Channels-last rows of four vectors and one or three more (at 16 lanes), and
+      // row counts that leave a statistics run a partial step.
+      {{2, 80, 9, 11}, {4, 80}},
+      {{1, 112, 13, 5}, {14}},
       // Channels-last samples larger than one slab: several slab units per sample.
       {{2, 64, 60, 70}, {16, 64}},
       {{1, 48, 70, 80}, {12}}};
