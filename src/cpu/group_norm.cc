@@ -192,7 +192,12 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   if (p.channels_last) {
     p.units = p.N;
     p.unit_elems = p.C * p.S;
-    p.block_rows = std::max<int64_t>(1, kStatsBlockElems / p.C);
+    // Blocks of equal rows (at most kStatsBlockElems elements): a short last block
+    // would leave a thread idle where a sample has only a few blocks (1x256x14x14
+    // G=32 at 2 threads: blocks of 128 and 68 rows took 7.1 us a call, 98 and 98 6.2).
+    const int64_t max_rows = std::max<int64_t>(1, kStatsBlockElems / p.C);
+    const int64_t count = (p.S + max_rows - 1) / max_rows;
+    p.block_rows = (p.S + count - 1) / count;
     p.block_elems = p.block_rows * p.C;
     p.blocks = (p.S + p.block_rows - 1) / p.block_rows;
     p.unit_groups = p.G;
