@@ -85,6 +85,7 @@ TEST(GroupNorm, MatchesReferenceAcrossShapesAndGroups) {
       // row counts that leave a statistics run a partial step.
       {{2, 80, 9, 11}, {4, 80}},
       {{1, 112, 13, 5}, {14}},
+      {{1, 544, 3, 70}, {17}},
       // Channels-last samples larger than one slab: several slab units per sample.
       {{2, 64, 60, 70}, {16, 64}},
       {{1, 48, 70, 80}, {12}}};
@@ -368,7 +369,14 @@ TEST(GroupNorm, ChainedGroupsGiveTheSameBitsWhereverChainsStart) {
 
 TEST(GroupNorm, BitwiseIdenticalAcrossThreadCounts) {
   const std::vector<std::pair<std::vector<int64_t>, int64_t>> cases = {
-      {{3, 32, 17, 19}, 8}, {{1, 16, 130, 129}, 1}, {{1, 64, 56, 56}, 32}, {{2, 20, 300}, 4}};
+      {{3, 32, 17, 19}, 8},
+      {{1, 16, 130, 129}, 1},
+      {{1, 64, 56, 56}, 32},
+      {{2, 20, 300}, 4},
+      // Channels-last rows wider than the statistics' stack scratch (512 channels):
+      // one sample split over the threads, and samples one per thread.
+      {{1, 544, 3, 70}, 17},
+      {{3, 544, 5, 13}, 32}};
   for (const auto& [shape, g] : cases) {
     const int64_t N = shape[0], C = shape[1];
     const std::vector<float> x = RandomVector(Numel(shape), 41), gamma = RandomVector(C, 42),
