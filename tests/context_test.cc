@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <cstring>
+#include <new>
 #include <string>
 
+#include "core/parallel.h"
 #include "test_util.h"
 
 namespace normkit_test {
@@ -65,6 +67,33 @@ TEST(Context, CarriesACudaStream) {
   EXPECT_EQ(normkit_context_set_cuda_stream(nullptr, &fake_stream), NORMKIT_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(normkit_last_error()).find("context is NULL"), std::string::npos);
   EXPECT_GE(normkit_cuda_device_count(), 0);
+}
+
+// A task's exception reaches the caller of the parallel loop on every backend (an
+// exception leaving an OpenMP region would call std::terminate), and the loop
+// still runs every task when none throws.
+TEST(Context, ParallelLoopsCarryATaskExceptionToTheCaller) {
+  for (int threads : {1, 2, 3, 8}) {
+    Context ctx(threads);
+    const normkit_context& context = *ctx.ctx;
+    for (int64_t bad : {0, 5, 11}) {
+      EXPECT_THROW(normkit::ParallelFor(context, 12,
+                                        [&](int64_t task) {
+                                          if (task == bad) throw std::bad_alloc();
+                                        }),
+                   std::bad_alloc)
+          << "threads=" << threads << " bad task " << bad;
+      EXPECT_THROW(normkit::ParallelForRuns(context, 12,
+                                            [&](int64_t begin, int64_t end) {
+                                              if (begin <= bad && bad < end) throw std::bad_alloc();
+                                            }),
+                   std::bad_alloc)
+          << "threads=" << threads << " bad task " << bad;
+    }
+    std::vector<int> ran(12, 0);
+    normkit::ParallelFor(context, 12, [&](int64_t task) { ran[static_cast<size_t>(task)] += 1; });
+    EXPECT_EQ(ran, std::vector<int>(12, 1)) << "threads=" << threads;
+  }
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/parallel.h"
 
+#include <atomic>
+#include <exception>
+
 #if defined(NORMKIT_THREADING_TBB)
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -9,6 +12,33 @@
 #endif
 
 namespace normkit {
+namespace {
+
+// Carries the first exception a task throws out of an OpenMP region (where an
+// exception may not cross the region's end: it would call std::terminate) to the
+// calling thread; tasks not yet started are skipped. TBB does the same itself.
+class FirstException {
+ public:
+  template <class F>
+  void Run(F&& f) noexcept {
+    if (failed_.load(std::memory_order_relaxed)) return;
+    try {
+      f();
+    } catch (...) {
+      if (!failed_.exchange(true)) error_ = std::current_exception();
+    }
+  }
+  // After the region (its join orders error_'s write before this read).
+  void Rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  std::exception_ptr error_;
+};
+
+}  // namespace
 
 void ParallelFor(const normkit_context& context, int64_t num_tasks,
                  const std::function<void(int64_t)>& body) {
@@ -27,8 +57,10 @@ void ParallelFor(const normkit_context& context, int64_t num_tasks,
 #elif defined(NORMKIT_THREADING_OPENMP)
   const int threads =
       static_cast<int>(num_tasks < context.num_threads ? num_tasks : context.num_threads);
+  FirstException first;
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t task = 0; task < num_tasks; ++task) body(task);
+  for (int64_t task = 0; task < num_tasks; ++task) first.Run([&] { body(task); });
+  first.Rethrow();
 #else
   for (int64_t task = 0; task < num_tasks; ++task) body(task);
 #endif
@@ -49,6 +81,7 @@ void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
   });
 #elif defined(NORMKIT_THREADING_OPENMP)
   const int64_t threads = num_tasks < context.num_threads ? num_tasks : context.num_threads;
+  FirstException first;
 #pragma omp parallel num_threads(static_cast <int>(threads))
   {
     // Thread t takes tasks [t * n / threads, (t + 1) * n / threads).
@@ -56,8 +89,9 @@ void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
     const int64_t n = omp_get_num_threads();
     const int64_t begin = num_tasks * t / n;
     const int64_t end = num_tasks * (t + 1) / n;
-    if (begin < end) body(begin, end);
+    if (begin < end) first.Run([&] { body(begin, end); });
   }
+  first.Rethrow();
 #else
   body(0, num_tasks);
 #endif

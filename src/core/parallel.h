@@ -11,9 +11,12 @@
 namespace normkit {
 
 // Calls body(task) once for every task in [0, num_tasks), on at most the context's
-// threads. Each task must own a disjoint slice of the output and must not throw.
-// Task boundaries come from the shape alone, so results never depend on the thread
-// count; with one task or one thread the body runs on the calling thread.
+// threads. Each task must own a disjoint slice of the output. Task boundaries come
+// from the shape alone, so results never depend on the thread count; with one task
+// or one thread the body runs on the calling thread. An exception a task throws
+// (std::bad_alloc of a task's scratch) reaches the caller after the loop, whatever
+// the backend; tasks not yet started then do not run, so outputs may be partly
+// written. Ops allocate what they can before their first loop.
 void ParallelFor(const normkit_context& context, int64_t num_tasks,
                  const std::function<void(int64_t)>& body);
 
