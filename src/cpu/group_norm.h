@@ -40,6 +40,12 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
 // against 64 KiB blocks).
 constexpr int64_t kStatsBlockElems = 32768;
 
+// Channels-last blocks take at least this many rows (or half the sample's, when it
+// has fewer), above kStatsBlockElems where rows are wider than 256 channels: a
+// block's bookkeeping (pivots, per-group sums) is per channel, and over 32-row blocks
+// of 1024 channels it cost more than a third of a same-size memcpy.
+constexpr int64_t kMinStatsBlockRows = 128;
+
 // Channels-last statistics pivot on the mean of a group's values in this many rows
 // of a block (kernels::SampledRow): at least kPivotValues values, so that the pivot
 // of random data is rarely a standard deviation from the mean (a first-row pivot
