@@ -238,68 +238,20 @@ HWY_INLINE void AddShiftedFour(const float* HWY_RESTRICT row, V p0, V p1, V p2, 
   b3 = hn::MulAdd(d3, d3, b3);
 }
 
-// Four vectors of channels at once: four independent chains hide the add latency
-// that a single column walked down the rows would wait on.
-HWY_INLINE void ShiftedSumsFourColumns(const float* HWY_RESTRICT x, size_t R, size_t C, size_t c,
-                                       const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
-                                       double* HWY_RESTRICT s2) {
-  const DF d;
-  const DD dd;
-  const size_t N = hn::Lanes(d);
-  const auto p0 = hn::LoadU(d, pivot + c), p1 = hn::LoadU(d, pivot + c + N),
-             p2 = hn::LoadU(d, pivot + c + 2 * N), p3 = hn::LoadU(d, pivot + c + 3 * N);
-  // Double accumulators, lo / hi halves of each of the four columns.
-  auto u0l = hn::Zero(dd), u0h = hn::Zero(dd), u1l = hn::Zero(dd), u1h = hn::Zero(dd);
-  auto u2l = hn::Zero(dd), u2h = hn::Zero(dd), u3l = hn::Zero(dd), u3h = hn::Zero(dd);
-  auto q0l = hn::Zero(dd), q0h = hn::Zero(dd), q1l = hn::Zero(dd), q1h = hn::Zero(dd);
-  auto q2l = hn::Zero(dd), q2h = hn::Zero(dd), q3l = hn::Zero(dd), q3h = hn::Zero(dd);
-  for (size_t r = 0; r < R;) {
-    auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
-    auto b0 = hn::Zero(d), b1 = hn::Zero(d), b2 = hn::Zero(d), b3 = hn::Zero(d);
-    const size_t run_end = std::min(R, r + kFlushVectors);
-    for (; r < run_end; ++r) {
-      AddShiftedFour(x + r * C + c, p0, p1, p2, p3, a0, a1, a2, a3, b0, b1, b2, b3);
-    }
-    AccumulateWide(a0, u0l, u0h);
-    AccumulateWide(a1, u1l, u1h);
-    AccumulateWide(a2, u2l, u2h);
-    AccumulateWide(a3, u3l, u3h);
-    AccumulateWide(b0, q0l, q0h);
-    AccumulateWide(b1, q1l, q1h);
-    AccumulateWide(b2, q2l, q2h);
-    AccumulateWide(b3, q3l, q3h);
-  }
-#if HWY_TARGET == HWY_SCALAR
-  s1[c] = hn::GetLane(u0l), s1[c + 1] = hn::GetLane(u1l), s1[c + 2] = hn::GetLane(u2l),
-  s1[c + 3] = hn::GetLane(u3l);
-  s2[c] = hn::GetLane(q0l), s2[c + 1] = hn::GetLane(q1l), s2[c + 2] = hn::GetLane(q2l),
-  s2[c + 3] = hn::GetLane(q3l);
-#else
-  const size_t h = hn::Lanes(dd);
-  hn::StoreU(u0l, dd, s1 + c), hn::StoreU(u0h, dd, s1 + c + h);
-  hn::StoreU(u1l, dd, s1 + c + N), hn::StoreU(u1h, dd, s1 + c + N + h);
-  hn::StoreU(u2l, dd, s1 + c + 2 * N), hn::StoreU(u2h, dd, s1 + c + 2 * N + h);
-  hn::StoreU(u3l, dd, s1 + c + 3 * N), hn::StoreU(u3h, dd, s1 + c + 3 * N + h);
-  hn::StoreU(q0l, dd, s2 + c), hn::StoreU(q0h, dd, s2 + c + h);
-  hn::StoreU(q1l, dd, s2 + c + N), hn::StoreU(q1h, dd, s2 + c + N + h);
-  hn::StoreU(q2l, dd, s2 + c + 2 * N), hn::StoreU(q2h, dd, s2 + c + 2 * N + h);
-  hn::StoreU(q3l, dd, s2 + c + 3 * N), hn::StoreU(q3h, dd, s2 + c + 3 * N + h);
-#endif
-}
-
-// kVectors (1 to 3) vectors of channels from c down the rows: rows taken kPhases at a
-// time into separate float chains (summed in a fixed order at each flush), so the
-// adds do not wait on one another. Walked one chain a column, 1x32x112x112 G=8
-// channels-last statistics took 0.7 of a same-size memcpy, latency-bound.
+// kVectors (1 to 4) vectors of channels from c down the rows, with the accumulators in
+// registers. Fewer than four vectors take rows kPhases at a time into separate float
+// chains (summed in a fixed order at each flush), so that the adds do not wait on one
+// another: walked one chain a column, 1x32x112x112 G=8 channels-last statistics took
+// 0.7 of a same-size memcpy, latency-bound. Four vectors are four chains already.
 template <size_t kVectors>
-HWY_INLINE void ShiftedSumsNarrowColumns(const float* HWY_RESTRICT x, size_t R, size_t C, size_t c,
-                                         const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
-                                         double* HWY_RESTRICT s2) {
+HWY_INLINE void ShiftedSumsColumns(const float* HWY_RESTRICT x, size_t R, size_t C, size_t c,
+                                   const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
+                                   double* HWY_RESTRICT s2) {
   const DF d;
   const DD dd;
   const size_t N = hn::Lanes(d);
   constexpr size_t K = kVectors;
-  constexpr size_t kPhases = K == 1 ? 4 : 2;
+  constexpr size_t kPhases = K == 1 ? 4 : K == 4 ? 1 : 2;
   hn::Vec<DF> p[K];
   hn::Vec<DD> ul[K], uh[K], ql[K], qh[K];
   for (size_t v = 0; v < K; ++v) {
@@ -315,7 +267,7 @@ HWY_INLINE void ShiftedSumsNarrowColumns(const float* HWY_RESTRICT x, size_t R, 
     for (; r + kPhases <= run_end; r += kPhases) {
       HWY_UNROLL(4)
       for (size_t u = 0; u < kPhases; ++u) {
-        HWY_UNROLL(3)
+        HWY_UNROLL(4)
         for (size_t v = 0; v < K; ++v) {
           const auto dev = hn::LoadU(d, x + (r + u) * C + c + v * N) - p[v];
           a[u][v] = a[u][v] + dev;
@@ -331,7 +283,11 @@ HWY_INLINE void ShiftedSumsNarrowColumns(const float* HWY_RESTRICT x, size_t R, 
       }
     }
     for (size_t v = 0; v < K; ++v) {
-      auto sa = a[0][v] + a[1][v], sb = b[0][v] + b[1][v];
+      auto sa = a[0][v], sb = b[0][v];
+      if constexpr (kPhases >= 2) {
+        sa = sa + a[1][v];
+        sb = sb + b[1][v];
+      }
       if constexpr (kPhases == 4) {
         sa = sa + (a[2][v] + a[3][v]);
         sb = sb + (b[2][v] + b[3][v]);
@@ -463,11 +419,11 @@ void ChannelShiftedSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t c
     c = C / (4 * N) * (4 * N);
     ShiftedSumsRowStreams(x, R, C, c, pivot, s1, s2, scratch, scratch + C);
   }
-  for (; c + 4 * N <= C; c += 4 * N) ShiftedSumsFourColumns(x, R, C, c, pivot, s1, s2);
+  for (; c + 4 * N <= C; c += 4 * N) ShiftedSumsColumns<4>(x, R, C, c, pivot, s1, s2);
   switch ((C - c) / N) {  // whole vectors left: 0 to 3
-    case 3: ShiftedSumsNarrowColumns<3>(x, R, C, c, pivot, s1, s2), c += 3 * N; break;
-    case 2: ShiftedSumsNarrowColumns<2>(x, R, C, c, pivot, s1, s2), c += 2 * N; break;
-    case 1: ShiftedSumsNarrowColumns<1>(x, R, C, c, pivot, s1, s2), c += N; break;
+    case 3: ShiftedSumsColumns<3>(x, R, C, c, pivot, s1, s2), c += 3 * N; break;
+    case 2: ShiftedSumsColumns<2>(x, R, C, c, pivot, s1, s2), c += 2 * N; break;
+    case 1: ShiftedSumsColumns<1>(x, R, C, c, pivot, s1, s2), c += N; break;
     default: break;
   }
   for (; c < C; ++c) ShiftedSumsChannel(x, R, C, c, pivot, s1, s2);
