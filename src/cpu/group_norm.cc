@@ -203,9 +203,10 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   if (p.channels_last) {
     p.units = p.N;
     p.unit_elems = p.C * p.S;
-    // Blocks of equal rows (at most kStatsBlockElems elements): a short last block
-    // would leave a thread idle where a sample has only a few blocks (1x256x14x14
-    // G=32 at 2 threads: blocks of 128 and 68 rows took 7.1 us a call, 98 and 98 6.2).
+    // Blocks of equal rows (kStatsBlockElems elements, or kMinStatsBlockRows rows where
+    // rows are wider): a short last block would leave a thread idle where a sample has
+    // only a few blocks (1x256x14x14 G=32 at 2 threads: blocks of 128 and 68 rows took
+    // 7.1 us a call, 98 and 98 6.2).
     const int64_t max_rows =
         std::max(kStatsBlockElems / p.C, std::min((p.S + 1) / 2, kMinStatsBlockRows));
     const int64_t count = (p.S + max_rows - 1) / max_rows;
@@ -243,10 +244,9 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   const bool fused = !chained && unit_bytes <= kFusedUnitBytes && p.units >= ctx.num_threads;
   // Runs: each thread's contiguous share of the units (fused) or of a unit's blocks.
   const int64_t runs = std::min<int64_t>(ctx.num_threads, fused ? p.units : p.blocks);
-  // Run t takes items [RunStart(t), RunStart(t + 1)): ceil(items / runs) each, so the
-  // calling thread, which starts first, gets the larger share (OpenMP's static split;
-  // with the larger share on the woken thread, 1x64x56x56 G=32 NHWC at 2 threads lost
-  // 0.05 of memcpy).
+  // Run t takes items [run_start(t), run_start(t + 1)): ceil(items / runs) each, as
+  // OpenMP's static split of the blocks did before, so the calling thread, which
+  // starts first, gets the larger share.
   const auto run_start = [runs](int64_t items, int64_t t) {
     return std::min(items, t * ((items + runs - 1) / runs));
   };
