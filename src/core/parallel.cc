@@ -7,6 +7,7 @@
 #if defined(NORMKIT_THREADING_TBB)
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 #elif defined(NORMKIT_THREADING_OPENMP)
 #include <omp.h>
 #endif
@@ -41,7 +42,7 @@ class FirstException {
 }  // namespace
 
 void ParallelFor(const normkit_context& context, int64_t num_tasks,
-                 const std::function<void(int64_t)>& body) {
+                 FunctionRef<void(int64_t)> body) {
   if (num_tasks <= 0) return;
   if (num_tasks == 1 || context.num_threads <= 1) {
     for (int64_t task = 0; task < num_tasks; ++task) body(task);
@@ -67,7 +68,7 @@ void ParallelFor(const normkit_context& context, int64_t num_tasks,
 }
 
 void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
-                     const std::function<void(int64_t, int64_t)>& body) {
+                     FunctionRef<void(int64_t, int64_t)> body) {
   if (num_tasks <= 0) return;
   if (num_tasks == 1 || context.num_threads <= 1) {
     body(0, num_tasks);
@@ -94,6 +95,50 @@ void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
   first.Rethrow();
 #else
   body(0, num_tasks);
+#endif
+}
+
+int64_t ParallelWorkers(const normkit_context& context, int64_t num_tasks) {
+  if (num_tasks <= 1 || context.num_threads <= 1) return 1;
+#if defined(NORMKIT_THREADING_TBB)
+  return context.arena->max_concurrency();  // a thread's slot in the arena
+#elif defined(NORMKIT_THREADING_OPENMP)
+  return num_tasks < context.num_threads ? num_tasks : context.num_threads;
+#else
+  return 1;
+#endif
+}
+
+void ParallelForWorkers(const normkit_context& context, int64_t num_tasks,
+                        FunctionRef<void(int64_t, int64_t)> body) {
+  if (num_tasks <= 0) return;
+  if (num_tasks == 1 || context.num_threads <= 1) {
+    for (int64_t task = 0; task < num_tasks; ++task) body(task, 0);
+    return;
+  }
+#if defined(NORMKIT_THREADING_TBB)
+  context.arena->execute([&] {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, num_tasks, 1),
+                      [&](const tbb::blocked_range<int64_t>& range) {
+                        // The slot of this thread in the context's arena: unique among the
+                        // threads running in it (tasks never wait inside a body, so a
+                        // thread runs one at a time).
+                        const int64_t worker = tbb::this_task_arena::current_thread_index();
+                        for (int64_t task = range.begin(); task < range.end(); ++task) {
+                          body(task, worker);
+                        }
+                      });
+  });
+#elif defined(NORMKIT_THREADING_OPENMP)
+  const int threads = static_cast<int>(ParallelWorkers(context, num_tasks));
+  FirstException first;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t task = 0; task < num_tasks; ++task) {
+    first.Run([&] { body(task, omp_get_thread_num()); });
+  }
+  first.Rethrow();
+#else
+  for (int64_t task = 0; task < num_tasks; ++task) body(task, 0);
 #endif
 }
 

@@ -4,9 +4,9 @@
 #define NORMKIT_CORE_PARALLEL_H_
 
 #include <cstdint>
-#include <functional>
 
 #include "core/context.h"
+#include "core/function_ref.h"
 
 namespace normkit {
 
@@ -16,16 +16,29 @@ namespace normkit {
 // or one thread the body runs on the calling thread. An exception a task throws
 // (std::bad_alloc of a task's scratch) reaches the caller after the loop, whatever
 // the backend; tasks not yet started then do not run, so outputs may be partly
-// written. Ops allocate what they can before their first loop.
+// written. So ops allocate before their first loop, and no loop body allocates
+// (ParallelForWorkers gives each worker scratch made beforehand).
 void ParallelFor(const normkit_context& context, int64_t num_tasks,
-                 const std::function<void(int64_t)>& body);
+                 FunctionRef<void(int64_t)> body);
 
 // Like ParallelFor, but hands each worker whole runs of consecutive tasks:
 // body(begin, end) covers tasks [begin, end). Ops whose per-task setup matters
 // (short calls cut into many small blocks) do it once per run, not once per task.
 // Runs are contiguous and, with OpenMP, as even as the task count allows.
 void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
-                     const std::function<void(int64_t, int64_t)>& body);
+                     FunctionRef<void(int64_t, int64_t)> body);
+
+// How many workers a loop of num_tasks tasks may run on: the bound of the `worker`
+// index ParallelForWorkers passes.
+int64_t ParallelWorkers(const normkit_context& context, int64_t num_tasks);
+
+// Like ParallelFor, with body(task, worker): worker is in [0, ParallelWorkers(context,
+// num_tasks)), and no two tasks running at once have the same one. An op makes one
+// scratch per worker before the loop (a failed allocation then leaves every output
+// untouched), and each task uses its worker's. Which worker runs a task depends on the
+// threads, so a task must not depend on what its scratch held before it.
+void ParallelForWorkers(const normkit_context& context, int64_t num_tasks,
+                        FunctionRef<void(int64_t, int64_t)> body);
 
 // "tbb", "openmp" or "serial".
 const char* ThreadingBackendName();
