@@ -25,26 +25,29 @@ AffineTerms TermsOf(const AffineParams& p) {
   return AffineTerms::kCopy;
 }
 
-// Repeats `values` (base entries, entry j used `repeat` times in a row) into a row of
-// period + lanes floats, where period is the smallest multiple of base * repeat that
-// is >= lanes: any run of `lanes` parameters is then one contiguous load.
+// Writes channels [first, first + count) (values[j]: channel first + j) of a row of
+// period + lanes floats that repeats `base` channels' values, each used `repeat`
+// times in a row, where period is the smallest multiple of base * repeat that is
+// >= lanes: any run of `lanes` parameters is then one contiguous load.
+void PlaceRepRowPiece(const float* values, int64_t first, int64_t count, int64_t base,
+                      int64_t repeat, int64_t period, int64_t lanes, float* row) {
+  const int64_t len = period + lanes;
+  for (int64_t at = first * repeat; at < len; at += base * repeat) {
+    if (repeat == 1) {  // channels-last: whole copies of the values (a hot path for short calls)
+      const int64_t n = std::min(count, len - at);
+      std::memcpy(row + at, values, static_cast<size_t>(n) * sizeof(float));
+      continue;
+    }
+    for (int64_t j = 0; j < count && at + j * repeat < len; ++j) {
+      std::fill_n(row + at + j * repeat, std::min(repeat, len - at - j * repeat), values[j]);
+    }
+  }
+}
+
+// The whole row of `base` values.
 void BuildRepRow(const float* values, int64_t base, int64_t repeat, int64_t period, int64_t lanes,
                  float* row) {
-  if (repeat == 1) {  // channels-last: whole copies of the C values (a hot path for short calls)
-    for (int64_t j = 0; j < period + lanes; j += base) {
-      const int64_t n = period + lanes - j < base ? period + lanes - j : base;
-      std::memcpy(row + j, values, static_cast<size_t>(n) * sizeof(float));
-    }
-    return;
-  }
-  int64_t value = 0, used = 0;
-  for (int64_t j = 0; j < period + lanes; ++j) {
-    row[j] = values[value];
-    if (++used == repeat) {
-      used = 0;
-      if (++value == base) value = 0;
-    }
-  }
+  PlaceRepRowPiece(values, 0, base, base, repeat, period, lanes, row);
 }
 
 // The parameter period of a row: lcm(cycle, lanes) when that is short, so every run
@@ -73,7 +76,7 @@ bool RunsOnCallingThread(int64_t numel) {
 
 // Calls range(begin, end) on runs of whole blocks, as the backend partitions them.
 void RunBlocks(const normkit_context& context, int64_t numel,
-               const std::function<void(int64_t, int64_t)>& range) {
+               FunctionRef<void(int64_t, int64_t)> range) {
   if (RunsOnCallingThread(numel)) return range(0, numel);
   const int64_t block = BlockElems(numel);
   const int64_t tasks = (numel + block - 1) / block;
@@ -86,7 +89,7 @@ void RunBlocks(const normkit_context& context, int64_t numel,
 // fold of all C channels): a TBB partition may cut RunBlocks' tasks into many runs.
 // Which thread takes which blocks never changes an affine's bits.
 void RunBlocksOnePerThread(const normkit_context& context, int64_t numel,
-                           const std::function<void(int64_t, int64_t)>& range) {
+                           FunctionRef<void(int64_t, int64_t)> range) {
   if (RunsOnCallingThread(numel)) return range(0, numel);
   const int64_t block = BlockElems(numel);
   const int64_t tasks = (numel + block - 1) / block;
@@ -100,9 +103,14 @@ void RunBlocksOnePerThread(const normkit_context& context, int64_t numel,
 // thread that reads them, they need not cross cores, and the threads split the fold
 // of channels-first tensors (on one thread, a fifth of a 1x1024x7x7 batch norm). On
 // the stack up to kStackChannels (8 KiB, beside 33 KiB of rows: threads of embedding
-// apps may have 128 KiB of stack), on the heap beyond.
+// apps may have 128 KiB of stack), on the heap beyond (only before a loop: loops fold
+// in pieces).
 class FoldedParams {
  public:
+  // Channels it holds on the stack; parallel loops never fold more at once, so that
+  // they never allocate.
+  static constexpr int64_t kStackChannels = 1024;
+
   // Channels (first + j) % C for j < count: at most two runs of the C channels.
   FoldedParams(const fold::BatchNormParams& bn, int64_t C, int64_t first, int64_t count) {
     float* out = on_stack_;
@@ -128,7 +136,6 @@ class FoldedParams {
     fold::BatchNormScaleShift(count, run, scale, shift);
   }
 
-  static constexpr int64_t kStackChannels = 1024;
   alignas(64) float on_stack_[2 * kStackChannels];
   std::vector<float> on_heap_;
   float* scale_;
@@ -165,19 +172,24 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
       return;
     }
     // Each range folds the channels of its planes, from a plane whose first element
-    // keeps the stores vector aligned, and runs as a tensor of those planes.
+    // keeps the stores vector aligned, and runs as a tensor of those planes; a range
+    // of more planes than FoldedParams holds on the stack goes in pieces of that many.
     const int64_t align = lanes / std::gcd(S, lanes);
     RunBlocks(context, x.numel, [&](int64_t b, int64_t e) {
-      const int64_t first = b / S / align * align;
-      const int64_t count = std::min(C, (e - 1) / S + 1 - first);
-      const FoldedParams folded(*params.fold_from, C, first % C, count);
-      kernels::AffineBroadcastJob local = job;
-      local.x = xd + first * S;
-      local.y = yd + first * S;
-      local.param_count = count;
-      local.scale = folded.scale();
-      local.shift = folded.shift();
-      kernels::AffineBroadcast(local, b - first * S, e - first * S);
+      for (int64_t piece = b; piece < e;) {
+        const int64_t first = piece / S / align * align;
+        const int64_t end = std::min(e, (first + FoldedParams::kStackChannels) * S);
+        const int64_t count = std::min(C, (end - 1) / S + 1 - first);
+        const FoldedParams folded(*params.fold_from, C, first % C, count);
+        kernels::AffineBroadcastJob local = job;
+        local.x = xd + first * S;
+        local.y = yd + first * S;
+        local.param_count = count;
+        local.scale = folded.scale();
+        local.shift = folded.shift();
+        kernels::AffineBroadcast(local, piece - first * S, end - first * S);
+        piece = end;
+      }
     });
     return;
   }
@@ -202,10 +214,13 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
       const bool has_scale = fold || params.scale, has_shift = fold || params.shift;
       local.scale_rep = has_scale ? scale_row : nullptr;
       local.shift_rep = has_shift ? shift_row : nullptr;
-      if (fold) {  // per channel: one row for the whole range
-        const FoldedParams folded(*params.fold_from, C, 0, C);
-        BuildRepRow(folded.scale(), C, repeat, period, lanes, scale_row);
-        BuildRepRow(folded.shift(), C, repeat, period, lanes, shift_row);
+      if (fold) {  // per channel: one row for the whole range, a stack's worth at a time
+        for (int64_t c0 = 0; c0 < C; c0 += FoldedParams::kStackChannels) {
+          const int64_t count = std::min(FoldedParams::kStackChannels, C - c0);
+          const FoldedParams folded(*params.fold_from, C, c0, count);
+          PlaceRepRowPiece(folded.scale(), c0, count, C, repeat, period, lanes, scale_row);
+          PlaceRepRowPiece(folded.shift(), c0, count, C, repeat, period, lanes, shift_row);
+        }
         kernels::AffinePeriodic(local, b, e);
         return;
       }
