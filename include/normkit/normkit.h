@@ -51,6 +51,8 @@ typedef enum normkit_status {
   NORMKIT_ERROR_UNSUPPORTED = 2,
   /* The tensors name a device this build or this machine does not have. */
   NORMKIT_ERROR_DEVICE_UNAVAILABLE = 3,
+  /* Scratch memory could not be allocated. CPU ops allocate before writing any output,
+   * so every output is then as it was before the call. */
   NORMKIT_ERROR_OUT_OF_MEMORY = 4,
   /* A bug in normkit; please report it with the message. */
   NORMKIT_ERROR_INTERNAL = 5

@@ -32,6 +32,22 @@ using kernels::ShiftSumToPlanes;
 // balance two or more threads on the smallest seed shapes.
 constexpr int64_t kTaskBytes = int64_t{1} << 20;
 
+// The rows a task works in. Each worker of a loop gets its own, made before the loop
+// (ForRowRanges' `make`), so that no loop allocates: an allocation that fails does so
+// before any output is written (NORMKIT_ERROR_OUT_OF_MEMORY, outputs untouched).
+// Workers take tasks in any order, so a task may count on nothing they hold but what
+// `make` zeroed and no task writes (the planes' paddings).
+template <class T>
+struct TaskRows {
+  std::vector<T> rows;         // y-sized rows: z, residuals
+  std::vector<T> normalizer;   // a row of Phi_s, computed as it goes
+  std::vector<T> planes;       // x rows as channel planes
+  std::vector<T> mask_planes;  // the mask rows beside them
+  std::vector<T> phases;       // the phase rows of a y row
+  std::vector<T> padded[2];    // reserved for copies of x rows read past their end
+  std::vector<T> gather;       // one channel's row of channels-last x (XRows)
+};
+
 // Runs body(begin, end) over [0, rows) in ranges of whole rows, `row_bytes` each.
 template <class Body>
 void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_bytes,
@@ -41,6 +57,26 @@ void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_byte
   const normkit_context& ctx = ContextForBytes(context, rows * row_bytes);
   ParallelFor(ctx, tasks,
               [&](int64_t t) { body(t * per_task, std::min(rows, (t + 1) * per_task)); });
+}
+
+// The same with body(begin, end, rows): `rows` is the task's worker's TaskRows, which
+// make(rows) sized for each worker before the loop.
+template <class T, class Make, class Body>
+void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_bytes, const Make& make,
+                  const Body& body) {
+  const int64_t per_task = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(row_bytes, 1));
+  const int64_t tasks = (rows + per_task - 1) / per_task;
+  const normkit_context& ctx = ContextForBytes(context, rows * row_bytes);
+  std::vector<TaskRows<T>> scratch(static_cast<size_t>(ParallelWorkers(ctx, tasks)));
+  for (TaskRows<T>& s : scratch) make(s);
+  ParallelForWorkers(ctx, tasks, [&](int64_t t, int64_t worker) {
+    body(t * per_task, std::min(rows, (t + 1) * per_task), scratch[static_cast<size_t>(worker)]);
+  });
+}
+
+template <class T>
+void Zeroed(std::vector<T>& v, int64_t n) {
+  v.assign(static_cast<size_t>(n), T(0));
 }
 
 // Where x row (c, h) lands in y: the y row and the column offset.
@@ -155,10 +191,9 @@ PlanesPrefetch<T> PrefetchAhead(const ShiftSumProblem<T>& p, const T* x, int64_t
 template <class T>
 struct XRows {
   const ShiftSumProblem<T>& p;
-  std::vector<T> buffer;
+  std::vector<T>& buffer;  // W values where channels-last (XRowsScratch)
 
-  explicit XRows(const ShiftSumProblem<T>& problem)
-      : p(problem), buffer(problem.channels_last ? static_cast<size_t>(problem.W) : 0) {}
+  XRows(const ShiftSumProblem<T>& problem, std::vector<T>& gather) : p(problem), buffer(gather) {}
 
   int64_t Offset(int64_t b, int64_t c, int64_t h) const {
     return p.channels_last ? (b * p.H + h) * p.W * p.C + c : ((b * p.C + c) * p.H + h) * p.W;
@@ -181,6 +216,11 @@ struct XRows {
     return buffer.data();
   }
 };
+
+template <class T>
+void XRowsScratch(const ShiftSumProblem<T>& p, TaskRows<T>& s) {
+  if (p.channels_last) Zeroed(s.gather, p.W);
+}
 
 // y row (b, r) = s * sum_c mask * x over the channels that land on it.
 template <class T>
@@ -320,19 +360,29 @@ bool SumsPlanesInRegisters(const ShiftSumProblem<T>& p) {
   return p.C * PlaneStride(p) * static_cast<int64_t>(sizeof(T)) <= kPlanesRowBytes;
 }
 
+// The mask rows go to zero-padded planes too, chunk by chunk: one row for all
+// channels (a [H, W] mask) or one per channel.
+template <class T>
+int64_t MaskPlaneRows(const ShiftSumProblem<T>& p) {
+  return p.mask_kind == ShiftMask::kNone ? 0 : MaskChannelStride(p) ? p.C : 1;
+}
+
+template <class T>
+void InRegistersScratch(const ShiftSumProblem<T>& p, TaskRows<T>& s) {
+  Zeroed(s.planes, PlanePad<T>() + p.C * PlaneStride(p));  // the paddings stay 0
+  const int64_t mask_rows = MaskPlaneRows(p);
+  if (mask_rows) Zeroed(s.mask_planes, PlanePad<T>() + mask_rows * PlaneStride(p));
+}
+
 template <class T>
 void ForwardChannelsLastInRegisters(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
-                                    int64_t end) {
+                                    int64_t end, TaskRows<T>& s) {
   const int64_t pad = PlanePad<T>();
   const int64_t stride = PlaneStride(p);
   const int64_t chunks = (p.W + kPlanesChunk - 1) / kPlanesChunk;
-  std::vector<T> plane_buffer(static_cast<size_t>(pad + p.C * stride));  // paddings stay 0
-  T* planes = plane_buffer.data() + pad;
-  // The mask rows go to zero-padded planes too, chunk by chunk: one row for all
-  // channels (a [H, W] mask) or one per channel.
-  const int64_t mask_rows = p.mask_kind == ShiftMask::kNone ? 0 : MaskChannelStride(p) ? p.C : 1;
-  std::vector<T> mask_buffer(mask_rows ? static_cast<size_t>(pad + mask_rows * stride) : 0);
-  T* mask_planes = mask_rows ? mask_buffer.data() + pad : nullptr;
+  T* planes = s.planes.data() + pad;
+  const int64_t mask_rows = MaskPlaneRows(p);
+  T* mask_planes = mask_rows ? s.mask_planes.data() + pad : nullptr;
   // y block [j, j + lanes) reads pixels up to j + lanes - 1 - (the least channel offset).
   const int64_t least = std::min(p.Offset(0), p.Offset(p.C - 1));
   for (int64_t row = begin; row < end; ++row) {
@@ -418,6 +468,7 @@ void SkewRows(const ShiftSumProblem<T>& p, const T* x, int64_t row, int64_t n, T
     rows.x[i] = x + r * row_elems;
     rows.m[i] = p.mask_kind == ShiftMask::kHW ? p.mask + (r % p.H) * p.W : nullptr;
     if ((r + 1) * row_elems + over > limit * row_elems) {
+      // Within the capacity SkewScratch reserved: no allocation.
       padded[i].assign(static_cast<size_t>(row_elems + over), T(0));
       std::copy(rows.x[i], rows.x[i] + row_elems, padded[i].begin());
       rows.x[i] = padded[i].data();
@@ -429,13 +480,20 @@ void SkewRows(const ShiftSumProblem<T>& p, const T* x, int64_t row, int64_t n, T
   kernels::ShiftSumSkew(rows);
 }
 
+// Capacity for SkewRows' padded copies (reserved, not written: few rows need one).
+template <class T>
+void SkewScratch(const ShiftSumProblem<T>& p, TaskRows<T>& s) {
+  for (std::vector<T>& copy : s.padded) {
+    copy.reserve(static_cast<size_t>(p.W * p.C + kernels::ShiftSumSkewMaxChannels<T>()));
+  }
+}
+
 template <class T>
 void ForwardChannelsLastSkewed(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
-                               int64_t end) {
-  std::vector<T> padded[2];
+                               int64_t end, TaskRows<T>& s) {
   for (int64_t row = begin; row < end; row += 2) {
     T* y_rows[2] = {y + row * p.W_out, y + (row + 1) * p.W_out};
-    SkewRows(p, x, row, std::min<int64_t>(2, end - row), y_rows, p.B * p.H, padded);
+    SkewRows(p, x, row, std::min<int64_t>(2, end - row), y_rows, p.B * p.H, s.padded);
   }
 }
 
@@ -480,8 +538,8 @@ void ForPhasePlaces(const ShiftSumProblem<T>& p, const F& f) {
 
 // Zeroed phase rows of one y row.
 template <class T>
-std::vector<T> PhaseBuffer(const ShiftSumProblem<T>& p) {
-  return std::vector<T>(static_cast<size_t>((p.step < 0 ? -p.step : p.step) * PhaseLen(p)));
+void PhasesScratch(const ShiftSumProblem<T>& p, TaskRows<T>& s) {
+  Zeroed(s.phases, (p.step < 0 ? -p.step : p.step) * PhaseLen(p));
 }
 
 // The fields a phase kernel's row shares (ShiftSumPhaseRow, ShiftSumPhaseAdjointRow):
@@ -527,11 +585,10 @@ void SpreadRowByPhases(const ShiftSumProblem<T>& p, const T* yrow, int64_t row, 
 
 template <class T>
 void ForwardChannelsLastPhases(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
-                               int64_t end) {
-  std::vector<T> phases = PhaseBuffer(p);
+                               int64_t end, TaskRows<T>& s) {
   for (int64_t row = begin; row < end; ++row) {
     const T* next_x = row + 1 < end ? x + (row + 1) * p.W * p.C : nullptr;
-    SumRowByPhases(p, x, row, next_x, phases, y + row * p.W_out);
+    SumRowByPhases(p, x, row, next_x, s.phases, y + row * p.W_out);
   }
 }
 
@@ -543,7 +600,7 @@ bool AdjointByPhases(const ShiftSumProblem<T>& p) {
 }
 
 // x rows of (b, h) = A^T of y-shaped rows (row_of as in AdjointRows); `phases`:
-// PhaseBuffer(p) where AdjointByPhases(p).
+// PhasesScratch where AdjointByPhases(p).
 template <class T, class RowOf>
 void AdjointRow(const ShiftSumProblem<T>& p, const RowOf& row_of, int64_t b, int64_t h, T* x,
                 bool stream, std::vector<T>& phases) {
@@ -558,16 +615,16 @@ void AdjointRow(const ShiftSumProblem<T>& p, const RowOf& row_of, int64_t b, int
 // update of the row from the residual's phases (the row is still in L2).
 template <class T>
 void GapStepChannelsLastPhases(const ShiftSumProblem<T>& p, T step_scale, T gamma,
-                               const T* normalizer, const T* y, T* x, int64_t begin, int64_t end) {
-  std::vector<T> res(static_cast<size_t>(p.W_out)), prow(static_cast<size_t>(p.W_out));
-  std::vector<T> phases = PhaseBuffer(p);
+                               const T* normalizer, const T* y, T* x, int64_t begin, int64_t end,
+                               TaskRows<T>& s) {
+  T* res = s.rows.data();
   for (int64_t row = begin; row < end; ++row) {
     const T* next_x = row + 1 < end ? x + (row + 1) * p.W * p.C : nullptr;
-    SumRowByPhases(p, static_cast<const T*>(x), row, next_x, phases, res.data());
-    ShiftSumResidual(res.data(), y + row * p.W_out, p.W_out);
-    const T* pr = NormalizerRowOrGiven(p, normalizer, row / p.H, row % p.H, prow.data());
-    ShiftSumDivide(res.data(), res.data(), pr, T(1), gamma, p.W_out);
-    SpreadRowByPhases(p, res.data(), row, step_scale, false, true, phases, x);
+    SumRowByPhases(p, static_cast<const T*>(x), row, next_x, s.phases, res);
+    ShiftSumResidual(res, y + row * p.W_out, p.W_out);
+    const T* pr = NormalizerRowOrGiven(p, normalizer, row / p.H, row % p.H, s.normalizer.data());
+    ShiftSumDivide(res, res, pr, T(1), gamma, p.W_out);
+    SpreadRowByPhases(p, res, row, step_scale, false, true, s.phases, x);
   }
 }
 
@@ -579,24 +636,18 @@ void GapStepChannelsLastPhases(const ShiftSumProblem<T>& p, T step_scale, T gamm
 // (one thread), C = 28 is unchanged within noise (slices of 8 channels, or all 28).
 constexpr int64_t kPlanesSliceBytes = int64_t{16} << 10;
 
+// Channels of a slice in ForwardChannelsLastSlices.
 template <class T>
-void ForwardChannelsLast(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
-                         int64_t end) {
-  if (CanSkewRows(p)) {
-    ForwardChannelsLastSkewed(p, x, y, begin, end);
-    return;
-  }
-  if (CanSumPhases(p)) {
-    ForwardChannelsLastPhases(p, x, y, begin, end);
-    return;
-  }
-  if (SumsPlanesInRegisters(p)) {
-    ForwardChannelsLastInRegisters(p, x, y, begin, end);
-    return;
-  }
+int64_t PlanesSlice(const ShiftSumProblem<T>& p) {
   const int64_t per_channel = kTileRows * p.W * static_cast<int64_t>(sizeof(T));
-  const int64_t slice = std::min(p.C, std::max<int64_t>(4, kPlanesSliceBytes / per_channel));
-  std::vector<T> planes(static_cast<size_t>(kTileRows * slice * p.W));
+  return std::min(p.C, std::max<int64_t>(4, kPlanesSliceBytes / per_channel));
+}
+
+template <class T>
+void ForwardChannelsLastSlices(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
+                               int64_t end, TaskRows<T>& s) {
+  const int64_t slice = PlanesSlice(p);
+  std::vector<T>& planes = s.planes;
   const bool phi = p.PhiMask();
   ForTiles(begin, end, p.H_out, kTileRows, [&](int64_t b, int64_t r0, int64_t r1) {
     T* ytile = y + (b * p.H_out + r0) * p.W_out;
@@ -627,22 +678,61 @@ void ForwardChannelsLast(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t 
   });
 }
 
+// How the forward walks x.
+enum class ForwardPath {
+  kChannelsFirst,      // tiles of channel rows
+  kAlongH,             // channels-last along H: a channel's row at a time (XRows)
+  kSkewed,             // ForwardChannelsLastSkewed
+  kPhases,             // ForwardChannelsLastPhases
+  kPlanesInRegisters,  // ForwardChannelsLastInRegisters
+  kPlaneSlices,        // ForwardChannelsLastSlices
+};
+
+template <class T>
+ForwardPath ForwardPathOf(const ShiftSumProblem<T>& p) {
+  if (!p.channels_last) return ForwardPath::kChannelsFirst;
+  if (p.along_h) return ForwardPath::kAlongH;
+  if (CanSkewRows(p)) return ForwardPath::kSkewed;
+  if (CanSumPhases(p)) return ForwardPath::kPhases;
+  if (SumsPlanesInRegisters(p)) return ForwardPath::kPlanesInRegisters;
+  return ForwardPath::kPlaneSlices;
+}
+
+template <class T>
+void ForwardScratch(const ShiftSumProblem<T>& p, TaskRows<T>& s) {
+  switch (ForwardPathOf(p)) {
+    case ForwardPath::kChannelsFirst: return;
+    case ForwardPath::kAlongH: return XRowsScratch(p, s);
+    case ForwardPath::kSkewed: return SkewScratch(p, s);
+    case ForwardPath::kPhases: return PhasesScratch(p, s);
+    case ForwardPath::kPlanesInRegisters: return InRegistersScratch(p, s);
+    case ForwardPath::kPlaneSlices: return Zeroed(s.planes, kTileRows * PlanesSlice(p) * p.W);
+  }
+}
+
 }  // namespace
 
 template <class T>
 void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* y) {
-  ForRowRanges(ctx, p.B * p.H_out, XRowBytes(p), [&](int64_t begin, int64_t end) {
-    XRows<T> xr(p);
-    if (p.channels_last && p.along_h) {  // a y row sums rows of C different x rows
-      for (int64_t row = begin; row < end; ++row) {
-        ForwardRow(p, xr, x, row / p.H_out, row % p.H_out, y + row * p.W_out);
+  const ForwardPath path = ForwardPathOf(p);
+  const auto make = [&](TaskRows<T>& s) { ForwardScratch(p, s); };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+    switch (path) {
+      case ForwardPath::kChannelsFirst: break;
+      case ForwardPath::kAlongH: {  // a y row sums rows of C different x rows
+        XRows<T> xr(p, s.gather);
+        for (int64_t row = begin; row < end; ++row) {
+          ForwardRow(p, xr, x, row / p.H_out, row % p.H_out, y + row * p.W_out);
+        }
+        return;
       }
-      return;
+      case ForwardPath::kSkewed: return ForwardChannelsLastSkewed(p, x, y, begin, end, s);
+      case ForwardPath::kPhases: return ForwardChannelsLastPhases(p, x, y, begin, end, s);
+      case ForwardPath::kPlanesInRegisters:
+        return ForwardChannelsLastInRegisters(p, x, y, begin, end, s);
+      case ForwardPath::kPlaneSlices: return ForwardChannelsLastSlices(p, x, y, begin, end, s);
     }
-    if (p.channels_last) {
-      ForwardChannelsLast(p, x, y, begin, end);
-      return;
-    }
+    XRows<T> xr(p, s.gather);  // channels-first: offsets only
     const bool phi = p.PhiMask();
     const int64_t tile_rows =
         p.along_h ? kForwardTileRows
@@ -692,21 +782,25 @@ void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
       }
       if (p.scale != T(1)) ShiftSumScale(ytile, p.scale, (r1 - r0) * p.W_out);
     });
-  });
+  };
+  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), make, task);
 }
 
 template <class T>
 void ShiftSumAdjoint(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* y, T* x) {
-  ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
+  const auto make = [&](TaskRows<T>& s) {
+    if (AdjointByPhases(p)) PhasesScratch(p, s);
+  };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
     const bool stream = StreamX(p);
-    std::vector<T> phases = AdjointByPhases(p) ? PhaseBuffer(p) : std::vector<T>();
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H;
       const auto row_of = [&](int64_t r) { return y + (b * p.H_out + r) * p.W_out; };
-      AdjointRow(p, row_of, b, row % p.H, x, stream, phases);
+      AdjointRow(p, row_of, b, row % p.H, x, stream, s.phases);
     }
     if (stream) hwy::FlushStream();
-  });
+  };
+  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
 }
 
 template <class T>
@@ -755,19 +849,24 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
     // and read back (5 MB at seed 003's shape). Alternating builds, 4 rounds, medians,
     // 1 / 2 threads: 16x28 NCHW 0.97 / 0.84 -> 1.08 / 0.92, 16x31 NHWC 0.83 / 0.76 ->
     // 0.87 / 0.84 of memcpy. Same rows, same bits.
-    ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
+    const auto make = [&](TaskRows<T>& s) {
+      Zeroed(s.rows, p.W_out);
+      Zeroed(s.normalizer, p.W_out);
+      if (AdjointByPhases(p)) PhasesScratch(p, s);
+    };
+    const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
       const bool stream = StreamX(p);
-      std::vector<T> z(static_cast<size_t>(p.W_out)), prow(static_cast<size_t>(p.W_out));
-      std::vector<T> phases = AdjointByPhases(p) ? PhaseBuffer(p) : std::vector<T>();
-      const auto row_of = [&](int64_t) { return static_cast<const T*>(z.data()); };
+      T* z = s.rows.data();
+      const auto row_of = [&](int64_t) { return static_cast<const T*>(z); };
       for (int64_t row = begin; row < end; ++row) {
         const int64_t b = row / p.H, h = row % p.H;
-        const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, prow.data());
-        ShiftSumDivide(z.data(), y + row * p.W_out, pr, p.scale * p.scale, T(0), p.W_out);
-        AdjointRow(p, row_of, b, h, x, stream, phases);
+        const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
+        ShiftSumDivide(z, y + row * p.W_out, pr, p.scale * p.scale, T(0), p.W_out);
+        AdjointRow(p, row_of, b, h, x, stream, s.phases);
       }
       if (stream) hwy::FlushStream();
-    });
+    };
+    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
     return;
   }
   // z = y / (s^2 Phi_s) (Moore-Penrose) or y / (s * count) (divide-by-mask): y-sized,
@@ -778,22 +877,28 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
   const int64_t count_rows = mp ? 0 : p.along_h ? p.H_out : 1;
   std::vector<T> counts(static_cast<size_t>(count_rows * p.W_out));
   for (int64_t r = 0; r < count_rows; ++r) NormalizerRow(p, 0, r, true, &counts[r * p.W_out]);
-  ForRowRanges(ctx, p.B * p.H_out, XRowBytes(p), [&](int64_t begin, int64_t end) {
-    std::vector<T> prow(mp ? static_cast<size_t>(p.W_out) : 0);
+  const auto make_z = [&](TaskRows<T>& s) {
+    if (mp) Zeroed(s.normalizer, p.W_out);
+  };
+  const auto divide = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H_out, r = row % p.H_out;
-      const T* pr = mp ? NormalizerRowOrGiven(p, normalizer, b, r, prow.data())
+      const T* pr = mp ? NormalizerRowOrGiven(p, normalizer, b, r, s.normalizer.data())
                        : &counts[(p.along_h ? r : 0) * p.W_out];
       ShiftSumDivide(&z[row * p.W_out], y + row * p.W_out, pr, mp ? p.scale * p.scale : p.scale,
                      T(0), p.W_out);
     }
-  });
+  };
+  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), make_z, divide);
   if (mp) {
     ShiftSumAdjoint(ctx, p, z.data(), x);
     return;
   }
-  ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
-    std::vector<T> planes(p.channels_last ? static_cast<size_t>(p.C * p.W) : 0);
+  const auto make_x = [&](TaskRows<T>& s) {
+    if (p.channels_last) Zeroed(s.planes, p.C * p.W);
+  };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+    std::vector<T>& planes = s.planes;
     const bool stream = p.channels_last && StreamX(p);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H, h = row % p.H;
@@ -814,7 +919,8 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
       }
     }
     if (stream) hwy::FlushStream();
-  });
+  };
+  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make_x, task);
 }
 
 template <class T>
@@ -826,15 +932,17 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
   if (!p.along_h && p.channels_last && CanSkewGapRows(p)) {
     // Two rows at a time: A x straight from their [W, C] rows, the residual, and the
     // update of the rows, none transposed (see CanSkewGapRows).
-    ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
-      std::vector<T> res(static_cast<size_t>(2 * p.W_out));
-      std::vector<T> prow(static_cast<size_t>(p.W_out));
-      std::vector<T> padded[2];
+    const auto make = [&](TaskRows<T>& s) {
+      Zeroed(s.rows, 2 * p.W_out);
+      Zeroed(s.normalizer, p.W_out);
+      SkewScratch(p, s);
+    };
+    const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
       for (int64_t row = begin; row < end; row += 2) {
         const int64_t n = std::min<int64_t>(2, end - row);
-        T* res_rows[2] = {res.data(), res.data() + p.W_out};
+        T* res_rows[2] = {s.rows.data(), s.rows.data() + p.W_out};
         // Rows past the range are another task's to update: not read.
-        SkewRows(p, static_cast<const T*>(x), row, n, res_rows, end, padded);
+        SkewRows(p, static_cast<const T*>(x), row, n, res_rows, end, s.padded);
         kernels::ShiftSumSkewAxpyRows<T> update{};
         update.W = p.W;
         update.C = p.C;
@@ -843,7 +951,7 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
         for (int64_t i = 0; i < n; ++i) {
           const int64_t b = (row + i) / p.H, h = (row + i) % p.H;
           ShiftSumResidual(res_rows[i], y + (row + i) * p.W_out, p.W_out);
-          const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, prow.data());
+          const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
           ShiftSumDivide(res_rows[i], res_rows[i], pr, T(1), gamma, p.W_out);
           update.x[i] = x + ChannelsLastRow(p, b, h);
           update.r[i] = res_rows[i];
@@ -851,22 +959,33 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
         }
         kernels::ShiftSumSkewAxpy(update);
       }
-    });
+    };
+    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
     return;
   }
   if (CanSumPhases(p) && !CanSkewRows(p)) {  // as the forward: C past four vectors
-    ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
-      GapStepChannelsLastPhases(p, step_scale, gamma, normalizer, y, x, begin, end);
-    });
+    const auto make = [&](TaskRows<T>& s) {
+      Zeroed(s.rows, p.W_out);
+      Zeroed(s.normalizer, p.W_out);
+      PhasesScratch(p, s);
+    };
+    const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+      GapStepChannelsLastPhases(p, step_scale, gamma, normalizer, y, x, begin, end, s);
+    };
+    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
     return;
   }
   if (!p.along_h) {
     // Along W, y row h depends on x rows (., h) only: one task forms A x for a tile of
     // rows, the residual, and updates the C rows of each while they are in cache.
-    ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
-      std::vector<T> res(static_cast<size_t>(kTileRows * p.W_out));
-      std::vector<T> prow(static_cast<size_t>(p.W_out));
-      std::vector<T> block(p.channels_last ? static_cast<size_t>(kTileRows * p.C * p.W) : 0);
+    const auto make = [&](TaskRows<T>& s) {
+      Zeroed(s.rows, kTileRows * p.W_out);
+      Zeroed(s.normalizer, p.W_out);
+      if (p.channels_last) Zeroed(s.planes, kTileRows * p.C * p.W);
+    };
+    const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+      std::vector<T>& res = s.rows;
+      std::vector<T>& block = s.planes;
       const int64_t ahead = std::max<int64_t>(kTileRows, kGapPrefetchBytes / XRowBytes(p));
       ForTiles(begin, end, p.H, kTileRows, [&](int64_t b, int64_t h0, int64_t h1) {
         // Channels-first: the rows `ahead` below, requested a channel at a time as the
@@ -908,7 +1027,7 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
           T* rr = &res[(h - h0) * p.W_out];
           if (p.scale != T(1)) ShiftSumScale(rr, p.scale, p.W_out);
           ShiftSumResidual(rr, y + (b * p.H + h) * p.W_out, p.W_out);
-          const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, prow.data());
+          const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
           ShiftSumDivide(rr, rr, pr, T(1), gamma, p.W_out);
         }
         if (p.channels_last) {  // the update and the transposition back in one walk
@@ -926,23 +1045,27 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
           }
         }
       });
-    });
+    };
+    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
     return;
   }
   // Along H a y row mixes C different x rows: form the residual for all of y first.
   std::vector<T> res(static_cast<size_t>(p.B * p.H_out * p.W_out));
   ShiftSumForward(ctx, p, x, res.data());
-  ForRowRanges(ctx, p.B * p.H_out, XRowBytes(p), [&](int64_t begin, int64_t end) {
-    std::vector<T> prow(static_cast<size_t>(p.W_out));
+  const auto make_res = [&](TaskRows<T>& s) { Zeroed(s.normalizer, p.W_out); };
+  const auto residual = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
     for (int64_t row = begin; row < end; ++row) {
       T* rr = &res[row * p.W_out];
       ShiftSumResidual(rr, y + row * p.W_out, p.W_out);
-      const T* pr = NormalizerRowOrGiven(p, normalizer, row / p.H_out, row % p.H_out, prow.data());
+      const T* pr =
+          NormalizerRowOrGiven(p, normalizer, row / p.H_out, row % p.H_out, s.normalizer.data());
       ShiftSumDivide(rr, rr, pr, T(1), gamma, p.W_out);
     }
-  });
-  ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
-    XRows<T> xr(p);
+  };
+  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), make_res, residual);
+  const auto make_x = [&](TaskRows<T>& s) { XRowsScratch(p, s); };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+    XRows<T> xr(p, s.gather);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H, h = row % p.H;
       for (int64_t c = 0; c < p.C; ++c) {
@@ -953,17 +1076,21 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
         xr.Commit(x, b, c, h);
       }
     }
-  });
+  };
+  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make_x, task);
 }
 
 template <class T>
 void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* xs) {
   // xs has x's layout with (H', W') spatial dims; each xs row (b, c, r) is zeros plus
   // at most one x row.
-  ForRowRanges(ctx, p.B * p.H_out, XRowBytes(p), [&](int64_t begin, int64_t end) {
-    // Channels-last along W: the x row as planes placed at their shifts in zeroed
-    // [C, W'] planes, transposed back into the xs row.
-    std::vector<T> planes(p.channels_last && !p.along_h ? static_cast<size_t>(p.C * p.W_out) : 0);
+  // Channels-last along W: the x row as planes placed at their shifts in zeroed
+  // [C, W'] planes, transposed back into the xs row.
+  const auto make = [&](TaskRows<T>& s) {
+    if (p.channels_last && !p.along_h) Zeroed(s.planes, p.C * p.W_out);
+  };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+    std::vector<T>& planes = s.planes;
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H_out, r = row % p.H_out;
       if (!planes.empty()) {
@@ -995,15 +1122,19 @@ void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, 
         std::copy(src, src + p.W, dst + Place(p, c, h).col);
       }
     }
-  });
+  };
+  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), make, task);
 }
 
 template <class T>
 void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* xs, T* x) {
-  ForRowRanges(ctx, p.B * p.H, XRowBytes(p), [&](int64_t begin, int64_t end) {
-    // Channels-last along W: the xs row as [C, W'] planes, each channel's window
-    // transposed back into the x row.
-    std::vector<T> planes(p.channels_last && !p.along_h ? static_cast<size_t>(p.C * p.W_out) : 0);
+  // Channels-last along W: the xs row as [C, W'] planes, each channel's window
+  // transposed back into the x row.
+  const auto make = [&](TaskRows<T>& s) {
+    if (p.channels_last && !p.along_h) Zeroed(s.planes, p.C * p.W_out);
+  };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+    std::vector<T>& planes = s.planes;
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H, h = row % p.H;
       if (!planes.empty()) {
@@ -1024,7 +1155,8 @@ void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x
         }
       }
     }
-  });
+  };
+  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
 }
 
 #define NORMKIT_INSTANTIATE_SHIFT_SUM(T)                                                        \
