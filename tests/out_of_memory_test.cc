@@ -265,12 +265,7 @@ TEST(OutOfMemory, ShiftSumFamilyWritesAllOrNothing) {
         const std::vector<float> xs0 = RandomVector(ns, 13);
         std::vector<float> mask = RandomVector(std::max<int64_t>(g.MaskElems(), 1), 14, 0.0f, 1.0f);
         for (size_t i = 0; i < mask.size(); i += 7) mask[i] = 0.0f;
-        normkit_shift_sum_params params;
-        normkit_shift_sum_params_init(&params, g.S);
-        params.axis = g.along_h ? NORMKIT_SHIFT_ALONG_H : NORMKIT_SHIFT_ALONG_W;
-        params.scale = g.scale;
-        params.mask_kind = g.mask_kind;
-        params.mask = g.mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.data();
+        const normkit_shift_sum_params params = ParamsFor(g, mask.data());
         const std::vector<int64_t> xshape = {g.B, g.C, g.H, g.W};
         const std::vector<int64_t> yshape = {g.B, 1, g.Hout(), g.Wout()};
         const std::vector<int64_t> sshape = {g.B, g.C, g.Hout(), g.Wout()};

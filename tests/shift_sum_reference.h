@@ -63,6 +63,17 @@ struct Geometry {
   int64_t YIndex(int64_t b, int64_t r, int64_t v) const { return (b * Hout() + r) * Wout() + v; }
 };
 
+// The call parameters of g, with `mask` (ignored for NORMKIT_MASK_NONE).
+inline normkit_shift_sum_params ParamsFor(const Geometry& g, const void* mask) {
+  normkit_shift_sum_params params;
+  normkit_shift_sum_params_init(&params, g.S);
+  params.axis = g.along_h ? NORMKIT_SHIFT_ALONG_H : NORMKIT_SHIFT_ALONG_W;
+  params.scale = g.scale;
+  params.mask_kind = g.mask_kind;
+  params.mask = g.mask_kind == NORMKIT_MASK_NONE ? nullptr : mask;
+  return params;
+}
+
 inline std::vector<double> RefForward(const Geometry& g, const std::vector<double>& x,
                                       const std::vector<double>& m, bool cl) {
   std::vector<double> y(g.B * g.Hout() * g.Wout(), 0.0);

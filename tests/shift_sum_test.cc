@@ -67,12 +67,7 @@ void CheckAllOps(const Geometry& g, bool cl, int threads) {
   Geometry ga = g;
   ga.scale = std::fabs(g.scale);
 
-  normkit_shift_sum_params params;
-  normkit_shift_sum_params_init(&params, g.S);
-  params.axis = g.along_h ? NORMKIT_SHIFT_ALONG_H : NORMKIT_SHIFT_ALONG_W;
-  params.scale = g.scale;
-  params.mask_kind = g.mask_kind;
-  params.mask = g.mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.v.data();
+  const normkit_shift_sum_params params = ParamsFor(g, mask.v.data());
   Context ctx(threads);
   const std::vector<int64_t> xshape = {g.B, g.C, g.H, g.W};
   const std::vector<int64_t> yshape = {g.B, 1, g.Hout(), g.Wout()};
@@ -249,12 +244,7 @@ std::vector<std::vector<T>> AllOutputs(const Geometry& g, bool cl, const std::ve
       for (int64_t h = 0; h < g.H; ++h)
         for (int64_t w = 0; w < g.W; ++w)
           x[g.XIndex(b, c, h, w, cl)] = x_first[g.XIndex(b, c, h, w, false)];
-  normkit_shift_sum_params params;
-  normkit_shift_sum_params_init(&params, g.S);
-  params.axis = g.along_h ? NORMKIT_SHIFT_ALONG_H : NORMKIT_SHIFT_ALONG_W;
-  params.scale = g.scale;
-  params.mask_kind = g.mask_kind;
-  params.mask = g.mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.data();
+  const normkit_shift_sum_params params = ParamsFor(g, mask.data());
   const std::vector<int64_t> xshape = {g.B, g.C, g.H, g.W}, yshape = {g.B, g.Hout(), g.Wout()};
   std::vector<std::vector<T>> out(5, std::vector<T>(nx, T(-9)));
   out[0].assign(y.size(), T(-9));
