@@ -147,6 +147,41 @@ void ExpectAllOrNothing(const std::string& what, const std::function<void()>& re
   }
 }
 
+// Affine over channels-last rows too long for a thread's stack: their parameter rows
+// are built once on the heap, before the loop.
+TEST(OutOfMemory, AffineWritesAllOrNothing) {
+  const std::vector<int64_t> shape = {4, 5000, 2, 2};
+  const int64_t C = shape[1], n = Numel(shape);
+  const std::vector<float> x0 = RandomVector(n, 11);
+  for (int threads : {1, 2}) {
+    Context ctx(threads);
+    for (const int32_t kind : {NORMKIT_PARAMS_PER_CHANNEL, NORMKIT_PARAMS_PER_SAMPLE_CHANNEL}) {
+      const int64_t count = kind == NORMKIT_PARAMS_PER_CHANNEL ? C : shape[0] * C;
+      const std::vector<float> scale = RandomVector(count, 12), shift = RandomVector(count, 13);
+      std::vector<float> x, y;
+      normkit_tensor xt = Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_LAST, shape), yt = xt;
+      for (bool in_place : {false, true}) {
+        ExpectAllOrNothing(
+            "affine kind " + std::to_string(kind) + ", threads " + std::to_string(threads) +
+                (in_place ? " in place" : ""),
+            [&] {
+              x = x0;
+              y.assign(x0.size(), -7.0f);
+              xt.data = x.data();
+              yt.data = in_place ? x.data() : y.data();
+            },
+            [&] { return normkit_affine(ctx.ctx, &xt, scale.data(), shift.data(), kind, &yt); },
+            [&] {
+              Bytes b;
+              Append(b, x);
+              Append(b, y);
+              return b;
+            });
+      }
+    }
+  }
+}
+
 // Batch norm over more channels than a loop folds on its stack, and group norm whose
 // samples are split over the threads (a loop per sample): the paths that allocated
 // between parallel loops or inside them.

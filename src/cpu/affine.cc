@@ -4,19 +4,26 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <numeric>
 #include <vector>
 
 #include "core/parallel.h"
 #include "cpu/kernels/affine.h"
-#include "hwy/aligned_allocator.h"
 
 namespace normkit {
 namespace cpu {
 namespace {
 
 using kernels::AffineTerms;
+
+// Parameter rows on the heap, aligned for any vector load of their lanes.
+constexpr size_t kRepRowAlign = 64;
+struct AlignedFloatsDelete {
+  void operator()(float* p) const { ::operator delete[](p, std::align_val_t{kRepRowAlign}); }
+};
+using AlignedFloats = std::unique_ptr<float[], AlignedFloatsDelete>;
 
 AffineTerms TermsOf(const AffineParams& p) {
   if (p.scale && p.shift) return AffineTerms::kScaleShift;
@@ -248,11 +255,13 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
     return;
   }
   const int64_t rows = params.per_sample ? N : 1;
+  // Through operator new, as every other CPU allocation (hwy::AllocateAligned is
+  // malloc): it throws bad_alloc, and normkit_oom_tests can make it fail.
   const auto alloc = [&](bool needed) {
-    hwy::AlignedFreeUniquePtr<float[]> p;
+    AlignedFloats p;
     if (needed) {
-      p = hwy::AllocateAligned<float>(static_cast<size_t>(rows * row_len));
-      if (!p) throw std::bad_alloc();
+      const size_t bytes = static_cast<size_t>(rows * row_len) * sizeof(float);
+      p.reset(static_cast<float*>(::operator new[](bytes, std::align_val_t{kRepRowAlign})));
     }
     return p;
   };
