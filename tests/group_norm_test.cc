@@ -149,11 +149,20 @@ TEST(GroupNorm, LargeMeanSmallVariance) {
 // about it round the same way every time: a single pass is off by ~1e-4. The second
 // pass, about the mean the first one found, must give the exact result.
 TEST(GroupNorm, OutliersWhereThePivotIsSampled) {
-  for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+  struct Case {
+    normkit_layout layout;
+    int64_t C, G;
+    int threads;
+  };
+  // C = 256 channels-last: samples in cache, split into chunks of channels at 3 threads.
+  for (const auto& [layout, C, G, threads] :
+       {Case{NORMKIT_LAYOUT_CHANNELS_FIRST, 32, 8, 1}, Case{NORMKIT_LAYOUT_CHANNELS_LAST, 32, 2, 1},
+        Case{NORMKIT_LAYOUT_CHANNELS_LAST, 256, 16, 1},
+        Case{NORMKIT_LAYOUT_CHANNELS_LAST, 256, 16, 3}}) {
     const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST;
     // One statistics block per group (per sample channels-last), one sampled row
     // channels-last: as few sampled values next to the block as possible.
-    const int64_t N = 2, C = 32, G = cl ? 2 : 8, Cg = C / G;
+    const int64_t N = 2, Cg = C / G;
     const int64_t S = normkit::cpu::kStatsBlockElems / (cl ? C : Cg);
     const std::vector<int64_t> shape = {N, C, S};
     std::vector<float> x = RandomVector(Numel(shape), 71), y(x.size());
@@ -175,9 +184,11 @@ TEST(GroupNorm, OutliersWhereThePivotIsSampled) {
       }
     }
     normkit_tensor xt = Desc(x.data(), layout, shape), yt = Desc(y.data(), layout, shape);
-    ASSERT_EQ(normkit_group_norm(nullptr, &xt, G, nullptr, nullptr, 1e-5f, NORMKIT_ACTIVATION_NONE,
+    Context ctx(threads);
+    ASSERT_EQ(normkit_group_norm(ctx.ctx, &xt, G, nullptr, nullptr, 1e-5f, NORMKIT_ACTIVATION_NONE,
                                  &yt, nullptr, nullptr),
               NORMKIT_SUCCESS);
+    SCOPED_TRACE("C=" + std::to_string(C) + " threads " + std::to_string(threads));
     ExpectNormNear(y, ReferenceGroupNorm(x, N, C, S, G, cl, nullptr, nullptr, 1e-5, 0),
                    "group_norm with outliers");
   }
@@ -368,7 +379,12 @@ TEST(GroupNorm, ChainedGroupsGiveTheSameBitsWhereverChainsStart) {
 }
 
 TEST(GroupNorm, BitwiseIdenticalAcrossThreadCounts) {
-  const std::vector<std::pair<std::vector<int64_t>, int64_t>> cases = {
+  struct Case {
+    std::vector<int64_t> shape;
+    int64_t g;
+    bool far_pivots = false;  // +40 on every 7th value: some groups take a second pass
+  };
+  const std::vector<Case> cases = {
       {{3, 32, 17, 19}, 8},
       {{1, 16, 130, 129}, 1},
       {{1, 64, 56, 56}, 32},
@@ -376,11 +392,21 @@ TEST(GroupNorm, BitwiseIdenticalAcrossThreadCounts) {
       // Channels-last rows wider than the statistics' stack scratch (512 channels):
       // one sample split over the threads, and samples one per thread.
       {{1, 544, 3, 70}, 17},
-      {{3, 544, 5, 13}, 32}};
-  for (const auto& [shape, g] : cases) {
+      {{3, 544, 5, 13}, 32},
+      // Channels-last samples in cache split into chunks of channels where the threads
+      // outnumber the samples (whole samples otherwise): 4 chunks, the last one of 8
+      // channels (under a vector), and second passes on some chunks only.
+      {{1, 256, 14, 14}, 32},
+      {{2, 200, 19, 17}, 25},
+      {{1, 256, 14, 14}, 32, true},
+      {{2, 200, 19, 17}, 25, true}};
+  for (const auto& [shape, g, far_pivots] : cases) {
     const int64_t N = shape[0], C = shape[1];
-    const std::vector<float> x = RandomVector(Numel(shape), 41), gamma = RandomVector(C, 42),
-                             beta = RandomVector(C, 43);
+    std::vector<float> x = RandomVector(Numel(shape), 41);
+    const std::vector<float> gamma = RandomVector(C, 42), beta = RandomVector(C, 43);
+    if (far_pivots) {
+      for (size_t i = 0; i < x.size(); i += 7) x[i] += 40.0f;
+    }
     for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
       std::vector<float> first, first_stats;
       for (int threads : {1, 2, 3, 8}) {
