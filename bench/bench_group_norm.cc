@@ -86,7 +86,11 @@ int RegisterAll() {
                                            {"seed002", {32, 512, 56, 56}, 32},
                                            {"edge", {1, 64, 56, 56}, 32},
                                            {"edge", {1, 256, 14, 14}, 32},
-                                           {"edge", {1, 32, 112, 112}, 8}};
+                                           {"edge", {1, 32, 112, 112}, 8},
+                                           // Diffusion U-Net blocks at batch 1 (channels-last
+                                           // samples of few positions and wide rows).
+                                           {"unet", {1, 1280, 8, 8}, 32},
+                                           {"unet", {1, 640, 16, 16}, 32}};
   for (const auto& s : group_shapes)
     for (auto layout : layouts)
       for (int32_t act : {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_SILU})

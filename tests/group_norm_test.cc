@@ -154,7 +154,7 @@ TEST(GroupNorm, OutliersWhereThePivotIsSampled) {
     int64_t C, G;
     int threads;
   };
-  // C = 256 channels-last: samples in cache, split into chunks of channels at 3 threads.
+  // C = 256 channels-last: samples in cache, one statistics block each, at 1 and 3 threads.
   for (const auto& [layout, C, G, threads] :
        {Case{NORMKIT_LAYOUT_CHANNELS_FIRST, 32, 8, 1}, Case{NORMKIT_LAYOUT_CHANNELS_LAST, 32, 2, 1},
         Case{NORMKIT_LAYOUT_CHANNELS_LAST, 256, 16, 1},
@@ -393,9 +393,9 @@ TEST(GroupNorm, BitwiseIdenticalAcrossThreadCounts) {
       // one sample split over the threads, and samples one per thread.
       {{1, 544, 3, 70}, 17},
       {{3, 544, 5, 13}, 32},
-      // Channels-last samples in cache split into chunks of channels where the threads
-      // outnumber the samples (whole samples otherwise): 4 chunks, the last one of 8
-      // channels (under a vector), and second passes on some chunks only.
+      // Channels-last samples in cache (up to kOneBlockSampleBytes): statistics in one
+      // block of all rows, a sample to a thread; 8 channels past the last four vectors,
+      // and second passes for some groups only.
       {{1, 256, 14, 14}, 32},
       {{2, 200, 19, 17}, 25},
       {{1, 256, 14, 14}, 32, true},

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <numeric>
 #include <vector>
 
 #include "core/parallel.h"
@@ -35,12 +34,6 @@ struct GroupNormPlan {
   int64_t block_elems;  // elements per block (the last block of a unit may be shorter)
   int64_t blocks;       // per unit
   int64_t unit_groups;  // groups whose moments a block yields: 1, or G channels-last
-  // Channels-last samples in cache take their statistics in one block of all rows;
-  // where the threads outnumber the samples, a sample splits into chunks of this many
-  // channels (whole groups, whole column groups of the kernel) instead of row blocks.
-  // 0: split by row blocks.
-  int64_t chunk_channels = 0;
-  int64_t chunks = 1;
 
   // Scratch, sized before any output is written.
   std::vector<Moments> partial;           // [unit][block][unit_groups]
@@ -76,10 +69,8 @@ Moments* PartialOf(GroupNormPlan& p, int64_t unit, int64_t block) {
 }
 
 // Moments of block `k` of unit `u` into its own partial slots; `run`: the scratch
-// (channels-last) of the run of blocks it is part of. Channels-last, only the groups of
-// channels [c0, c1) (whole groups; c1 = -1: all).
-void BlockStats(GroupNormPlan& p, int64_t u, int64_t k, int64_t run, int64_t c0 = 0,
-                int64_t c1 = -1) {
+// (channels-last) of the run of blocks it is part of.
+void BlockStats(GroupNormPlan& p, int64_t u, int64_t k, int64_t run) {
   Moments* out = PartialOf(p, u, k);
   if (!p.channels_last) {
     const int64_t begin = k * p.block_elems;
@@ -94,10 +85,6 @@ void BlockStats(GroupNormPlan& p, int64_t u, int64_t k, int64_t run, int64_t c0 
     out[0] = kernels::SpanMoments(xb, rows * p.C);
     return;
   }
-  if (c1 < 0) c1 = p.C;
-  const int64_t width = c1 - c0;
-  xb += c0;
-  out += c0 / p.Cg;
   // Groups strided across rows: per-channel shifted sums about a pivot per group
   // (the mean of the group's channels in a few sampled rows) add up to the group's.
   // Groups whose pivot was too far from their mean get a second pass.
@@ -105,25 +92,24 @@ void BlockStats(GroupNormPlan& p, int64_t u, int64_t k, int64_t run, int64_t c0 
   alignas(64) double stack_doubles[2 * kStackScratchChannels];
   const size_t at = static_cast<size_t>(run * p.C);
   const ChannelScratch s =
-      width <= kStackScratchChannels
-          ? ScratchIn(stack_floats, stack_doubles, width)
-          : ScratchIn(p.scratch_floats.get() + 3 * at, p.scratch_doubles.get() + 2 * at, width);
+      p.C <= kStackScratchChannels
+          ? ScratchIn(stack_floats, stack_doubles, p.C)
+          : ScratchIn(p.scratch_floats.get() + 3 * at, p.scratch_doubles.get() + 2 * at, p.C);
   const double count = static_cast<double>(rows * p.Cg);
   const int64_t samples = PivotSamples(rows, p.Cg);
-  const int64_t groups = width / p.Cg;  // from here on, groups and channels count from c0
   // s.pivot holds the per-channel sample sums first; each group's are read, then
   // overwritten by the group's pivot (groups own disjoint channels).
-  kernels::SampledRowSums(xb, rows, width, p.C, samples, s.pivot);
-  for (int64_t g = 0; g < groups; ++g) {
+  kernels::SampledRowSums(xb, rows, p.C, samples, s.pivot);
+  for (int64_t g = 0; g < p.G; ++g) {
     double sum = 0.0;
     for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) sum += s.pivot[c];
     const float pivot = static_cast<float>(sum / static_cast<double>(samples * p.Cg));
     for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) s.pivot[c] = pivot;
   }
   for (int pass = 0; pass < 2; ++pass) {
-    kernels::ChannelShiftedSums(xb, rows, width, p.C, s.pivot, s.s1, s.s2, s.run, p.from_memory);
+    kernels::ChannelShiftedSums(xb, rows, p.C, s.pivot, s.s1, s.s2, s.run, p.from_memory);
     bool again = false;
-    for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t g = 0; g < p.G; ++g) {
       double s1 = 0.0, s2 = 0.0;
       for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) {
         s1 += s.s1[c];
@@ -142,11 +128,9 @@ void BlockStats(GroupNormPlan& p, int64_t u, int64_t k, int64_t run, int64_t c0 
 }
 
 // Merges unit u's block moments in block order, writes the optional mean / rstd
-// outputs and the per-channel parameters of the apply pass; of the unit's groups
-// [j0, j1) (j1 = -1: all).
-void FinishUnit(GroupNormPlan& p, int64_t u, int64_t j0 = 0, int64_t j1 = -1) {
-  if (j1 < 0) j1 = p.unit_groups;
-  for (int64_t j = j0; j < j1; ++j) {
+// outputs and the per-channel parameters of the apply pass.
+void FinishUnit(GroupNormPlan& p, int64_t u) {
+  for (int64_t j = 0; j < p.unit_groups; ++j) {
     Moments m;
     for (int64_t k = 0; k < p.blocks; ++k) m = kernels::MergeMoments(m, PartialOf(p, u, k)[j]);
     const double var = m.m2 / m.count;
@@ -177,7 +161,7 @@ void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
     const int64_t off = u * p.unit_elems + begin;
     const size_t nc = static_cast<size_t>(u * p.C);
     const kernels::NormRows rows{&p.mean[nc], &p.scale[nc], &p.shift[nc]};
-    kernels::ApplyNormRows(p.x + off, p.y + off, (end - begin) / p.C, p.C, p.C, rows,
+    kernels::ApplyNormRows(p.x + off, p.y + off, (end - begin) / p.C, p.C, rows,
                            static_cast<Activation>(p.args.activation), p.stream, p.from_memory);
     return;
   }
@@ -188,15 +172,6 @@ void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
   kernels::ApplyNormPlanes(p.x + off, p.y + off, end - begin, p.S, begin % p.S, p.mean[nc],
                            &p.scale[nc], &p.shift[nc], static_cast<Activation>(p.args.activation),
                            p.stream);
-}
-
-// Channels-last: normalizes channels [c0, c1) of sample u, all rows.
-void ApplyChannels(const GroupNormPlan& p, int64_t u, int64_t c0, int64_t c1) {
-  const int64_t off = u * p.unit_elems + c0;
-  const size_t nc = static_cast<size_t>(u * p.C + c0);
-  const kernels::NormRows rows{&p.mean[nc], &p.scale[nc], &p.shift[nc]};
-  kernels::ApplyNormRows(p.x + off, p.y + off, p.S, c1 - c0, p.C, rows,
-                         static_cast<Activation>(p.args.activation), p.stream, p.from_memory);
 }
 
 // Channels-first: normalizes unit u whole and returns the moments of unit u + 1.
@@ -239,16 +214,7 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
     p.block_elems = p.block_rows * p.C;
     p.blocks = (p.S + p.block_rows - 1) / p.block_rows;
     p.unit_groups = p.G;
-    // A sample in cache: one block of all rows, the bookkeeping (pivots, per-group sums,
-    // the merge) once, and, split over threads, chunks of channels, each run's
-    // statistics, parameters and output in one parallel region, with nothing between
-    // two regions to wait on. Only with the whole tensor in cache: from DRAM the
-    // statistics read rows in another order (from_memory), which a chunk cannot.
-    const int64_t align = std::lcm(p.Cg, kernels::ChannelColumnAlign());
-    if (p.G > 1 && !p.from_memory && p.unit_elems * int64_t{sizeof(float)} <= kFusedUnitBytes &&
-        p.C > align) {
-      p.chunk_channels = align;
-      p.chunks = (p.C + align - 1) / align;
+    if (!p.from_memory && p.unit_elems * int64_t{sizeof(float)} <= kOneBlockSampleBytes) {
       p.block_rows = p.S;
       p.block_elems = p.unit_elems;
       p.blocks = 1;
@@ -280,10 +246,10 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   // the choices below (which do look at the threads) never change a result bit.
   const bool chained = !p.channels_last && !p.stream && unit_bytes <= kChainedUnitBytes &&
                        p.units >= 2 * ctx.num_threads;
-  const bool fused = !chained && unit_bytes <= kFusedUnitBytes && p.units >= ctx.num_threads;
+  const bool fused =
+      !chained && unit_bytes <= kFusedUnitBytes && (p.units >= ctx.num_threads || p.blocks == 1);
   // Runs: each thread's contiguous share of the units (fused) or of a unit's blocks.
-  const int64_t runs = std::min<int64_t>(
-      ctx.num_threads, fused ? p.units : (p.chunk_channels > 0 ? p.chunks : p.blocks));
+  const int64_t runs = std::min<int64_t>(ctx.num_threads, fused ? p.units : p.blocks);
   // Run t takes items [run_start(t), run_start(t + 1)): ceil(items / runs) each, as
   // OpenMP's static split of the blocks did before, so the calling thread, which
   // starts first, gets the larger share.
@@ -321,18 +287,6 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
         ApplyRange(p, u, 0, p.unit_elems);
       }
     });
-    return;
-  }
-  if (p.chunk_channels > 0) {
-    for (int64_t u = 0; u < p.units; ++u) {
-      ParallelFor(ctx, runs, [&](int64_t t) {
-        const int64_t c0 = std::min(p.C, t * p.chunks / runs * p.chunk_channels);
-        const int64_t c1 = std::min(p.C, (t + 1) * p.chunks / runs * p.chunk_channels);
-        BlockStats(p, u, 0, t, c0, c1);
-        FinishUnit(p, u, c0 / p.Cg, c1 / p.Cg);
-        ApplyChannels(p, u, c0, c1);
-      });
-    }
     return;
   }
   for (int64_t u = 0; u < p.units; ++u) {

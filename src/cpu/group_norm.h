@@ -46,6 +46,17 @@ constexpr int64_t kStatsBlockElems = 32768;
 // of 1024 channels it cost more than a third of a same-size memcpy.
 constexpr int64_t kMinStatsBlockRows = 128;
 
+// A channels-last sample up to this size, with the whole tensor in cache, takes its
+// statistics in one block of all rows, and one thread takes it whole: the per-block
+// bookkeeping (pivots, per-group sums, the merge) is then paid once. Bench, alternating,
+// medians of 3, 1 / 2 threads: 1x256x14x14 G=32 0.58 / 0.42 -> 0.60 / 0.40 of memcpy,
+// in place 0.46 / 0.34 -> 0.52 / 0.37. At 512 KiB 1x1280x8x8 went 0.37 / 0.27 -> 0.41 /
+// 0.21: a second thread on row blocks is worth more there. Split in chunks of channels
+// instead (each thread its groups' statistics and output, one parallel region), two
+// threads lost: each core's prefetchers pull in lines the other core then writes
+// (1x256x14x14 0.38 -> 0.27, 1x640x16x16 0.47 -> 0.26).
+constexpr int64_t kOneBlockSampleBytes = int64_t{256} << 10;
+
 // Channels-last statistics pivot on the mean of a group's values in this many rows
 // of a block (kernels::SampledRow): at least kPivotValues values, so that the pivot
 // of random data is rarely a standard deviation from the mean (a first-row pivot

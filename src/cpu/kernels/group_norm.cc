@@ -406,52 +406,46 @@ HWY_INLINE void ShiftedSumsRowStreams(const float* HWY_RESTRICT x, size_t R, siz
   }
 }
 
-// (The helpers above take the row stride as C.)
 void ChannelShiftedSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
-                            int64_t stride, const float* HWY_RESTRICT pivot,
-                            double* HWY_RESTRICT s1, double* HWY_RESTRICT s2,
-                            float* HWY_RESTRICT scratch, bool from_memory) {
+                            const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
+                            double* HWY_RESTRICT s2, float* HWY_RESTRICT scratch,
+                            bool from_memory) {
   const size_t R = static_cast<size_t>(rows), C = static_cast<size_t>(channels);
-  const size_t S = static_cast<size_t>(stride);
   const size_t N = hn::Lanes(DF());
   size_t c = 0;
   if (C > 4 * N && from_memory) {
     // Rows wider than four vectors, from DRAM: a column walk would interleave them.
     // From cache the column walk is faster (its sums stay in registers).
     c = C / (4 * N) * (4 * N);
-    ShiftedSumsRowStreams(x, R, S, c, pivot, s1, s2, scratch, scratch + C);
+    ShiftedSumsRowStreams(x, R, C, c, pivot, s1, s2, scratch, scratch + C);
   }
-  for (; c + 4 * N <= C; c += 4 * N) ShiftedSumsColumns<4>(x, R, S, c, pivot, s1, s2);
+  for (; c + 4 * N <= C; c += 4 * N) ShiftedSumsColumns<4>(x, R, C, c, pivot, s1, s2);
   switch ((C - c) / N) {  // whole vectors left: 0 to 3
-    case 3: ShiftedSumsColumns<3>(x, R, S, c, pivot, s1, s2), c += 3 * N; break;
-    case 2: ShiftedSumsColumns<2>(x, R, S, c, pivot, s1, s2), c += 2 * N; break;
-    case 1: ShiftedSumsColumns<1>(x, R, S, c, pivot, s1, s2), c += N; break;
+    case 3: ShiftedSumsColumns<3>(x, R, C, c, pivot, s1, s2), c += 3 * N; break;
+    case 2: ShiftedSumsColumns<2>(x, R, C, c, pivot, s1, s2), c += 2 * N; break;
+    case 1: ShiftedSumsColumns<1>(x, R, C, c, pivot, s1, s2), c += N; break;
     default: break;
   }
-  for (; c < C; ++c) ShiftedSumsChannel(x, R, S, c, pivot, s1, s2);
+  for (; c < C; ++c) ShiftedSumsChannel(x, R, C, c, pivot, s1, s2);
 }
 
-int64_t ChannelColumnAlignImpl() {
-  return static_cast<int64_t>(4 * hn::Lanes(DF()));
-}
-
-void SampledRowSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels, int64_t stride,
+void SampledRowSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
                         int64_t samples, float* HWY_RESTRICT out) {
   const DF d;
   const size_t N = hn::Lanes(d);
-  const size_t C = static_cast<size_t>(channels), S = static_cast<size_t>(stride);
+  const size_t C = static_cast<size_t>(channels);
   size_t c = 0;
   for (; c + N <= C; c += N) {
     auto acc = hn::Zero(d);
     for (int64_t j = 0; j < samples; ++j) {
-      acc = acc + hn::LoadU(d, x + static_cast<size_t>(SampledRow(j, samples, rows)) * S + c);
+      acc = acc + hn::LoadU(d, x + static_cast<size_t>(SampledRow(j, samples, rows)) * C + c);
     }
     hn::StoreU(acc, d, out + c);
   }
   for (; c < C; ++c) {
     float acc = 0.0f;
     for (int64_t j = 0; j < samples; ++j) {
-      acc += x[static_cast<size_t>(SampledRow(j, samples, rows)) * S + c];
+      acc += x[static_cast<size_t>(SampledRow(j, samples, rows)) * C + c];
     }
     out[c] = acc;
   }
@@ -711,17 +705,16 @@ HWY_INLINE void NormNarrowRowsT(const float* x, float* y, size_t rows, const Nor
   }
 }
 
-// Rows of C channels, `stride` floats apart.
 template <Activation kAct, bool kStream>
-void NormRowsT(const float* x, float* y, size_t rows, size_t C, size_t stride, const NormRows& p,
+void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& p,
                bool from_memory) {
   const DF d;
   const size_t N = hn::Lanes(d);
-  if (C % N == 0 && kStream && (!IsAligned(d, y) || stride % N != 0)) {
+  if (C % N == 0 && kStream && !IsAligned(d, y)) {
     // Rows would each need a peel and a tail to stream: plain stores instead.
-    return NormRowsT<kAct, false>(x, y, rows, C, stride, p, from_memory);
+    return NormRowsT<kAct, false>(x, y, rows, C, p, from_memory);
   }
-  if (C % N == 0 && C <= 4 * N && stride == C) {
+  if (C % N == 0 && C <= 4 * N) {
     if (C == 4 * N) {
       NormNarrowRowsT<kAct, kStream, 4>(x, y, rows, p);
     } else if (C == N) {
@@ -775,24 +768,24 @@ void NormRowsT(const float* x, float* y, size_t rows, size_t C, size_t stride, c
       size_t at[kMaxRowsPerStep];
       for (size_t r0 = 0; r0 < rows; r0 += rows_per_step) {
         const size_t count = std::min(rows_per_step, rows - r0);
-        for (size_t k = 0; k < count; ++k) at[k] = (r0 + k) * stride;
+        for (size_t k = 0; k < count; ++k) at[k] = (r0 + k) * C;
         step(at, count);
       }
     } else {
       const size_t D = rows / kRowStreams;
       for (size_t i = 0; i < D; ++i) {
         size_t at[kRowStreams];
-        for (size_t k = 0; k < kRowStreams; ++k) at[k] = (k * D + i) * stride;
+        for (size_t k = 0; k < kRowStreams; ++k) at[k] = (k * D + i) * C;
         step(at, kRowStreams);
       }
       for (size_t r = kRowStreams * D; r < rows; ++r) {
-        const size_t at = r * stride;
+        const size_t at = r * C;
         step(&at, 1);
       }
     }
   } else {
     for (size_t r = 0; r < rows; ++r) {
-      MapSpan<kStream>(x + r * stride, y + r * stride, C, [&](auto d, size_t c, auto v) {
+      MapSpan<kStream>(x + r * C, y + r * C, C, [&](auto d, size_t c, auto v) {
         const auto dev = v - hn::LoadU(d, p.mean + c);
         return Activate<kAct>(
             d, hn::MulAdd(dev, hn::LoadU(d, p.scale + c), hn::LoadU(d, p.shift + c)));
@@ -847,10 +840,10 @@ struct NormPlanesFn {
 };
 template <Activation kAct, bool kStream>
 struct NormRowsFn {
-  static void Run(const float* x, float* y, int64_t rows, int64_t C, int64_t stride,
-                  const NormRows& p, bool from_memory) {
-    NormRowsT<kAct, kStream>(x, y, static_cast<size_t>(rows), static_cast<size_t>(C),
-                             static_cast<size_t>(stride), p, from_memory);
+  static void Run(const float* x, float* y, int64_t rows, int64_t C, const NormRows& p,
+                  bool from_memory) {
+    NormRowsT<kAct, kStream>(x, y, static_cast<size_t>(rows), static_cast<size_t>(C), p,
+                             from_memory);
   }
 };
 
@@ -876,9 +869,9 @@ Moments ApplyNormPlanesThenMomentsImpl(const float* x, float* y, int64_t n, int6
   }
 }
 
-void ApplyNormRowsImpl(const float* x, float* y, int64_t rows, int64_t channels, int64_t stride,
-                       const NormRows& p, Activation act, bool stream, bool from_memory) {
-  DispatchActivation<NormRowsFn>(act, stream, x, y, rows, channels, stride, p, from_memory);
+void ApplyNormRowsImpl(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
+                       Activation act, bool stream, bool from_memory) {
+  DispatchActivation<NormRowsFn>(act, stream, x, y, rows, channels, p, from_memory);
 }
 
 void ApplyRowNormImpl(const float* x, float* y, int64_t count, float mean, float rstd, float offset,
@@ -909,7 +902,6 @@ namespace kernels {
 HWY_EXPORT(SpanMomentsImpl);
 HWY_EXPORT(SpanSumSquaresImpl);
 HWY_EXPORT(ChannelShiftedSumsImpl);
-HWY_EXPORT(ChannelColumnAlignImpl);
 HWY_EXPORT(SampledRowSumsImpl);
 HWY_EXPORT(ApplyNormPlanesImpl);
 HWY_EXPORT(ApplyNormPlanesThenMomentsImpl);
@@ -924,20 +916,14 @@ double SpanSumSquares(const float* x, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(SpanSumSquaresImpl)(x, n);
 }
 
-void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, int64_t stride,
-                        const float* pivot, double* s1, double* s2, float* scratch,
-                        bool from_memory) {
+void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const float* pivot,
+                        double* s1, double* s2, float* scratch, bool from_memory) {
   HWY_DYNAMIC_DISPATCH(ChannelShiftedSumsImpl)
-  (x, rows, channels, stride, pivot, s1, s2, scratch, from_memory);
+  (x, rows, channels, pivot, s1, s2, scratch, from_memory);
 }
 
-int64_t ChannelColumnAlign() {
-  return HWY_DYNAMIC_DISPATCH(ChannelColumnAlignImpl)();
-}
-
-void SampledRowSums(const float* x, int64_t rows, int64_t channels, int64_t stride, int64_t samples,
-                    float* out) {
-  HWY_DYNAMIC_DISPATCH(SampledRowSumsImpl)(x, rows, channels, stride, samples, out);
+void SampledRowSums(const float* x, int64_t rows, int64_t channels, int64_t samples, float* out) {
+  HWY_DYNAMIC_DISPATCH(SampledRowSumsImpl)(x, rows, channels, samples, out);
 }
 
 void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, float mean,
@@ -953,10 +939,9 @@ Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t 
                                                               act, next);
 }
 
-void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, int64_t stride,
-                   const NormRows& p, Activation act, bool stream, bool from_memory) {
-  HWY_DYNAMIC_DISPATCH(ApplyNormRowsImpl)
-  (x, y, rows, channels, stride, p, act, stream, from_memory);
+void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
+                   Activation act, bool stream, bool from_memory) {
+  HWY_DYNAMIC_DISPATCH(ApplyNormRowsImpl)(x, y, rows, channels, p, act, stream, from_memory);
 }
 
 void ApplyRowNorm(const float* x, float* y, int64_t n, float mean, float rstd, float offset,

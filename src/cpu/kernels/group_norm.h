@@ -36,21 +36,13 @@ Moments SpanMoments(const float* x, int64_t n);
 // Sum of x[i]^2 over x[0, n), carried in double (RMS norm).
 double SpanSumSquares(const float* x, int64_t n);
 
-// Per-channel shifted sums about pivot[c], carried in double, over `channels` channels
-// of rows `stride` floats apart:
+// Per-channel shifted sums about pivot[c], carried in double:
 // s1[c] = sum_r (x[r, c] - pivot[c]), s2[c] = sum_r (x[r, c] - pivot[c])^2.
 // scratch: 2 * channels floats. from_memory: x comes from DRAM rather than cache,
 // which picks the order rows are read in (the sums are the same either way only up
-// to rounding; the choice must depend on the shape alone). From cache a channel's
-// sums depend only on its column and on its place among groups of four vectors
-// counted from x: channels [a, b) of a row, a a multiple of ChannelColumnAlign(), get
-// the bits they get in a call over the whole row.
-void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, int64_t stride,
-                        const float* pivot, double* s1, double* s2, float* scratch,
-                        bool from_memory);
-
-// The channel alignment above: four vectors of the SIMD target in use.
-int64_t ChannelColumnAlign();
+// to rounding; the choice must depend on the shape alone).
+void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const float* pivot,
+                        double* s1, double* s2, float* scratch, bool from_memory);
 
 // The rows a block's statistics pivots are sampled from: `samples` rows spread evenly
 // over the block, the first one included. Spread rather than consecutive: neighbouring
@@ -60,10 +52,8 @@ inline int64_t SampledRow(int64_t j, int64_t samples, int64_t rows) {
   return j * rows / samples;
 }
 
-// out[c] = sum over j < samples of x[SampledRow(j, samples, rows), c], in float, for
-// c < channels of rows `stride` floats apart.
-void SampledRowSums(const float* x, int64_t rows, int64_t channels, int64_t stride, int64_t samples,
-                    float* out);
+// out[c] = sum over j < samples of x[SampledRow(j, samples, rows), c], in float.
+void SampledRowSums(const float* x, int64_t rows, int64_t channels, int64_t samples, float* out);
 
 // Whether shifted sums about a pivot lost too many digits to trust: true when the
 // pivot is further from the mean than one standard deviation, i.e. when
@@ -112,10 +102,9 @@ struct NormRows {
   const float* scale;
   const float* shift;
 };
-// `channels` channels of rows `stride` floats apart (in x and y).
 // from_memory: x comes from DRAM rather than cache (picks the order rows are read in).
-void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, int64_t stride,
-                   const NormRows& p, Activation act, bool stream, bool from_memory);
+void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
+                   Activation act, bool stream, bool from_memory);
 
 // One row of a [rows, D] layer / RMS norm:
 //   y[d] = ((x[d] - mean) * rstd + offset) * gamma[d] + beta[d]
