@@ -147,6 +147,29 @@ void ExpectAllOrNothing(const std::string& what, const std::function<void()>& re
   }
 }
 
+// ExpectAllOrNothing for an op whose only outputs are y, or x in place: x starts as
+// x0 and y as -7s, and xt / yt point at them.
+void ExpectXyAllOrNothing(const std::string& what, const std::vector<float>& x0, normkit_tensor& xt,
+                          normkit_tensor& yt, bool in_place,
+                          const std::function<normkit_status()>& call) {
+  std::vector<float> x, y;
+  ExpectAllOrNothing(
+      what + (in_place ? " in place" : ""),
+      [&] {
+        x = x0;
+        y.assign(x0.size(), -7.0f);
+        xt.data = x.data();
+        yt.data = in_place ? x.data() : y.data();
+      },
+      call,
+      [&] {
+        Bytes b;
+        Append(b, x);
+        Append(b, y);
+        return b;
+      });
+}
+
 // Affine over channels-last rows too long for a thread's stack: their parameter rows
 // are built once on the heap, before the loop.
 TEST(OutOfMemory, AffineWritesAllOrNothing) {
@@ -158,25 +181,12 @@ TEST(OutOfMemory, AffineWritesAllOrNothing) {
     for (const int32_t kind : {NORMKIT_PARAMS_PER_CHANNEL, NORMKIT_PARAMS_PER_SAMPLE_CHANNEL}) {
       const int64_t count = kind == NORMKIT_PARAMS_PER_CHANNEL ? C : shape[0] * C;
       const std::vector<float> scale = RandomVector(count, 12), shift = RandomVector(count, 13);
-      std::vector<float> x, y;
       normkit_tensor xt = Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_LAST, shape), yt = xt;
       for (bool in_place : {false, true}) {
-        ExpectAllOrNothing(
-            "affine kind " + std::to_string(kind) + ", threads " + std::to_string(threads) +
-                (in_place ? " in place" : ""),
-            [&] {
-              x = x0;
-              y.assign(x0.size(), -7.0f);
-              xt.data = x.data();
-              yt.data = in_place ? x.data() : y.data();
-            },
-            [&] { return normkit_affine(ctx.ctx, &xt, scale.data(), shift.data(), kind, &yt); },
-            [&] {
-              Bytes b;
-              Append(b, x);
-              Append(b, y);
-              return b;
-            });
+        ExpectXyAllOrNothing(
+            "affine kind " + std::to_string(kind) + ", threads " + std::to_string(threads), x0, xt,
+            yt, in_place,
+            [&] { return normkit_affine(ctx.ctx, &xt, scale.data(), shift.data(), kind, &yt); });
       }
     }
   }
@@ -204,27 +214,13 @@ TEST(OutOfMemory, NormsWriteAllOrNothing) {
       const std::vector<float> x0 = RandomVector(n, 1);
       const std::vector<float> gamma = RandomVector(C, 2), beta = RandomVector(C, 3),
                                mean = RandomVector(C, 4), var = RandomVector(C, 5, 0.1f, 2.0f);
-      std::vector<float> x, y;
       normkit_tensor xt = Desc(nullptr, layout, c.shape), yt = xt;
       for (bool in_place : {false, true}) {
-        ExpectAllOrNothing(
-            "batch norm " + std::to_string(C) + " channels, threads " + std::to_string(threads) +
-                (in_place ? " in place" : ""),
-            [&] {
-              x = x0;
-              y.assign(x0.size(), -7.0f);
-              xt.data = x.data();
-              yt.data = in_place ? x.data() : y.data();
-            },
-            [&] {
+        ExpectXyAllOrNothing(
+            "batch norm " + std::to_string(C) + " channels, threads " + std::to_string(threads), x0,
+            xt, yt, in_place, [&] {
               return normkit_batch_norm_inference(ctx.ctx, &xt, gamma.data(), beta.data(),
                                                   mean.data(), var.data(), 1e-5f, &yt);
-            },
-            [&] {
-              Bytes b;
-              Append(b, x);
-              Append(b, y);
-              return b;
             });
       }
     }
