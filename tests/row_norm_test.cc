@@ -80,5 +80,48 @@ TEST(RowNorm, BitwiseIdenticalAcrossThreadCounts) {
   }
 }
 
+// A row's result depends on the row alone, not on the batch around it: rows inside a
+// batch (whose statistics ride along the previous row's output pass) get the bits the
+// same row gets as a batch of one. Rows short enough to chain and longer ones, a large
+// mean on every third row (its pivot then sits far from its mean), in place too.
+TEST(RowNorm, EachRowGetsTheBitsItGetsAlone) {
+  const int64_t rows = 45;
+  for (int64_t D : {3, 33, 768, 2048, 2049, 5000}) {
+    std::vector<float> x = RandomVector(rows * D, 71 + static_cast<uint32_t>(D));
+    for (int64_t r = 0; r < rows; r += 3) {
+      for (int64_t d = 0; d < D; ++d) x[r * D + d] = 1.0e4f + 1.0e-2f * x[r * D + d];
+    }
+    const std::vector<float> gamma = RandomVector(D, 72), beta = RandomVector(D, 73);
+    for (bool rms : {false, true}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "D=" << D << " rms=" << rms << " in_place=" << in_place);
+        const auto run = [&](float* xd, float* yd, int64_t n, float* mean, float* rstd) {
+          normkit_tensor xt = Desc(xd, NORMKIT_LAYOUT_CHANNELS_FIRST, {n, D}),
+                         yt = Desc(yd, NORMKIT_LAYOUT_CHANNELS_FIRST, {n, D});
+          Context ctx(2);
+          return rms ? normkit_rms_norm(ctx.ctx, &xt, gamma.data(), 1e-5f, &yt, rstd)
+                     : normkit_layer_norm(ctx.ctx, &xt, gamma.data(), beta.data(), 1e-5f, &yt,
+                                          mean, rstd);
+        };
+        std::vector<float> xb = x, yb(x.size()), mean(rows), rstd(rows);
+        float* y = in_place ? xb.data() : yb.data();
+        ASSERT_EQ(run(xb.data(), y, rows, mean.data(), rstd.data()), NORMKIT_SUCCESS);
+        ExpectNormNear(std::vector<float>(y, y + rows * D),
+                       ReferenceRowNorm(x, rows, D, gamma.data(), rms ? nullptr : beta.data(),
+                                        1e-5, rms),
+                       rms ? "rms_norm" : "layer_norm");
+        for (int64_t r = 0; r < rows; ++r) {
+          std::vector<float> row(x.begin() + r * D, x.begin() + (r + 1) * D), alone(D);
+          float mean1 = 0.0f, rstd1 = 0.0f;
+          ASSERT_EQ(run(row.data(), alone.data(), 1, &mean1, &rstd1), NORMKIT_SUCCESS);
+          ASSERT_EQ(std::memcmp(alone.data(), y + r * D, sizeof(float) * D), 0) << "row " << r;
+          if (!rms) ASSERT_EQ(std::memcmp(&mean1, &mean[r], sizeof(float)), 0) << "row " << r;
+          ASSERT_EQ(std::memcmp(&rstd1, &rstd[r], sizeof(float)), 0) << "row " << r;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace normkit_test
