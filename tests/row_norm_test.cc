@@ -100,16 +100,16 @@ TEST(RowNorm, EachRowGetsTheBitsItGetsAlone) {
                          yt = Desc(yd, NORMKIT_LAYOUT_CHANNELS_FIRST, {n, D});
           Context ctx(2);
           return rms ? normkit_rms_norm(ctx.ctx, &xt, gamma.data(), 1e-5f, &yt, rstd)
-                     : normkit_layer_norm(ctx.ctx, &xt, gamma.data(), beta.data(), 1e-5f, &yt,
-                                          mean, rstd);
+                     : normkit_layer_norm(ctx.ctx, &xt, gamma.data(), beta.data(), 1e-5f, &yt, mean,
+                                          rstd);
         };
         std::vector<float> xb = x, yb(x.size()), mean(rows), rstd(rows);
         float* y = in_place ? xb.data() : yb.data();
         ASSERT_EQ(run(xb.data(), y, rows, mean.data(), rstd.data()), NORMKIT_SUCCESS);
-        ExpectNormNear(std::vector<float>(y, y + rows * D),
-                       ReferenceRowNorm(x, rows, D, gamma.data(), rms ? nullptr : beta.data(),
-                                        1e-5, rms),
-                       rms ? "rms_norm" : "layer_norm");
+        ExpectNormNear(
+            std::vector<float>(y, y + rows * D),
+            ReferenceRowNorm(x, rows, D, gamma.data(), rms ? nullptr : beta.data(), 1e-5, rms),
+            rms ? "rms_norm" : "layer_norm");
         for (int64_t r = 0; r < rows; ++r) {
           std::vector<float> row(x.begin() + r * D, x.begin() + (r + 1) * D), alone(D);
           float mean1 = 0.0f, rstd1 = 0.0f;
