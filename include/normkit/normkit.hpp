@@ -58,7 +58,9 @@ class Tensor {
 };
 
 // CUDA devices normkit can use (0 without the CUDA module, a driver or a GPU).
-inline int32_t CudaDeviceCount() noexcept { return normkit_cuda_device_count(); }
+inline int32_t CudaDeviceCount() noexcept {
+  return normkit_cuda_device_count();
+}
 
 // Owns a normkit_context; 0 threads means the process default.
 class Context {
