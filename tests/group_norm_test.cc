@@ -159,6 +159,8 @@ TEST(GroupNorm, OutliersWhereThePivotIsSampled) {
        {Case{NORMKIT_LAYOUT_CHANNELS_FIRST, 32, 8, 1}, Case{NORMKIT_LAYOUT_CHANNELS_LAST, 32, 2, 1},
         Case{NORMKIT_LAYOUT_CHANNELS_LAST, 256, 16, 1},
         Case{NORMKIT_LAYOUT_CHANNELS_LAST, 256, 16, 3}}) {
+    SCOPED_TRACE("layout=" + std::to_string(layout) + " C=" + std::to_string(C) +
+                 " threads=" + std::to_string(threads));
     const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST;
     // One statistics block per group (per sample channels-last), one sampled row
     // channels-last: as few sampled values next to the block as possible.
@@ -188,7 +190,6 @@ TEST(GroupNorm, OutliersWhereThePivotIsSampled) {
     ASSERT_EQ(normkit_group_norm(ctx.ctx, &xt, G, nullptr, nullptr, 1e-5f, NORMKIT_ACTIVATION_NONE,
                                  &yt, nullptr, nullptr),
               NORMKIT_SUCCESS);
-    SCOPED_TRACE("C=" + std::to_string(C) + " threads " + std::to_string(threads));
     ExpectNormNear(y, ReferenceGroupNorm(x, N, C, S, G, cl, nullptr, nullptr, 1e-5, 0),
                    "group_norm with outliers");
   }
