@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Hostile-input checks, bounded in time (part of the test command):
 #  1. the test suite under AddressSanitizer + UndefinedBehaviorSanitizer (OpenMP and
-#     serial backends);
-#  2. the concurrency, determinism and validation tests under ThreadSanitizer, serial
-#     backend: the callers' own threads racing through every op. (Debian's libgomp and
+#     pool backends; the fuzzers below use the serial one);
+#  2. the concurrency, determinism, validation and thread-pool tests under
+#     ThreadSanitizer, pool backend: the callers' own threads racing through every op
+#     while normkit's own workers run the parts of each call. (Debian's libgomp and
 #     libtbb are not TSan-instrumented, so TSan reports their internal work stealing as
 #     races, e.g. tbb/partitioner.h check_being_stolen; those backends are covered by the
 #     bitwise determinism tests instead.)
@@ -16,7 +17,7 @@ jobs=$(nproc)
 fuzz_seconds=${FUZZ_SECONDS:-45}
 common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DNORMKIT_BUILD_BENCH=OFF -DNORMKIT_BUILD_EXAMPLES=OFF)
 
-for backend in OPENMP SERIAL; do
+for backend in OPENMP POOL; do
   dir="build-asan-${backend,,}"
   echo "=== ASan + UBSan, ${backend} (${dir})"
   cmake -S . -B "$dir" "${common[@]}" -DNORMKIT_THREADING="$backend" \
@@ -26,14 +27,14 @@ for backend in OPENMP SERIAL; do
       ctest --output-on-failure -j"$jobs" | tail -3)
 done
 
-for backend in SERIAL; do
+for backend in POOL; do
   dir="build-tsan-${backend,,}"
   echo "=== TSan, ${backend} (${dir})"
   cmake -S . -B "$dir" "${common[@]}" -DNORMKIT_THREADING="$backend" \
         -DNORMKIT_SANITIZE=thread >/dev/null
   cmake --build "$dir" -j"$jobs" >/dev/null
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$dir/tests/normkit_tests" \
-    --gtest_filter='Concurrency.*:Determinism.*:*BitwiseIdentical*:Context*:Validation.*' \
+    --gtest_filter='Concurrency.*:Determinism.*:*BitwiseIdentical*:Context*:Validation.*:ThreadPool.*' \
     --gtest_brief=1
 done
 

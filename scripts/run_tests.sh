@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: set up, then for each threading backend (TBB, OpenMP, serial)
+# The whole test suite: set up, then for each threading backend (TBB, pool, serial, OpenMP)
 # build and run the GoogleTest suite, the C / C++ / Python examples and the quick demo;
 # then install the library and build an example against the installed CMake package;
 # then the sanitizer builds and the bounded fuzzing (scripts/run_sanitizers.sh).
@@ -11,9 +11,9 @@ jobs=$(nproc)
 py=/usr/bin/python3
 
 # The CUDA module is compiled (when nvcc is there) in the OpenMP build, the default one;
-# the TBB and serial builds leave it out, which tests the CPU-only binary's answers to
+# the TBB, pool and serial builds leave it out, which tests the CPU-only binary's answers to
 # CUDA tensors. Without a GPU the CUDA tests skip, saying why.
-for backend in TBB SERIAL OPENMP; do
+for backend in TBB POOL SERIAL OPENMP; do
   dir="build-test-${backend,,}"
   cuda=OFF
   if [ "$backend" = OPENMP ]; then cuda=AUTO; fi

@@ -36,7 +36,8 @@ TEST(Info, VersionTargetBackend) {
   EXPECT_STREQ(normkit_version_string(), "0.1.0");
   EXPECT_GT(std::strlen(normkit_simd_target()), 0u);
   const std::string backend = normkit_threading_backend();
-  EXPECT_TRUE(backend == "tbb" || backend == "openmp" || backend == "serial") << backend;
+  EXPECT_TRUE(backend == "tbb" || backend == "openmp" || backend == "pool" || backend == "serial")
+      << backend;
 }
 
 TEST(Info, ErrorMessageIsPerThreadAndClearedOnSuccess) {

@@ -79,7 +79,7 @@ NORMKIT_API const char* normkit_version_string(void);
  * "AVX2", "SSE4", "EMU128". Chosen at first use from what the CPU supports. */
 NORMKIT_API const char* normkit_simd_target(void);
 
-/* The threading backend compiled in: "tbb", "openmp" or "serial". */
+/* The threading backend compiled in: "tbb", "openmp", "pool" or "serial". */
 NORMKIT_API const char* normkit_threading_backend(void);
 
 /* ------------------------------------------------------------------------- */

@@ -10,6 +10,8 @@
 #include <tbb/task_arena.h>
 #elif defined(NORMKIT_THREADING_OPENMP)
 #include <omp.h>
+#elif defined(NORMKIT_THREADING_POOL)
+#include "core/thread_pool.h"
 #endif
 
 namespace normkit {
@@ -39,6 +41,23 @@ class FirstException {
   std::exception_ptr error_;
 };
 
+#if defined(NORMKIT_THREADING_POOL)
+// Runs tasks [0, num_tasks) cut into `parts` contiguous runs, as even as the count
+// allows (as OpenMP's static schedule cuts them): run(begin, end, thread) on the pool,
+// or on the calling thread when there is no pool.
+void RunOnPool(int64_t num_tasks, int64_t parts, FunctionRef<void(int64_t, int64_t, int64_t)> run) {
+  if (parts > ThreadPool::kMaxParts) parts = ThreadPool::kMaxParts;
+  const auto part_run = [&](int64_t part, int64_t thread) {
+    run(num_tasks * part / parts, num_tasks * (part + 1) / parts, thread);
+  };
+  if (ThreadPool* pool = ThreadPool::Instance()) {
+    pool->Run(parts, part_run);
+  } else {
+    for (int64_t part = 0; part < parts; ++part) part_run(part, 0);
+  }
+}
+#endif
+
 }  // namespace
 
 void ParallelFor(const normkit_context& context, int64_t num_tasks,
@@ -61,6 +80,13 @@ void ParallelFor(const normkit_context& context, int64_t num_tasks,
   FirstException first;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t task = 0; task < num_tasks; ++task) first.Run([&] { body(task); });
+  first.Rethrow();
+#elif defined(NORMKIT_THREADING_POOL)
+  FirstException first;
+  RunOnPool(num_tasks, num_tasks < context.num_threads ? num_tasks : context.num_threads,
+            [&](int64_t begin, int64_t end, int64_t) {
+              for (int64_t task = begin; task < end; ++task) first.Run([&] { body(task); });
+            });
   first.Rethrow();
 #else
   for (int64_t task = 0; task < num_tasks; ++task) body(task);
@@ -93,6 +119,13 @@ void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
     if (begin < end) first.Run([&] { body(begin, end); });
   }
   first.Rethrow();
+#elif defined(NORMKIT_THREADING_POOL)
+  FirstException first;
+  RunOnPool(num_tasks, num_tasks < context.num_threads ? num_tasks : context.num_threads,
+            [&](int64_t begin, int64_t end, int64_t) {
+              if (begin < end) first.Run([&] { body(begin, end); });
+            });
+  first.Rethrow();
 #else
   body(0, num_tasks);
 #endif
@@ -102,7 +135,7 @@ int64_t ParallelWorkers(const normkit_context& context, int64_t num_tasks) {
   if (num_tasks <= 1 || context.num_threads <= 1) return 1;
 #if defined(NORMKIT_THREADING_TBB)
   return context.arena->max_concurrency();  // a thread's slot in the arena
-#elif defined(NORMKIT_THREADING_OPENMP)
+#elif defined(NORMKIT_THREADING_OPENMP) || defined(NORMKIT_THREADING_POOL)
   return num_tasks < context.num_threads ? num_tasks : context.num_threads;
 #else
   return 1;
@@ -137,6 +170,15 @@ void ParallelForWorkers(const normkit_context& context, int64_t num_tasks,
     first.Run([&] { body(task, omp_get_thread_num()); });
   }
   first.Rethrow();
+#elif defined(NORMKIT_THREADING_POOL)
+  FirstException first;
+  RunOnPool(num_tasks, ParallelWorkers(context, num_tasks),
+            [&](int64_t begin, int64_t end, int64_t thread) {
+              for (int64_t task = begin; task < end; ++task) {
+                first.Run([&] { body(task, thread); });
+              }
+            });
+  first.Rethrow();
 #else
   for (int64_t task = 0; task < num_tasks; ++task) body(task, 0);
 #endif
@@ -147,6 +189,8 @@ const char* ThreadingBackendName() {
   return "tbb";
 #elif defined(NORMKIT_THREADING_OPENMP)
   return "openmp";
+#elif defined(NORMKIT_THREADING_POOL)
+  return "pool";
 #else
   return "serial";
 #endif

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The one parallel loop of the library, over TBB, OpenMP or nothing (chosen at configure time).
+// The one parallel loop of the library, over TBB, OpenMP, normkit's own pool or nothing
+// (chosen at configure time).
 #ifndef NORMKIT_CORE_PARALLEL_H_
 #define NORMKIT_CORE_PARALLEL_H_
 
@@ -40,7 +41,7 @@ int64_t ParallelWorkers(const normkit_context& context, int64_t num_tasks);
 void ParallelForWorkers(const normkit_context& context, int64_t num_tasks,
                         FunctionRef<void(int64_t, int64_t)> body);
 
-// "tbb", "openmp" or "serial".
+// "tbb", "openmp", "pool" or "serial".
 const char* ThreadingBackendName();
 
 }  // namespace normkit
