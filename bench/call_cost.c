@@ -13,7 +13,7 @@
  * The copy is an OpenMP region by default (`omp`), or, with `normkit`, an affine call
  * with neither scale nor shift (a copy through normkit's own threads): in a POOL
  * build, the OpenMP copy leaves OpenMP's workers spinning on the cores the pool's
- * workers need next (README, "Threading backends"), so compare POOL and OPENMP builds'
+ * workers need next (README, "Threads and contexts"), so compare POOL and OPENMP builds'
  * call times with `normkit`.
  *
  * usage: normkit_call_bench C H W [nchw|nhwc] [out|in] [threads] [rounds] [omp|normkit]
