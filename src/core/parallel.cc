@@ -82,12 +82,7 @@ void ParallelFor(const normkit_context& context, int64_t num_tasks,
   for (int64_t task = 0; task < num_tasks; ++task) first.Run([&] { body(task); });
   first.Rethrow();
 #elif defined(NORMKIT_THREADING_POOL)
-  FirstException first;
-  RunOnPool(num_tasks, num_tasks < context.num_threads ? num_tasks : context.num_threads,
-            [&](int64_t begin, int64_t end, int64_t) {
-              for (int64_t task = begin; task < end; ++task) first.Run([&] { body(task); });
-            });
-  first.Rethrow();
+  ParallelForWorkers(context, num_tasks, [&](int64_t task, int64_t) { body(task); });
 #else
   for (int64_t task = 0; task < num_tasks; ++task) body(task);
 #endif
