@@ -14,7 +14,8 @@
  * with neither scale nor shift (a copy through normkit's own threads): in a POOL
  * build, the OpenMP copy leaves OpenMP's workers spinning on the cores the pool's
  * workers need next (README, "Threads and contexts"), so compare POOL and OPENMP builds'
- * call times with `normkit`.
+ * call times with `normkit`. In place, the `normkit` copy copies x onto itself, which is
+ * not the in-place scale of DESIGN.md: use its ratio out of place only.
  *
  * usage: normkit_call_bench C H W [nchw|nhwc] [out|in] [threads] [rounds] [omp|normkit]
  * e.g.   normkit_call_bench 256 14 14 nchw out 2 15 */
