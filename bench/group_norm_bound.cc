@@ -41,30 +41,31 @@ double NowNs() {
   return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
-// Shifted sums of x[0, n) into four accumulators (two chains of pairs, as normkit).
+// Shifted sums about a fixed pivot in four accumulators (two chains of pairs, as normkit).
 struct Sums {
+  hn::Vec<DF> pivot = hn::Set(DF(), 0.5f);
   hn::Vec<DF> a1 = hn::Zero(DF()), a2 = hn::Zero(DF()), b1 = hn::Zero(DF()), b2 = hn::Zero(DF());
-  HWY_INLINE void Add(hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> pivot) {
+  HWY_INLINE void Add(hn::Vec<DF> v0, hn::Vec<DF> v1) {
     const auto d0 = v0 - pivot, d1 = v1 - pivot;
     a1 = a1 + d0;
     a2 = hn::MulAdd(d0, d0, a2);
     b1 = b1 + d1;
     b2 = hn::MulAdd(d1, d1, b2);
   }
+  // x[0, n) in whole pairs of vectors (every loop here skips the rest).
+  HWY_INLINE void AddSpan(const float* x, size_t n) {
+    const size_t N = hn::Lanes(DF());
+    for (size_t i = 0; i + 2 * N <= n; i += 2 * N)
+      Add(hn::LoadU(DF(), x + i), hn::LoadU(DF(), x + i + N));
+  }
   float Total() const { return hn::GetLane(hn::SumOfLanes(DF(), a1 + a2 + b1 + b2)); }
 };
 
 volatile float g_sink;
 
-// Statistics of x[0, n) (whole pairs of vectors; the loops below skip the rest too).
 HWY_NOINLINE void ReadPass(const float* x, size_t n) {
-  const DF d;
-  const size_t N = hn::Lanes(d);
-  const auto pivot = hn::Set(d, 0.5f);
   Sums s;
-  for (size_t i = 0; i + 2 * N <= n; i += 2 * N) {
-    s.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N), pivot);
-  }
+  s.AddSpan(x, n);
   g_sink = s.Total();
 }
 
@@ -77,14 +78,10 @@ HWY_INLINE void ApplyPair(const float* x, float* y, size_t i) {
 }
 
 HWY_NOINLINE void TwoPass(const float* x, float* y, size_t n, size_t group) {
-  const DF d;
-  const size_t N = hn::Lanes(d);
-  const auto pivot = hn::Set(d, 0.5f);
+  const size_t N = hn::Lanes(DF());
   Sums s;
   for (size_t g = 0; g + group <= n; g += group) {
-    for (size_t i = 0; i + 2 * N <= group; i += 2 * N) {
-      s.Add(hn::LoadU(d, x + g + i), hn::LoadU(d, x + g + i + N), pivot);
-    }
+    s.AddSpan(x + g, group);
     for (size_t i = 0; i + 2 * N <= group; i += 2 * N) ApplyPair(x + g, y + g, i);
   }
   g_sink = s.Total();
@@ -93,17 +90,14 @@ HWY_NOINLINE void TwoPass(const float* x, float* y, size_t n, size_t group) {
 HWY_NOINLINE void Chained(const float* x, float* y, size_t n, size_t group) {
   const DF d;
   const size_t N = hn::Lanes(d);
-  const auto pivot = hn::Set(d, 0.5f);
   Sums s;
-  for (size_t i = 0; i + 2 * N <= group; i += 2 * N) {
-    s.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N), pivot);
-  }
+  s.AddSpan(x, group);
   for (size_t g = 0; g + group <= n; g += group) {
     const float* next = x + g + group;
     const bool last = g + 2 * group > n;
     for (size_t i = 0; i + 2 * N <= group; i += 2 * N) {
       ApplyPair(x + g, y + g, i);
-      if (!last) s.Add(hn::LoadU(d, next + i), hn::LoadU(d, next + i + N), pivot);
+      if (!last) s.Add(hn::LoadU(d, next + i), hn::LoadU(d, next + i + N));
     }
   }
   g_sink = s.Total();
