@@ -400,7 +400,11 @@ TEST(GroupNorm, BitwiseIdenticalAcrossThreadCounts) {
       {{1, 256, 14, 14}, 32},
       {{2, 200, 19, 17}, 25},
       {{1, 256, 14, 14}, 32, true},
-      {{2, 200, 19, 17}, 25, true}};
+      {{2, 200, 19, 17}, 25, true},
+      // Channels-first groups small enough to go in batches (kBatchedUnitBytes), the
+      // batches crossing samples; instance norm on 7x7 planes.
+      {{3, 96, 7, 7}, 96},
+      {{2, 60, 9, 7}, 20, true}};
   for (const auto& [shape, g, far_pivots] : cases) {
     const int64_t N = shape[0], C = shape[1];
     std::vector<float> x = RandomVector(Numel(shape), 41);

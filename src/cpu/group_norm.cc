@@ -127,32 +127,44 @@ void BlockStats(GroupNormPlan& p, int64_t u, int64_t k, int64_t run) {
   }
 }
 
-// Merges unit u's block moments in block order, writes the optional mean / rstd
-// outputs and the per-channel parameters of the apply pass.
-void FinishUnit(GroupNormPlan& p, int64_t u) {
+// From one group's moments: the optional mean / rstd outputs (at `at`), and the
+// apply pass's parameters of its channels [c0, c1) (params + c: the sample's row).
+inline void GroupParameters(const Moments& m, const GroupNormArgs& args, int64_t at, int64_t c0,
+                            int64_t c1, float* mean, float* scale, float* shift) {
+  const double var = m.m2 / m.count;
+  const double rstd = 1.0 / std::sqrt(var + static_cast<double>(args.eps));
+  if (args.mean) args.mean[at] = static_cast<float>(m.mean);
+  if (args.rstd) args.rstd[at] = static_cast<float>(rstd);
+  // The apply pass subtracts the float nearest the mean and folds the rest of it
+  // (m.mean - mean_f, below float resolution) into the shift.
+  const float mean_f = static_cast<float>(m.mean);
+  const double residual = m.mean - static_cast<double>(mean_f);
+  for (int64_t c = c0; c < c1; ++c) {
+    const double gamma = args.gamma ? static_cast<double>(args.gamma[c]) : 1.0;
+    const double beta = args.beta ? static_cast<double>(args.beta[c]) : 0.0;
+    const float sc = static_cast<float>(gamma * rstd);
+    mean[c] = mean_f;
+    scale[c] = sc;
+    shift[c] = static_cast<float>(beta - residual * static_cast<double>(sc));
+  }
+}
+
+// Merges unit u's block moments in block order and finishes its groups: unit u is
+// sample n's group g (channels-first), or sample n's groups (channels-last).
+void FinishUnit(GroupNormPlan& p, int64_t u, int64_t n, int64_t g) {
+  const size_t row = static_cast<size_t>(n * p.C);
   for (int64_t j = 0; j < p.unit_groups; ++j) {
     Moments m;
     for (int64_t k = 0; k < p.blocks; ++k) m = kernels::MergeMoments(m, PartialOf(p, u, k)[j]);
-    const double var = m.m2 / m.count;
-    const double rstd = 1.0 / std::sqrt(var + static_cast<double>(p.args.eps));
-    const int64_t n = p.channels_last ? u : u / p.G;
-    const int64_t g = p.channels_last ? j : u % p.G;
-    if (p.args.mean) p.args.mean[n * p.G + g] = static_cast<float>(m.mean);
-    if (p.args.rstd) p.args.rstd[n * p.G + g] = static_cast<float>(rstd);
-    // The apply pass subtracts the float nearest the mean and folds the rest of it
-    // (m.mean - mean_f, below float resolution) into the shift.
-    const float mean_f = static_cast<float>(m.mean);
-    const double residual = m.mean - static_cast<double>(mean_f);
-    for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) {
-      const size_t nc = static_cast<size_t>(n * p.C + c);
-      const double gamma = p.args.gamma ? static_cast<double>(p.args.gamma[c]) : 1.0;
-      const double beta = p.args.beta ? static_cast<double>(p.args.beta[c]) : 0.0;
-      const float scale = static_cast<float>(gamma * rstd);
-      p.mean[nc] = mean_f;
-      p.scale[nc] = scale;
-      p.shift[nc] = static_cast<float>(beta - residual * static_cast<double>(scale));
-    }
+    if (p.channels_last) g = j;
+    GroupParameters(m, p.args, n * p.G + g, g * p.Cg, (g + 1) * p.Cg, &p.mean[row], &p.scale[row],
+                    &p.shift[row]);
   }
+}
+
+void FinishUnit(GroupNormPlan& p, int64_t u) {
+  if (p.channels_last) return FinishUnit(p, u, u, 0);
+  FinishUnit(p, u, u / p.G, u % p.G);
 }
 
 // Normalizes elements [begin, end) of unit u (channels-last: whole rows).
@@ -169,7 +181,30 @@ void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
   const int64_t n = u / p.G, g = u % p.G;
   const int64_t off = u * p.unit_elems + begin;
   const size_t nc = static_cast<size_t>(n * p.C + g * p.Cg + begin / p.S);
-  kernels::ApplyNormPlanes(p.x + off, p.y + off, end - begin, p.S, begin % p.S, p.mean[nc],
+  kernels::ApplyNormPlanes(p.x + off, p.y + off, end - begin, p.S, begin % p.S, &p.mean[nc],
+                           &p.scale[nc], &p.shift[nc], static_cast<Activation>(p.args.activation),
+                           p.stream);
+}
+
+// Channels-first: units [u0, u1) (contiguous, as are their channels' parameters) in
+// three steps: the statistics of each, the parameters of each, one output pass.
+void BatchOfUnits(GroupNormPlan& p, int64_t u0, int64_t u1) {
+  kernels::SpanMomentsEach(p.x + u0 * p.unit_elems, p.unit_elems, u1 - u0, PartialOf(p, u0, 0));
+  // One statistics block a unit; the plan's fields in locals and n, g counted
+  // along (FinishUnit's general loops took a third of the instructions of
+  // 1x1024x7x7 instance norm).
+  const GroupNormArgs args = p.args;
+  const int64_t C = p.C, Cg = p.Cg, G = p.G;
+  float *mean = p.mean.data(), *scale = p.scale.data(), *shift = p.shift.data();
+  const Moments* moments = PartialOf(p, u0, 0);
+  for (int64_t u = u0, n = u0 / G, g = u0 % G; u < u1; ++u) {
+    GroupParameters(moments[u - u0], args, u, g * Cg, (g + 1) * Cg, mean + n * C, scale + n * C,
+                    shift + n * C);
+    if (++g == G) g = 0, ++n;
+  }
+  const int64_t off = u0 * p.unit_elems;
+  const size_t nc = static_cast<size_t>(u0 * p.Cg);
+  kernels::ApplyNormPlanes(p.x + off, p.y + off, (u1 - u0) * p.unit_elems, p.S, 0, &p.mean[nc],
                            &p.scale[nc], &p.shift[nc], static_cast<Activation>(p.args.activation),
                            p.stream);
 }
@@ -180,7 +215,7 @@ Moments ApplyThenNextMoments(const GroupNormPlan& p, int64_t u) {
   const int64_t off = u * p.unit_elems;
   const size_t nc = static_cast<size_t>(n * p.C + g * p.Cg);
   return kernels::ApplyNormPlanesThenMoments(
-      p.x + off, p.y + off, p.unit_elems, p.S, p.mean[nc], &p.scale[nc], &p.shift[nc],
+      p.x + off, p.y + off, p.unit_elems, p.S, &p.mean[nc], &p.scale[nc], &p.shift[nc],
       static_cast<Activation>(p.args.activation), p.x + off + p.unit_elems);
 }
 
@@ -242,6 +277,19 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   const int64_t traffic = x.bytes * (args.activation == NORMKIT_ACTIVATION_SILU ? 8 : 2);
   const normkit_context& ctx = ContextForBytes(context, traffic, kMinParallelAffineBytes);
   const int64_t unit_bytes = p.unit_elems * static_cast<int64_t>(sizeof(float));
+  if (!p.channels_last && unit_bytes <= kBatchedUnitBytes) {
+    // Batches fixed by the shape; each thread takes a contiguous run of them.
+    const int64_t per_batch = std::max<int64_t>(1, kUnitBatchBytes / unit_bytes);
+    const int64_t batches = (p.units + per_batch - 1) / per_batch;
+    const int64_t batch_runs = std::min<int64_t>(ctx.num_threads, batches);
+    ParallelFor(ctx, batch_runs, [&](int64_t t) {
+      const int64_t end = (t + 1) * batches / batch_runs;
+      for (int64_t b = t * batches / batch_runs; b < end; ++b) {
+        BatchOfUnits(p, b * per_batch, std::min(p.units, (b + 1) * per_batch));
+      }
+    });
+    return;
+  }
   // Block moments are merged in the same order whichever way the work is split, so
   // the choices below (which do look at the threads) never change a result bit.
   const bool chained = !p.channels_last && !p.stream && unit_bytes <= kChainedUnitBytes &&

@@ -59,8 +59,9 @@ HWY_INLINE double SumLanes(hn::Vec<DD> v) {
 
 // Float partial sums are flushed into double accumulators every kFlushVectors
 // vectors (contiguous spans: two chains; channel columns: kFlushVectors rows): a
-// float lane sums at most 64 terms (relative error of a run's s2 below 64 * 2^-24 =
-// 3.8e-6 at worst, about 8 * 2^-24 typically), the long sums are carried in double.
+// float lane sums at most 66 terms (a contiguous span's last run takes its last two
+// vectors too; relative error of a run's s2 below 66 * 2^-24 = 3.9e-6 at worst, about
+// 8 * 2^-24 typically), the long sums are carried in double.
 // Against runs of 16 vectors, the group-norm edge shapes' statistics took about 5%
 // less time (1x32x112x112 G=8, 1 thread: 0.53-0.55 -> 0.65 of memcpy).
 constexpr size_t kFlushVectors = 64;
@@ -93,10 +94,10 @@ HWY_INLINE float SamplePivot(const float* x, size_t n) {
 
 // Shifted sums s1 = sum(x - p), s2 = sum((x - p)^2) of a span fed two vectors at a
 // time: the first of each pair on one float chain, the second on another, the
-// chains flushed into double after each run of kFlushVectors vectors (and after the
-// last, shorter run), the span's last elements (fewer than two vectors) added one at
-// a time in double. A walk that feeds the same pairs and flushes at the same points
-// gets the same bits: SpanShiftedSums and the fused apply below both do.
+// chains flushed into double after each run of kFlushVectors vectors; Finish adds
+// the span's last elements (fewer than two vectors) to the run in flight and
+// flushes it. A walk that feeds the same pairs and flushes at the same points gets
+// the same bits: SpanShiftedSums and the fused apply below both do.
 class ShiftedSumsAcc {
  public:
   static constexpr size_t kPairsPerRun = kFlushVectors / 2;
@@ -118,10 +119,33 @@ class ShiftedSumsAcc {
     a1_ = a2_ = b1_ = b2_ = hn::Zero(DF());
   }
 
-  // The sums, with x[0, n) added one element at a time.
-  HWY_INLINE void Finish(const float* HWY_RESTRICT x, size_t n, double* s1_out, double* s2_out) {
+  // The sums of the span x[0, n), with its elements from i on (fewer than two
+  // vectors) added to the run in flight: a whole vector, then the span's last vector
+  // with the lanes already counted set to zero; then the run's flush. Spans shorter
+  // than a vector go one element at a time in double. (One at a time, the 17 left of
+  // a 7x7 plane cost instance norm on 1x1024x7x7 four tenths of its time.)
+  HWY_INLINE void Finish(const float* HWY_RESTRICT x, size_t n, size_t i, double* s1_out,
+                         double* s2_out) {
+    const DF d;
+    const size_t N = hn::Lanes(d);
+    if (n >= N && i < n) {
+      if (n - i >= N) {
+        const auto dev = hn::LoadU(d, x + i) - vp_;
+        a1_ = a1_ + dev;
+        a2_ = hn::MulAdd(dev, dev, a2_);
+        i += N;
+      }
+      if (i < n) {
+        const auto fresh = hn::Not(hn::FirstN(d, N - (n - i)));
+        const auto dev = hn::IfThenElseZero(fresh, hn::LoadU(d, x + n - N) - vp_);
+        b1_ = b1_ + dev;
+        b2_ = hn::MulAdd(dev, dev, b2_);
+        i = n;
+      }
+    }
+    Flush();
     double s1 = SumLanes(s1lo_ + s1hi_), s2 = SumLanes(s2lo_ + s2hi_);
-    for (size_t i = 0; i < n; ++i) {
+    for (; i < n; ++i) {
       const double dev = static_cast<double>(x[i] - p_);
       s1 += dev;
       s2 += dev * dev;
@@ -144,13 +168,12 @@ HWY_INLINE void SpanShiftedSums(const float* HWY_RESTRICT x, size_t n, float p, 
   const DF d;
   const size_t N = hn::Lanes(d);
   ShiftedSumsAcc acc(p);
-  size_t i = 0;
-  while (i + 2 * N <= n) {
-    const size_t run_end = std::min(n, i + kFlushVectors * N);
-    for (; i + 2 * N <= run_end; i += 2 * N) acc.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N));
-    acc.Flush();
+  size_t i = 0, pairs = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    acc.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N));
+    if (++pairs == ShiftedSumsAcc::kPairsPerRun) acc.Flush(), pairs = 0;
   }
-  acc.Finish(x + i, n - i, s1_out, s2_out);
+  acc.Finish(x, n, i, s1_out, s2_out);
 }
 
 // Moments of x[0, n) from its shifted sums about p, with a second pass about the
@@ -173,6 +196,12 @@ Moments SpanMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
   double s1, s2;
   SpanShiftedSums(x, n, p, &s1, &s2);
   return MomentsAbout(x, n, p, s1, s2);
+}
+
+// One call for many short spans: their fixed costs (pivot, reductions, tail, the
+// division) are independent, so the core overlaps them.
+void SpanMomentsEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t count, Moments* out) {
+  for (int64_t k = 0; k < count; ++k) out[k] = SpanMomentsImpl(x + k * n, n);
 }
 
 double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
@@ -539,9 +568,9 @@ HWY_INLINE void MapSpan(const float* x, float* y, size_t n, const F& f) {
   }
 }
 
-// Channels-first apply over consecutive planes of one group (one mean, per-plane
-// scale / shift): walks the elements flat, so a vector crossing a plane boundary
-// takes its parameters spliced from both planes. Plane-by-plane spans would end
+// Channels-first apply over consecutive planes (per-plane mean, scale and shift):
+// walks the elements flat, so a vector crossing a plane boundary takes its
+// parameters spliced from both planes. Plane-by-plane spans would end
 // every short plane (14x14, 7x7) in a partial vector. on_vector(i) runs after each
 // whole vector, in order; they start at 0, N, 2N, ... when y is aligned or when
 // kAlignStores is false (no scalar peel before the first vector).
@@ -550,7 +579,7 @@ struct NoVectorHook {
 };
 template <Activation kAct, bool kStream, class OnVector = NoVectorHook, bool kAlignStores = true>
 HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, size_t offset,
-                            float mean, const float* scale, const float* shift,
+                            const float* mean, const float* scale, const float* shift,
                             OnVector&& on_vector = OnVector()) {
   const DF d;
   const size_t N = hn::Lanes(d);
@@ -559,7 +588,7 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
   size_t off = offset;  // its offset in that plane
   size_t i = 0;
   const auto one = [&] {
-    const auto v = hn::LoadU(d1, x + i) - hn::Set(d1, mean);
+    const auto v = hn::LoadU(d1, x + i) - hn::Set(d1, mean[j]);
     hn::StoreU(Activate<kAct>(d1, hn::MulAdd(v, hn::Set(d1, scale[j]), hn::Set(d1, shift[j]))), d1,
                y + i);
     ++i;
@@ -576,11 +605,11 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
   if constexpr (kAlignStores || kStream) {
     while (i < n && !IsAligned(d, y + i)) one();
   }
-  const auto vmean = hn::Set(d, mean);
   while (n - i >= N) {
     if (plane - off >= N) {
       size_t run = std::min(plane - off, n - i);
       run -= run % N;
+      const auto vmean = hn::Set(d, mean[j]);
       const auto vs = hn::Set(d, scale[j]);
       const auto vb = hn::Set(d, shift[j]);
       for (size_t k = 0; k < run; k += N) {
@@ -592,6 +621,7 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
       if (off == plane) off = 0, ++j;
       continue;
     }
+    auto vm = hn::Set(d, mean[j]);
     auto vs = hn::Set(d, scale[j]);
     auto vb = hn::Set(d, shift[j]);
     size_t first = plane - off;  // first lane of the next plane
@@ -599,10 +629,11 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
     for (; first < N; first += plane) {
       ++q;
       const auto earlier = hn::FirstN(d, first);
+      vm = hn::IfThenElse(earlier, vm, hn::Set(d, mean[q]));
       vs = hn::IfThenElse(earlier, vs, hn::Set(d, scale[q]));
       vb = hn::IfThenElse(earlier, vb, hn::Set(d, shift[q]));
     }
-    put(Activate<kAct>(d, hn::MulAdd(hn::LoadU(d, x + i) - vmean, vs, vb)), i);
+    put(Activate<kAct>(d, hn::MulAdd(hn::LoadU(d, x + i) - vm, vs, vb)), i);
     on_vector(i);
     i += N;
     j = q;
@@ -621,7 +652,7 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
 // stores are not aligned first: with y one float off, 1x256x14x14 G=32 still took
 // 6.5 us chained against 7.0 us in separate passes (aligned: 5.9 us).
 template <Activation kAct>
-Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t plane, float mean,
+Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t plane, const float* mean,
                                const float* scale, const float* shift, const float* next) {
   const DF d;
   const size_t N = hn::Lanes(d);
@@ -642,9 +673,8 @@ Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t plane,
   };
   NormPlanesT<kAct, false, const decltype(hook)&, false>(x, y, n, plane, 0, mean, scale, shift,
                                                          hook);
-  if (pairs != 0) acc.Flush();
   double s1, s2;
-  acc.Finish(next + paired, n - paired, &s1, &s2);
+  acc.Finish(next, n, paired, &s1, &s2);
   return MomentsAbout(next, n, p, s1, s2);
 }
 
@@ -832,8 +862,8 @@ void DispatchActivation(Activation act, bool stream, Args&&... args) {
 
 template <Activation kAct, bool kStream>
 struct NormPlanesFn {
-  static void Run(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, float mean,
-                  const float* scale, const float* shift) {
+  static void Run(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
+                  const float* mean, const float* scale, const float* shift) {
     NormPlanesT<kAct, kStream>(x, y, static_cast<size_t>(n), static_cast<size_t>(plane),
                                static_cast<size_t>(offset), mean, scale, shift);
   }
@@ -848,13 +878,13 @@ struct NormRowsFn {
 };
 
 void ApplyNormPlanesImpl(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
-                         float mean, const float* scale, const float* shift, Activation act,
+                         const float* mean, const float* scale, const float* shift, Activation act,
                          bool stream) {
   DispatchActivation<NormPlanesFn>(act, stream, x, y, n, plane, offset, mean, scale, shift);
 }
 
 Moments ApplyNormPlanesThenMomentsImpl(const float* x, float* y, int64_t n, int64_t plane,
-                                       float mean, const float* scale, const float* shift,
+                                       const float* mean, const float* scale, const float* shift,
                                        Activation act, const float* next) {
   const size_t un = static_cast<size_t>(n), up = static_cast<size_t>(plane);
   if (n <= 0) return Moments();
@@ -900,6 +930,7 @@ namespace normkit {
 namespace kernels {
 
 HWY_EXPORT(SpanMomentsImpl);
+HWY_EXPORT(SpanMomentsEachImpl);
 HWY_EXPORT(SpanSumSquaresImpl);
 HWY_EXPORT(ChannelShiftedSumsImpl);
 HWY_EXPORT(SampledRowSumsImpl);
@@ -910,6 +941,10 @@ HWY_EXPORT(ApplyRowNormImpl);
 
 Moments SpanMoments(const float* x, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(SpanMomentsImpl)(x, n);
+}
+
+void SpanMomentsEach(const float* x, int64_t n, int64_t count, Moments* out) {
+  HWY_DYNAMIC_DISPATCH(SpanMomentsEachImpl)(x, n, count, out);
 }
 
 double SpanSumSquares(const float* x, int64_t n) {
@@ -926,15 +961,16 @@ void SampledRowSums(const float* x, int64_t rows, int64_t channels, int64_t samp
   HWY_DYNAMIC_DISPATCH(SampledRowSumsImpl)(x, rows, channels, samples, out);
 }
 
-void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, float mean,
-                     const float* scale, const float* shift, Activation act, bool stream) {
+void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
+                     const float* mean, const float* scale, const float* shift, Activation act,
+                     bool stream) {
   HWY_DYNAMIC_DISPATCH(ApplyNormPlanesImpl)
   (x, y, n, plane, offset, mean, scale, shift, act, stream);
 }
 
-Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane, float mean,
-                                   const float* scale, const float* shift, Activation act,
-                                   const float* next) {
+Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane,
+                                   const float* mean, const float* scale, const float* shift,
+                                   Activation act, const float* next) {
   return HWY_DYNAMIC_DISPATCH(ApplyNormPlanesThenMomentsImpl)(x, y, n, plane, mean, scale, shift,
                                                               act, next);
 }

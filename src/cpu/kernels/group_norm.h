@@ -33,6 +33,9 @@ inline int64_t SampledSpanOffset(size_t j, int64_t n) {
 // sum depends only on n, the data and the SIMD target.
 Moments SpanMoments(const float* x, int64_t n);
 
+// out[k] = SpanMoments(x + k * n, n) for k < count (consecutive spans).
+void SpanMomentsEach(const float* x, int64_t n, int64_t count, Moments* out);
+
 // Sum of x[i]^2 over x[0, n), carried in double (RMS norm).
 double SpanSumSquares(const float* x, int64_t n);
 
@@ -78,23 +81,24 @@ inline Moments FromShiftedSums(double count, float pivot, double s1, double s2) 
 // `stream`: non-temporal stores (outputs larger than the last-level cache); each call
 // ends with the fence that orders them.
 //
-// Channels-first: y = act((x - mean) * scale[j] + shift[j]) over n elements of
-// consecutive planes of `plane` elements that share one mean (one group), the first
-// element at `offset` in its plane; j counts planes from that first one. mean is the
-// float nearest the exact mean m, scale = gamma * rstd and
-// shift = beta - (m - mean) * scale. Subtracting the mean first keeps the result
+// Channels-first: y = act((x - mean[j]) * scale[j] + shift[j]) over n elements of
+// consecutive planes of `plane` elements, the first element at `offset` in its
+// plane; j counts planes from that first one. mean[j] is the float nearest the exact
+// mean m of plane j's group, scale[j] = gamma * rstd and
+// shift[j] = beta - (m - mean[j]) * scale[j]. Subtracting the mean first keeps the result
 // exact when the mean is large next to the standard deviation; the folded form
 // x * scale + (beta - m * scale) would lose those digits.
-void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, float mean,
-                     const float* scale, const float* shift, Activation act, bool stream);
+void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
+                     const float* mean, const float* scale, const float* shift, Activation act,
+                     bool stream);
 
 // ApplyNormPlanes (offset 0, no streaming; the same output bits) over n elements of
 // one group, and the moments of the n elements at `next` (the next group, not
 // overlapping y), read while y is written: SpanMoments(next, n) to the bit, on every
 // SIMD target. Any alignment of y.
-Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane, float mean,
-                                   const float* scale, const float* shift, Activation act,
-                                   const float* next);
+Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane,
+                                   const float* mean, const float* scale, const float* shift,
+                                   Activation act, const float* next);
 
 // Channels-last rows of `channels` floats, parameters per channel (rows of `channels`).
 struct NormRows {
