@@ -305,6 +305,34 @@ TEST(SimdTargets, GroupNormChainGivesTheSeparatePassesBitsOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// Batched group norm (cpu::kBatchedUnitBytes) takes its groups' moments two spans
+// at a time; they must be SpanMoments' bits span by span, an odd last one and second
+// passes (a span whose sampled pivot is far from its mean) included.
+TEST(SimdTargets, SpanMomentsEachGivesSpanMomentsBitsOnEveryTarget) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (int64_t n : {1, 5, 16, 33, 49, 196, 1000}) {
+      const int64_t count = 5;
+      std::vector<float> x = RandomVector(n * count, 95 + static_cast<uint32_t>(n));
+      for (int64_t i = n; i < 2 * n; ++i) x[i] = 1.0e4f + 1.0e-2f * x[i];
+      for (size_t j = 0; j < normkit::kernels::kPivotVectors; ++j) {
+        const int64_t at = n + normkit::kernels::SampledSpanOffset(j, n);
+        for (int64_t k = at; k < std::min(2 * n, at + 16); ++k) x[k] = 2.0e4f;
+      }
+      std::vector<normkit::Moments> got(count);
+      normkit::kernels::SpanMomentsEach(x.data(), n, count, got.data());
+      for (int64_t k = 0; k < count; ++k) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " span=" + std::to_string(k));
+        const normkit::Moments want = normkit::kernels::SpanMoments(x.data() + k * n, n);
+        EXPECT_EQ(std::memcmp(&got[k], &want, sizeof(want)), 0)
+            << got[k].mean << " vs " << want.mean << ", " << got[k].m2 << " vs " << want.m2;
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(SimdTargets, NormalizationsMatchReferenceOnEveryTarget) {
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   for (int64_t target : targets) {

@@ -198,10 +198,37 @@ Moments SpanMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
   return MomentsAbout(x, n, p, s1, s2);
 }
 
-// One call for many short spans: their fixed costs (pivot, reductions, tail, the
-// division) are independent, so the core overlaps them.
+// SpanMoments of the two spans x[0, n) and x[n, 2n), their instructions
+// interleaved: each span's pivot, reductions and division are a latency chain too
+// long for the core to overlap with the next span's on its own (1x256x14x14
+// instance norm, one thread: 10.5 -> 9.9 us; 1x1024x7x7: 29.8 -> 26.2 us). Written
+// out for two: an array of accumulators left registers for memory (20.5 us).
+HWY_INLINE void TwoSpansMoments(const float* HWY_RESTRICT x, size_t n, Moments* out) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  const float* HWY_RESTRICT x1 = x + n;
+  const float p0 = SamplePivot(x, n), p1 = SamplePivot(x1, n);
+  ShiftedSumsAcc acc0(p0), acc1(p1);
+  size_t i = 0, pairs = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    acc0.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N));
+    acc1.Add(hn::LoadU(d, x1 + i), hn::LoadU(d, x1 + i + N));
+    if (++pairs == ShiftedSumsAcc::kPairsPerRun) acc0.Flush(), acc1.Flush(), pairs = 0;
+  }
+  double s1[2], s2[2];
+  acc0.Finish(x, n, i, &s1[0], &s2[0]);
+  acc1.Finish(x1, n, i, &s1[1], &s2[1]);
+  out[0] = MomentsAbout(x, n, p0, s1[0], s2[0]);
+  out[1] = MomentsAbout(x1, n, p1, s1[1], s2[1]);
+}
+
+// One call for many short spans, two at a time.
 void SpanMomentsEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t count, Moments* out) {
-  for (int64_t k = 0; k < count; ++k) out[k] = SpanMomentsImpl(x + k * n, n);
+  int64_t k = 0;
+  if (n > 0) {
+    for (; k + 2 <= count; k += 2) TwoSpansMoments(x + k * n, static_cast<size_t>(n), out + k);
+  }
+  for (; k < count; ++k) out[k] = SpanMomentsImpl(x + k * n, n);
 }
 
 double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
