@@ -105,6 +105,12 @@ int RegisterAll() {
     for (int t : thread_counts)
       Register("instance", Norm::kInstance, {8, 64, 128, 128}, 0, layout, NORMKIT_ACTIVATION_NONE,
                false, t);
+  // Instance norm on small planes (a group a plane: the batched channels-first path).
+  for (const auto& shape :
+       {std::vector<int64_t>{1, 256, 14, 14}, std::vector<int64_t>{1, 1024, 7, 7}})
+    for (auto layout : layouts)
+      for (int t : thread_counts)
+        Register("edge", Norm::kInstance, shape, 0, layout, NORMKIT_ACTIVATION_NONE, false, t);
   for (Norm op : {Norm::kLayerRows, Norm::kRmsRows})
     for (int t : thread_counts)
       Register("rows", op, {4096, 768}, 0, NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_ACTIVATION_NONE,
