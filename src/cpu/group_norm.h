@@ -72,12 +72,12 @@ inline int64_t PivotSamples(int64_t rows, int64_t channels_per_group) {
 // Larger ones are split over all threads: statistics, then output.
 constexpr int64_t kFusedUnitBytes = int64_t{1} << 20;
 
-// Channels-first groups up to this size go in chains: each group's output is written
-// while the next group's statistics are read (kernels::ApplyNormPlanesThenMoments),
-// as a copy interleaves reads and writes. A group, its output and the next group
-// (three times this) then share L1. In a microbenchmark of 32 such groups the chain
-// ran at 0.94 of memcpy against 0.76 for statistics-then-output with 6 KiB groups,
-// and at 0.74 against 0.84 with 12 KiB ones.
+// Channels-first groups up to this size (and above kBatchedUnitBytes) go in chains: each group's
+// output is written while the next group's statistics are read
+// (kernels::ApplyNormPlanesThenMoments), as a copy interleaves reads and writes. A group, its
+// output and the next group (three times this) then share L1. In a microbenchmark of 32 such groups
+// the chain ran at 0.94 of memcpy against 0.76 for statistics-then-output with 6 KiB groups, and at
+// 0.74 against 0.84 with 12 KiB ones.
 constexpr int64_t kChainedUnitBytes = int64_t{8} << 10;
 
 // Channels-first groups up to this size go in batches of up to kUnitBatchBytes:
