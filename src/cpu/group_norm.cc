@@ -202,10 +202,9 @@ void BatchOfUnits(GroupNormPlan& p, int64_t u0, int64_t u1) {
                     shift + n * C);
     if (++g == G) g = 0, ++n;
   }
-  const int64_t off = u0 * p.unit_elems;
-  const size_t nc = static_cast<size_t>(u0 * p.Cg);
-  kernels::ApplyNormPlanes(p.x + off, p.y + off, (u1 - u0) * p.unit_elems, p.S, 0, &p.mean[nc],
-                           &p.scale[nc], &p.shift[nc], static_cast<Activation>(p.args.activation),
+  const int64_t off = u0 * p.unit_elems, nc = u0 * Cg;  // units' channels are consecutive
+  kernels::ApplyNormPlanes(p.x + off, p.y + off, (u1 - u0) * p.unit_elems, p.S, 0, mean + nc,
+                           scale + nc, shift + nc, static_cast<Activation>(args.activation),
                            p.stream);
 }
 
