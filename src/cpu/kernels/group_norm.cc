@@ -600,13 +600,19 @@ HWY_INLINE void MapSpan(const float* x, float* y, size_t n, const F& f) {
 // parameters spliced from both planes. Plane-by-plane spans would end
 // every short plane (14x14, 7x7) in a partial vector. on_vector(i) runs after each
 // whole vector, in order; they start at 0, N, 2N, ... when y is aligned or when
-// kAlignStores is false (no scalar peel before the first vector).
+// kAlignStores is false (no scalar peel before the first vector). Means: a pointer
+// (a mean per plane), or OneMean (planes of one group).
 struct NoVectorHook {
   HWY_INLINE void operator()(size_t) const {}
 };
-template <Activation kAct, bool kStream, class OnVector = NoVectorHook, bool kAlignStores = true>
+struct OneMean {
+  float value;
+  HWY_INLINE float operator[](size_t) const { return value; }
+};
+template <Activation kAct, bool kStream, class OnVector = NoVectorHook, bool kAlignStores = true,
+          class Means = const float*>
 HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, size_t offset,
-                            const float* mean, const float* scale, const float* shift,
+                            Means mean, const float* scale, const float* shift,
                             OnVector&& on_vector = OnVector()) {
   const DF d;
   const size_t N = hn::Lanes(d);
@@ -656,7 +662,9 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
     for (; first < N; first += plane) {
       ++q;
       const auto earlier = hn::FirstN(d, first);
-      vm = hn::IfThenElse(earlier, vm, hn::Set(d, mean[q]));
+      if constexpr (!std::is_same_v<Means, OneMean>) {
+        vm = hn::IfThenElse(earlier, vm, hn::Set(d, mean[q]));
+      }
       vs = hn::IfThenElse(earlier, vs, hn::Set(d, scale[q]));
       vb = hn::IfThenElse(earlier, vb, hn::Set(d, shift[q]));
     }
@@ -677,9 +685,11 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
 // Both groups hold n elements. The sums are SpanShiftedSums' bits: the same pairs,
 // flushed at the same points. So the vectors stay on the grid 0, N, 2N, ... and the
 // stores are not aligned first: with y one float off, 1x256x14x14 G=32 still took
-// 6.5 us chained against 7.0 us in separate passes (aligned: 5.9 us).
+// 6.5 us chained against 7.0 us in separate passes (aligned: 5.9 us). One mean: a
+// pointer to a mean per plane took this loop a register it needed (spills; 1x256x14x14
+// G=32, one thread, about 2% slower).
 template <Activation kAct>
-Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t plane, const float* mean,
+Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t plane, float mean,
                                const float* scale, const float* shift, const float* next) {
   const DF d;
   const size_t N = hn::Lanes(d);
@@ -698,8 +708,8 @@ Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t plane,
     acc.Add(first, v);
     if (++pairs == ShiftedSumsAcc::kPairsPerRun) acc.Flush(), pairs = 0;
   };
-  NormPlanesT<kAct, false, const decltype(hook)&, false>(x, y, n, plane, 0, mean, scale, shift,
-                                                         hook);
+  NormPlanesT<kAct, false, const decltype(hook)&, false, OneMean>(x, y, n, plane, 0, OneMean{mean},
+                                                                  scale, shift, hook);
   double s1, s2;
   acc.Finish(next, n, paired, &s1, &s2);
   return MomentsAbout(next, n, p, s1, s2);
@@ -911,7 +921,7 @@ void ApplyNormPlanesImpl(const float* x, float* y, int64_t n, int64_t plane, int
 }
 
 Moments ApplyNormPlanesThenMomentsImpl(const float* x, float* y, int64_t n, int64_t plane,
-                                       const float* mean, const float* scale, const float* shift,
+                                       float mean, const float* scale, const float* shift,
                                        Activation act, const float* next) {
   const size_t un = static_cast<size_t>(n), up = static_cast<size_t>(plane);
   if (n <= 0) return Moments();
@@ -995,9 +1005,9 @@ void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t
   (x, y, n, plane, offset, mean, scale, shift, act, stream);
 }
 
-Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane,
-                                   const float* mean, const float* scale, const float* shift,
-                                   Activation act, const float* next) {
+Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane, float mean,
+                                   const float* scale, const float* shift, Activation act,
+                                   const float* next) {
   return HWY_DYNAMIC_DISPATCH(ApplyNormPlanesThenMomentsImpl)(x, y, n, plane, mean, scale, shift,
                                                               act, next);
 }

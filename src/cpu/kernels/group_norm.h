@@ -93,12 +93,12 @@ void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t
                      bool stream);
 
 // ApplyNormPlanes (offset 0, no streaming; the same output bits) over n elements of
-// one group, and the moments of the n elements at `next` (the next group, not
-// overlapping y), read while y is written: SpanMoments(next, n) to the bit, on every
-// SIMD target. Any alignment of y.
-Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane,
-                                   const float* mean, const float* scale, const float* shift,
-                                   Activation act, const float* next);
+// one group (so one mean for all its planes), and the moments of the n elements at
+// `next` (the next group, not overlapping y), read while y is written:
+// SpanMoments(next, n) to the bit, on every SIMD target. Any alignment of y.
+Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane, float mean,
+                                   const float* scale, const float* shift, Activation act,
+                                   const float* next);
 
 // Channels-last rows of `channels` floats, parameters per channel (rows of `channels`).
 struct NormRows {
