@@ -287,6 +287,10 @@ TEST(SimdTargets, GroupNormChainGivesTheSeparatePassesBitsOnEveryTarget) {
               if (mode == 2) y = xb.data();
               normkit::kernels::ApplyNormPlanes(x.data(), want_y.data(), n, plane, 0, means.data(),
                                                 scale.data(), shift.data(), act, false);
+              std::vector<float> one_mean_y(n);
+              normkit::kernels::ApplyNormGroupPlanes(x.data(), one_mean_y.data(), n, plane, 0, mean,
+                                                     scale.data(), shift.data(), act, false);
+              EXPECT_EQ(std::memcmp(one_mean_y.data(), want_y.data(), sizeof(float) * n), 0);
               const normkit::Moments got = normkit::kernels::ApplyNormPlanesThenMoments(
                   xb.data(), y, n, plane, mean, scale.data(), shift.data(), act, xb.data() + n);
               EXPECT_EQ(std::memcmp(&got.count, &want.count, sizeof(double)), 0);

@@ -183,9 +183,9 @@ void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
   const int64_t n = u / p.G, g = u % p.G;
   const int64_t off = u * p.unit_elems + begin;
   const size_t nc = static_cast<size_t>(n * p.C + g * p.Cg + begin / p.S);
-  kernels::ApplyNormPlanes(p.x + off, p.y + off, end - begin, p.S, begin % p.S, &p.mean[nc],
-                           &p.scale[nc], &p.shift[nc], static_cast<Activation>(p.args.activation),
-                           p.stream);
+  kernels::ApplyNormGroupPlanes(p.x + off, p.y + off, end - begin, p.S, begin % p.S, p.mean[nc],
+                                &p.scale[nc], &p.shift[nc],
+                                static_cast<Activation>(p.args.activation), p.stream);
 }
 
 // Channels-first: units [u0, u1) (contiguous, as are their channels' parameters) in
