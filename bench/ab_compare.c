@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0
+ *
+ * Same-process A/B of two normkit builds: normkit_ab_compare OLD.so NEW.so C H W G
+ * [calls] [nhwc] [threads].
+ *
+ * Loads both shared libraries with dlmopen (separate link-map namespaces, so the
+ * two copies of the same soname do not collide) and alternates calls of
+ * normkit_group_norm on a 1xCxHxW tensor (gamma and beta set), each call timed
+ * alone, plus a memcpy of the tensor after each pair. Prints the medians, each
+ * build's ratio to memcpy, and B/A.
+ *
+ * Why: this 2-core VM drifts between phases where the same call takes 5.4 or
+ * 8.5 us. Two builds timed in separate runs compare phases, not code; in one
+ * process, calls alternated, both see the same phase. A 6% regression of
+ * 1x256x14x14 G=32 (stop 33) was invisible between runs and plain here.
+ * Pin it to one core (taskset -c 1) and repeat it a few times.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <normkit/normkit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef normkit_status (*GroupNormFn)(const normkit_context*, const normkit_tensor*, int64_t,
+                                      const float*, const float*, float, int32_t,
+                                      const normkit_tensor*, float*, float*);
+typedef normkit_status (*ContextCreateFn)(int32_t, normkit_context**);
+
+static double NowNs(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static int CompareDoubles(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 7) {
+    fprintf(stderr, "usage: %s OLD.so NEW.so C H W G [calls=3000] [nhwc=0] [threads=1]\n", argv[0]);
+    return 2;
+  }
+  const long C = atol(argv[3]), H = atol(argv[4]), W = atol(argv[5]), G = atol(argv[6]);
+  const int calls = argc > 7 ? atoi(argv[7]) : 3000;
+  const int nhwc = argc > 8 ? atoi(argv[8]) : 0;
+  const int threads = argc > 9 ? atoi(argv[9]) : 1;
+  if (C < 1 || H < 1 || W < 1 || G < 1 || calls < 1 || threads < 1) {
+    fprintf(stderr, "C, H, W, G, calls and threads must be >= 1\n");
+    return 2;
+  }
+  GroupNormFn group_norm[2];
+  normkit_context* context[2];
+  for (int k = 0; k < 2; ++k) {
+    void* lib = dlmopen(LM_ID_NEWLM, argv[1 + k], RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+      fprintf(stderr, "%s\n", dlerror());
+      return 1;
+    }
+    group_norm[k] = (GroupNormFn)dlsym(lib, "normkit_group_norm");
+    ContextCreateFn create = (ContextCreateFn)dlsym(lib, "normkit_context_create");
+    if (group_norm[k] == NULL || create == NULL || create(threads, &context[k]) != 0) {
+      fprintf(stderr, "%s: no normkit_group_norm / normkit_context_create\n", argv[1 + k]);
+      return 1;
+    }
+  }
+  const long n = C * H * W;
+  float* x = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);
+  float* y = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);
+  float* gamma = malloc((size_t)C * 4);
+  float* beta = malloc((size_t)C * 4);
+  double* times[3];
+  for (int k = 0; k < 3; ++k) times[k] = malloc((size_t)calls * sizeof(double));
+  if (!x || !y || !gamma || !beta || !times[0] || !times[1] || !times[2]) {
+    fprintf(stderr, "out of memory\n");
+    return 1;
+  }
+  for (long i = 0; i < n; ++i)
+    x[i] = (float)((i * 2654435761u) % 1000) / 1000.f + (i / (H * W)) % 7;
+  for (long c = 0; c < C; ++c) {
+    gamma[c] = 1 + 0.01f * c;
+    beta[c] = 0.1f * c;
+  }
+  normkit_tensor xt, yt;
+  memset(&xt, 0, sizeof xt);
+  xt.struct_size = sizeof xt;
+  xt.data = x;
+  xt.dtype = NORMKIT_DTYPE_FLOAT32;
+  xt.layout = nhwc ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+  xt.rank = 4;
+  xt.shape[0] = 1;
+  xt.shape[1] = C;
+  xt.shape[2] = H;
+  xt.shape[3] = W;
+  yt = xt;
+  yt.data = y;
+  for (int r = 0; r < calls; ++r) {
+    for (int j = 0; j < 2; ++j) {
+      const int k = (r & 1) ? 1 - j : j;  // alternate which build goes first
+      const double t0 = NowNs();
+      const normkit_status s = group_norm[k](context[k], &xt, G, gamma, beta, 1e-5f,
+                                             NORMKIT_ACTIVATION_NONE, &yt, NULL, NULL);
+      times[k][r] = NowNs() - t0;
+      if (s != 0) {
+        fprintf(stderr, "%s: normkit_group_norm returned %d\n", argv[1 + k], (int)s);
+        return 1;
+      }
+    }
+    const double t0 = NowNs();
+    memcpy(y, x, (size_t)n * 4);
+    times[2][r] = NowNs() - t0;
+  }
+  for (int k = 0; k < 3; ++k) qsort(times[k], (size_t)calls, sizeof(double), CompareDoubles);
+  const double a = times[0][calls / 2], b = times[1][calls / 2], copy = times[2][calls / 2];
+  printf(
+      "1x%ldx%ldx%ld G=%ld %s threads=%d: A %.2f us  B %.2f us  memcpy %.2f us  "
+      "ratios %.3f %.3f  B/A %.3f\n",
+      C, H, W, G, nhwc ? "NHWC" : "NCHW", threads, a / 1e3, b / 1e3, copy / 1e3, copy / a, copy / b,
+      b / a);
+  return 0;
+}
