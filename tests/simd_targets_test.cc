@@ -308,28 +308,48 @@ TEST(SimdTargets, GroupNormChainGivesTheSeparatePassesBitsOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
-// Batched group norm (cpu::kBatchedUnitBytes) takes its groups' moments two spans
-// at a time; they must be SpanMoments' bits span by span, an odd last one and second
-// passes (a span whose sampled pivot is far from its mean) included.
-TEST(SimdTargets, SpanMomentsEachGivesSpanMomentsBitsOnEveryTarget) {
+// Batched group norm (cpu::kBatchedUnitBytes) takes its groups' mean and rstd from
+// SpanMeanRstdEach, a vector's worth of spans side by side. Against a double
+// reference: random spans, spans whose mean is 1e6 times their spread, spans whose
+// sampled pivot is far from their mean (a second pass), constant spans, and a NaN
+// span next to finite ones. A span's bits must not depend on the batch it is in.
+TEST(SimdTargets, SpanMeanRstdEachMatchesReferenceOnEveryTarget) {
+  const float eps = 1e-10f;
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));
-    for (int64_t n : {1, 5, 16, 33, 49, 196, 1000}) {
-      const int64_t count = 5;
+    for (int64_t n : {1, 5, 9, 16, 33, 49, 196, 1000, 1100}) {
+      const int64_t count = 21;  // a partial last vector of spans on every target
       std::vector<float> x = RandomVector(n * count, 95 + static_cast<uint32_t>(n));
+      float* far = x.data() + 2 * n;
       for (int64_t i = n; i < 2 * n; ++i) x[i] = 1.0e4f + 1.0e-2f * x[i];
       for (size_t j = 0; j < normkit::kernels::kPivotVectors; ++j) {
-        const int64_t at = n + normkit::kernels::SampledSpanOffset(j, n);
-        for (int64_t k = at; k < std::min(2 * n, at + 16); ++k) x[k] = 2.0e4f;
+        const int64_t at = normkit::kernels::SampledSpanOffset(j, n);
+        for (int64_t k = at; k < std::min(n, at + 16); ++k) far[k] = 2.0e4f;
       }
-      std::vector<normkit::Moments> got(count);
-      normkit::kernels::SpanMomentsEach(x.data(), n, count, got.data());
+      for (int64_t i = 3 * n; i < 4 * n; ++i) x[i] = 7.25f;
+      x[5 * n + n / 2] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<double> mean(count), rstd(count);
+      normkit::kernels::SpanMeanRstdEach(x.data(), n, count, eps, mean.data(), rstd.data());
       for (int64_t k = 0; k < count; ++k) {
         SCOPED_TRACE("n=" + std::to_string(n) + " span=" + std::to_string(k));
-        const normkit::Moments want = normkit::kernels::SpanMoments(x.data() + k * n, n);
-        EXPECT_EQ(std::memcmp(&got[k], &want, sizeof(want)), 0)
-            << got[k].mean << " vs " << want.mean << ", " << got[k].m2 << " vs " << want.m2;
+        const float* xs = x.data() + k * n;
+        if (k == 5) {
+          EXPECT_TRUE(std::isnan(mean[k]));
+          continue;
+        }
+        double sum = 0.0, ss = 0.0;
+        for (int64_t i = 0; i < n; ++i) sum += xs[i];
+        const double want_mean = sum / static_cast<double>(n);
+        for (int64_t i = 0; i < n; ++i) ss += (xs[i] - want_mean) * (xs[i] - want_mean);
+        const double var = ss / static_cast<double>(n);
+        const double want_rstd = 1.0 / std::sqrt(var + static_cast<double>(eps));
+        EXPECT_NEAR(mean[k], want_mean, 1e-6 * std::sqrt(var) + 1e-12 * std::fabs(want_mean));
+        EXPECT_NEAR(rstd[k], want_rstd, 1e-5 * want_rstd);
+        double one_mean, one_rstd;  // the span alone
+        normkit::kernels::SpanMeanRstdEach(xs, n, 1, eps, &one_mean, &one_rstd);
+        EXPECT_EQ(std::memcmp(&one_mean, &mean[k], sizeof(double)), 0);
+        EXPECT_EQ(std::memcmp(&one_rstd, &rstd[k], sizeof(double)), 0);
       }
     }
   }
@@ -341,8 +361,12 @@ TEST(SimdTargets, NormalizationsMatchReferenceOnEveryTarget) {
   for (int64_t target : targets) {
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));
-    for (const auto& [shape, g] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
-             {{2, 20, 9, 7}, 5}, {{1, 64, 33}, 16}, {{2, 6, 4097}, 2}}) {
+    for (const auto& [shape, g] :
+         std::vector<std::pair<std::vector<int64_t>, int64_t>>{{{2, 20, 9, 7}, 5},
+                                                               {{1, 64, 33}, 16},
+                                                               {{2, 6, 4097}, 2},
+                                                               {{2, 40, 7, 7}, 40},
+                                                               {{1, 24, 3, 3}, 24}}) {
       const int64_t N = shape[0], C = shape[1], numel = Numel(shape), S = numel / (N * C);
       std::vector<float> x = RandomVector(numel, 81), gamma = RandomVector(C, 82),
                          beta = RandomVector(C, 83);

@@ -37,6 +37,7 @@ struct GroupNormPlan {
 
   // Scratch, sized before any output is written.
   std::vector<Moments> partial;           // [unit][block][unit_groups]
+  std::unique_ptr<double[]> unit_stats;   // batched units: [unit] means, then [unit] rstds
   std::vector<float> mean, scale, shift;  // [N][C]: the apply pass's parameters
   // Channels-last statistics scratch of each run when C is too large for the stack,
   // allocated here so that no parallel loop allocates (an exception may not leave an
@@ -127,24 +128,22 @@ void BlockStats(GroupNormPlan& p, int64_t u, int64_t k, int64_t run) {
   }
 }
 
-// From one group's moments: the optional mean / rstd outputs (at `at`), and the
-// apply pass's parameters of its channels [c0, c1) (params + c: the sample's row).
-// The arrays are disjoint (the API rejects mean_out / rstd_out overlapping gamma or
-// beta; the parameters are the plan's): saying so drops the compiler's alias checks
-// and the loop versions they select between.
-inline void GroupParameters(const Moments& m, const GroupNormArgs& args, int64_t at, int64_t c0,
-                            int64_t c1, float* __restrict mean, float* __restrict scale,
-                            float* __restrict shift) {
+// From a group's mean and reciprocal standard deviation: the optional mean / rstd
+// outputs (at `at`), and the apply pass's parameters of its channels [c0, c1)
+// (params + c: the sample's row). The arrays are disjoint (the API rejects mean_out /
+// rstd_out overlapping gamma or beta; the parameters are the plan's): saying so drops
+// the compiler's alias checks and the loop versions they select between.
+inline void ChannelParameters(double group_mean, double rstd, const GroupNormArgs& args, int64_t at,
+                              int64_t c0, int64_t c1, float* __restrict mean,
+                              float* __restrict scale, float* __restrict shift) {
   const float* __restrict gamma_in = args.gamma;
   const float* __restrict beta_in = args.beta;
-  const double var = m.m2 / m.count;
-  const double rstd = 1.0 / std::sqrt(var + static_cast<double>(args.eps));
-  if (args.mean) args.mean[at] = static_cast<float>(m.mean);
+  if (args.mean) args.mean[at] = static_cast<float>(group_mean);
   if (args.rstd) args.rstd[at] = static_cast<float>(rstd);
   // The apply pass subtracts the float nearest the mean and folds the rest of it
-  // (m.mean - mean_f, below float resolution) into the shift.
-  const float mean_f = static_cast<float>(m.mean);
-  const double residual = m.mean - static_cast<double>(mean_f);
+  // (group_mean - mean_f, below float resolution) into the shift.
+  const float mean_f = static_cast<float>(group_mean);
+  const double residual = group_mean - static_cast<double>(mean_f);
   for (int64_t c = c0; c < c1; ++c) {
     const double gamma = gamma_in ? static_cast<double>(gamma_in[c]) : 1.0;
     const double beta = beta_in ? static_cast<double>(beta_in[c]) : 0.0;
@@ -153,6 +152,12 @@ inline void GroupParameters(const Moments& m, const GroupNormArgs& args, int64_t
     scale[c] = sc;
     shift[c] = static_cast<float>(beta - residual * static_cast<double>(sc));
   }
+}
+
+inline void GroupParameters(const Moments& m, const GroupNormArgs& args, int64_t at, int64_t c0,
+                            int64_t c1, float* mean, float* scale, float* shift) {
+  ChannelParameters(m.mean, kernels::ReciprocalStd(m, args.eps), args, at, c0, c1, mean, scale,
+                    shift);
 }
 
 // Merges unit u's block moments in block order and finishes its groups: unit u is
@@ -191,18 +196,37 @@ void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
 // Channels-first: units [u0, u1) (contiguous, as are their channels' parameters) in
 // three steps: the statistics of each, the parameters of each, one output pass.
 void BatchOfUnits(GroupNormPlan& p, int64_t u0, int64_t u1) {
-  kernels::SpanMomentsEach(p.x + u0 * p.unit_elems, p.unit_elems, u1 - u0, PartialOf(p, u0, 0));
-  // One statistics block a unit; the plan's fields in locals and n, g counted
-  // along (FinishUnit's general loops took a third of the instructions of
-  // 1x1024x7x7 instance norm).
+  double* group_mean = p.unit_stats.get() + u0;
+  double* group_rstd = group_mean + p.units;
+  kernels::SpanMeanRstdEach(p.x + u0 * p.unit_elems, p.unit_elems, u1 - u0, p.args.eps, group_mean,
+                            group_rstd);
+  // The plan's fields in locals and n, g counted along (FinishUnit's general loops
+  // took a third of the instructions of 1x1024x7x7 instance norm).
   const GroupNormArgs args = p.args;
   const int64_t C = p.C, Cg = p.Cg, G = p.G;
   float *mean = p.mean.data(), *scale = p.scale.data(), *shift = p.shift.data();
-  const Moments* moments = PartialOf(p, u0, 0);
-  for (int64_t u = u0, n = u0 / G, g = u0 % G; u < u1; ++u) {
-    GroupParameters(moments[u - u0], args, u, g * Cg, (g + 1) * Cg, mean + n * C, scale + n * C,
-                    shift + n * C);
-    if (++g == G) g = 0, ++n;
+  if (Cg == 1) {
+    // Instance norm: unit u is channel u of the [N][C] parameters; vectorized per
+    // sample (one ChannelParameters call a channel took a sixth of 1x1024x7x7's time).
+    for (int64_t u = u0; u < u1;) {
+      const int64_t c = u % C, end = std::min(u1, u - c + C);
+      kernels::ChannelParametersEach(
+          group_mean + (u - u0), group_rstd + (u - u0), args.gamma ? args.gamma + c : nullptr,
+          args.beta ? args.beta + c : nullptr, end - u, mean + u, scale + u, shift + u);
+      u = end;
+    }
+    for (int64_t u = u0; u < u1 && args.mean; ++u) {
+      args.mean[u] = static_cast<float>(group_mean[u - u0]);
+    }
+    for (int64_t u = u0; u < u1 && args.rstd; ++u) {
+      args.rstd[u] = static_cast<float>(group_rstd[u - u0]);
+    }
+  } else {
+    for (int64_t u = u0, n = u0 / G, g = u0 % G; u < u1; ++u) {
+      ChannelParameters(group_mean[u - u0], group_rstd[u - u0], args, u, g * Cg, (g + 1) * Cg,
+                        mean + n * C, scale + n * C, shift + n * C);
+      if (++g == G) g = 0, ++n;
+    }
   }
   const int64_t off = u0 * p.unit_elems, nc = u0 * Cg;  // units' channels are consecutive
   kernels::ApplyNormPlanes(p.x + off, p.y + off, (u1 - u0) * p.unit_elems, p.S, 0, mean + nc,
@@ -263,7 +287,6 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
     p.blocks = (p.unit_elems + p.block_elems - 1) / p.block_elems;
     p.unit_groups = 1;
   }
-  p.partial.resize(static_cast<size_t>(p.units * p.blocks * p.unit_groups));
   const size_t nc = static_cast<size_t>(p.N * p.C);
   p.mean.resize(nc);
   p.scale.resize(nc);
@@ -280,9 +303,11 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   const int64_t unit_bytes = p.unit_elems * static_cast<int64_t>(sizeof(float));
   if (!p.channels_last && unit_bytes <= kBatchedUnitBytes) {
     // Batches fixed by the shape; each thread takes a contiguous run of them.
-    const int64_t per_batch = std::max<int64_t>(1, kUnitBatchBytes / unit_bytes);
+    int64_t per_batch = std::max<int64_t>(1, kUnitBatchBytes / unit_bytes);
+    if (per_batch > kUnitBatchMultiple) per_batch -= per_batch % kUnitBatchMultiple;
     const int64_t batches = (p.units + per_batch - 1) / per_batch;
     const int64_t batch_runs = std::min<int64_t>(ctx.num_threads, batches);
+    p.unit_stats.reset(new double[static_cast<size_t>(2 * p.units)]);
     ParallelFor(ctx, batch_runs, [&](int64_t t) {
       const int64_t end = (t + 1) * batches / batch_runs;
       for (int64_t b = t * batches / batch_runs; b < end; ++b) {
@@ -291,6 +316,7 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
     });
     return;
   }
+  p.partial.resize(static_cast<size_t>(p.units * p.blocks * p.unit_groups));
   // Block moments are merged in the same order whichever way the work is split, so
   // the choices below (which do look at the threads) never change a result bit.
   const bool chained = !p.channels_last && !p.stream && unit_bytes <= kChainedUnitBytes &&

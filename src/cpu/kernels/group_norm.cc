@@ -236,13 +236,233 @@ HWY_INLINE void TwoSpansMoments(const float* HWY_RESTRICT x, size_t n, Moments* 
   out[1] = MomentsAbout(x1, n, p1, s1[1], s2[1]);
 }
 
-// One call for many short spans, two at a time.
-void SpanMomentsEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t count, Moments* out) {
-  int64_t k = 0;
-  if (n > 0) {
-    for (; k + 2 <= count; k += 2) TwoSpansMoments(x + k * n, static_cast<size_t>(n), out + k);
+#if HWY_TARGET != HWY_SCALAR
+// Lane k of the result in each 128-bit block: the sum of that block's lanes of the
+// k-th argument. Every lane's four are added in the same order.
+HWY_INLINE hn::Vec<DF> BlockSumsOfFour(hn::Vec<DF> a, hn::Vec<DF> b, hn::Vec<DF> c, hn::Vec<DF> e) {
+  const DF d;
+  const hn::Repartition<uint64_t, DF> du;
+  const auto ab = hn::InterleaveLower(d, a, b) + hn::InterleaveUpper(d, a, b);
+  const auto ce = hn::InterleaveLower(d, c, e) + hn::InterleaveUpper(d, c, e);
+  const auto abq = hn::BitCast(du, ab), ceq = hn::BitCast(du, ce);
+  return hn::BitCast(d, hn::InterleaveLower(du, abq, ceq)) +
+         hn::BitCast(d, hn::InterleaveUpper(du, abq, ceq));
+}
+
+// Lane j of the result: the sum of all lanes of vector j, from quad[q] =
+// BlockSumsOfFour of vectors 4q..4q+3 (q < Lanes / 4). The blocks are added in the
+// same tree for every lane, so a lane's sum does not depend on its position.
+template <class D>
+HWY_INLINE hn::Vec<D> LaneSumsOfQuads(D d, const hn::Vec<D>* quad) {
+  constexpr size_t kLanes = hn::MaxLanes(D());
+  if constexpr (kLanes == 4) {
+    return quad[0];
+  } else if constexpr (kLanes == 8) {
+    return hn::ConcatLowerLower(d, quad[1], quad[0]) + hn::ConcatUpperUpper(d, quad[1], quad[0]);
+  } else {
+    static_assert(kLanes == 16, "four 128-bit blocks");
+    // Halves first: blocks (0+2, 1+3) of quads 0 and 2, and of quads 1 and 3; then
+    // the neighbouring blocks, which leaves quad q's sums in block q.
+    const auto h02 =
+        hn::ConcatLowerLower(d, quad[2], quad[0]) + hn::ConcatUpperUpper(d, quad[2], quad[0]);
+    const auto h13 =
+        hn::ConcatLowerLower(d, quad[3], quad[1]) + hn::ConcatUpperUpper(d, quad[3], quad[1]);
+    return hn::OddEvenBlocks(h13, h02) +
+           hn::OddEvenBlocks(hn::SwapAdjacentBlocks(h13), hn::SwapAdjacentBlocks(h02));
   }
-  for (; k < count; ++k) out[k] = SpanMomentsImpl(x + k * n, n);
+}
+
+// Whether ShortSpansMeanRstd takes spans of n elements: one vector to
+// kLaneSpanVectors vectors. Longer spans amortize their own reductions (1x256x14x14
+// G=64, 49-vector spans in batches of 5: 2.5% slower lane-parallel), and a float lane
+// must sum at most kFlushVectors terms before the tree.
+constexpr size_t kLaneSpanVectors = 32;
+static_assert(kLaneSpanVectors <= kFlushVectors, "float lanes sum at most kFlushVectors terms");
+HWY_INLINE bool LaneParallelSpans(size_t n) {
+  const size_t N = hn::Lanes(DF());
+  return N >= 4 && n >= N && n <= kLaneSpanVectors * N;
+}
+
+// Mean and 1 / sqrt(var + eps) of `spans` (at most one vector's worth) consecutive
+// spans of n elements, span j in lane j: each span's vectors are summed lane-wise
+// (its last vector loaded whole, ending at the span's end, its lanes already counted
+// set to zero), and one transposed reduction per quantity replaces two reductions per
+// span, the latency chain that bound SpanMoments on short spans. The pivot of a span
+// is the mean of its sampled vectors (SamplePivot's: spread over the span, or all of
+// its whole vectors when it has fewer than kPivotVectors); the shifted sums about it,
+// the moments and rstd follow, in double lanes side by side. Spans whose pivot was
+// too far from their mean (PivotTooFar) get a second pass.
+void ShortSpansMeanRstd(const float* HWY_RESTRICT x, size_t n, size_t spans, float eps,
+                        double* HWY_RESTRICT mean_out, double* HWY_RESTRICT rstd_out) {
+  const DF d;
+  const DD dd;
+  const DH dh;
+  using V = hn::Vec<DF>;
+  constexpr size_t kLanes = hn::MaxLanes(DF());
+  const size_t N = hn::Lanes(d);
+  const size_t whole = n / N;
+  const bool tail = whole * N < n;
+  const auto fresh = hn::Not(hn::FirstN(d, N - (n - whole * N)));  // of the last vector
+
+  // Pivots.
+  const size_t samples = std::min(whole, kPivotVectors);
+  const auto sampled_sum = [&](size_t j) {
+    if (j >= spans) return hn::Zero(d);  // absent: their lanes are not stored
+    const float* HWY_RESTRICT xs = x + j * n;
+    V acc = hn::LoadU(d, xs);
+    for (size_t k = 1; k < samples; ++k) {
+      acc = acc + hn::LoadU(d, xs + (whole > kPivotVectors ? SampledSpanOffset(k, n) : k * N));
+    }
+    return acc;
+  };
+  V quad[kLanes / 4];
+  for (size_t q = 0; q < N / 4; ++q) {
+    quad[q] = BlockSumsOfFour(sampled_sum(4 * q), sampled_sum(4 * q + 1), sampled_sum(4 * q + 2),
+                              sampled_sum(4 * q + 3));
+  }
+  const V pivot = LaneSumsOfQuads(d, quad) * hn::Set(d, 1.0f / static_cast<float>(samples * N));
+  alignas(64) float pivots[kLanes];
+  hn::Store(pivot, d, pivots);
+
+  // Shifted sums about each span's pivot.
+  const auto shifted_sums = [&](size_t j, V& a1, V& a2) {
+    a1 = a2 = hn::Zero(d);
+    if (j >= spans) return;
+    const float* HWY_RESTRICT xs = x + j * n;
+    const V p = hn::Set(d, pivots[j]);
+    V b1 = hn::Zero(d), b2 = hn::Zero(d);  // odd vectors' chains
+    size_t i = 0;
+    for (; i + 2 <= whole; i += 2) {
+      const V dev0 = hn::LoadU(d, xs + i * N) - p;
+      const V dev1 = hn::LoadU(d, xs + i * N + N) - p;
+      a1 = a1 + dev0;
+      a2 = hn::MulAdd(dev0, dev0, a2);
+      b1 = b1 + dev1;
+      b2 = hn::MulAdd(dev1, dev1, b2);
+    }
+    if (i < whole) {
+      const V dev = hn::LoadU(d, xs + i * N) - p;
+      a1 = a1 + dev;
+      a2 = hn::MulAdd(dev, dev, a2);
+    }
+    if (tail) {
+      const V dev = hn::IfThenElseZero(fresh, hn::LoadU(d, xs + n - N) - p);
+      b1 = b1 + dev;
+      b2 = hn::MulAdd(dev, dev, b2);
+    }
+    a1 = a1 + b1;
+    a2 = a2 + b2;
+  };
+  V quad1[kLanes / 4], quad2[kLanes / 4];
+  for (size_t q = 0; q < N / 4; ++q) {
+    V a1, a2, b1, b2, c1, c2, e1, e2;
+    shifted_sums(4 * q, a1, a2);
+    shifted_sums(4 * q + 1, b1, b2);
+    shifted_sums(4 * q + 2, c1, c2);
+    shifted_sums(4 * q + 3, e1, e2);
+    quad1[q] = BlockSumsOfFour(a1, b1, c1, e1);
+    quad2[q] = BlockSumsOfFour(a2, b2, c2, e2);
+  }
+  const V s1 = LaneSumsOfQuads(d, quad1), s2 = LaneSumsOfQuads(d, quad2);
+
+  // FromShiftedSums and ReciprocalStd, lane by lane in double (the same operations,
+  // so the same bits as those scalar functions would give).
+  alignas(64) double mean[kLanes], rstd[kLanes];
+  bool any_far = false;
+  const auto dn = hn::Set(dd, static_cast<double>(n));
+  const auto half_n = hn::Set(dd, 0.5 * static_cast<double>(n));
+  const auto eps_d = hn::Set(dd, static_cast<double>(eps));
+  const auto one = hn::Set(dd, 1.0);
+  for (size_t h = 0; h < 2; ++h) {
+    const auto take = [&](V v) {
+      return h == 0 ? hn::PromoteTo(dd, hn::LowerHalf(dh, v))
+                    : hn::PromoteTo(dd, hn::UpperHalf(dh, v));
+    };
+    const auto p = take(pivot), t1 = take(s1), t2 = take(s2);
+    const auto m2 = t2 - t1 * (t1 / dn);
+    const auto var = hn::IfThenElseZero(m2 > hn::Zero(dd), m2) / dn;
+    hn::Store(p + t1 / dn, dd, mean + h * N / 2);
+    hn::Store(one / hn::Sqrt(var + eps_d), dd, rstd + h * N / 2);
+    any_far |= !hn::AllFalse(dd, t1 * t1 > half_n * t2);
+  }
+  for (size_t j = 0; j < spans; ++j) {
+    mean_out[j] = mean[j];
+    rstd_out[j] = rstd[j];
+  }
+  if (!any_far) return;
+  alignas(64) float f1[kLanes], f2[kLanes];
+  hn::Store(s1, d, f1);
+  hn::Store(s2, d, f2);
+  for (size_t j = 0; j < spans; ++j) {
+    const double dn1 = static_cast<double>(n), t1 = f1[j], t2 = f2[j];
+    if (!PivotTooFar(dn1, t1, t2)) continue;
+    const float better = static_cast<float>(static_cast<double>(pivots[j]) + t1 / dn1);
+    double r1, r2;
+    SecondPassShiftedSums(x + j * n, n, better, &r1, &r2);
+    const Moments m = FromShiftedSums(dn1, better, r1, r2);
+    mean_out[j] = m.mean;
+    rstd_out[j] = ReciprocalStd(m, eps);
+  }
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
+void SpanMeanRstdEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t count, float eps,
+                          double* mean, double* rstd) {
+  const size_t un = n > 0 ? static_cast<size_t>(n) : 0;
+  int64_t k = 0;
+#if HWY_TARGET != HWY_SCALAR
+  if (LaneParallelSpans(un)) {
+    const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+    for (; k < count; k += N) {
+      ShortSpansMeanRstd(x + k * n, un, static_cast<size_t>(std::min(N, count - k)), eps, mean + k,
+                         rstd + k);
+    }
+    return;
+  }
+#endif
+  // Other lengths: SpanMoments' statistics, two spans at a time.
+  Moments m[2];
+  for (; k + 2 <= count && un > 0; k += 2) {
+    TwoSpansMoments(x + k * n, un, m);
+    for (int j = 0; j < 2; ++j) mean[k + j] = m[j].mean, rstd[k + j] = ReciprocalStd(m[j], eps);
+  }
+  for (; k < count; ++k) {
+    m[0] = SpanMomentsImpl(x + k * n, n);
+    mean[k] = m[0].mean;
+    rstd[k] = ReciprocalStd(m[0], eps);
+  }
+}
+
+void ChannelParametersEachImpl(const double* HWY_RESTRICT mean, const double* HWY_RESTRICT rstd,
+                               const float* HWY_RESTRICT gamma, const float* HWY_RESTRICT beta,
+                               int64_t count, float* HWY_RESTRICT mean_f, float* HWY_RESTRICT scale,
+                               float* HWY_RESTRICT shift) {
+  const size_t n = count > 0 ? static_cast<size_t>(count) : 0;
+  size_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const DD dd;
+  const hn::Rebind<float, DD> df;  // as many floats as doubles
+  const size_t N = hn::Lanes(dd);
+  for (; i + N <= n; i += N) {
+    const auto m = hn::LoadU(dd, mean + i);
+    const auto g = gamma ? hn::PromoteTo(dd, hn::LoadU(df, gamma + i)) : hn::Set(dd, 1.0);
+    const auto b = beta ? hn::PromoteTo(dd, hn::LoadU(df, beta + i)) : hn::Zero(dd);
+    const auto mf = hn::DemoteTo(df, m);
+    const auto sc = hn::DemoteTo(df, g * hn::LoadU(dd, rstd + i));
+    const auto residual = m - hn::PromoteTo(dd, mf);
+    hn::StoreU(mf, df, mean_f + i);
+    hn::StoreU(sc, df, scale + i);
+    hn::StoreU(hn::DemoteTo(df, b - residual * hn::PromoteTo(dd, sc)), df, shift + i);
+  }
+#endif
+  for (; i < n; ++i) {  // the same operations, one lane
+    const double g = gamma ? static_cast<double>(gamma[i]) : 1.0;
+    const double b = beta ? static_cast<double>(beta[i]) : 0.0;
+    mean_f[i] = static_cast<float>(mean[i]);
+    scale[i] = static_cast<float>(g * rstd[i]);
+    shift[i] = static_cast<float>(b - (mean[i] - static_cast<double>(mean_f[i])) *
+                                          static_cast<double>(scale[i]));
+  }
 }
 
 double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
@@ -993,7 +1213,8 @@ namespace normkit {
 namespace kernels {
 
 HWY_EXPORT(SpanMomentsImpl);
-HWY_EXPORT(SpanMomentsEachImpl);
+HWY_EXPORT(SpanMeanRstdEachImpl);
+HWY_EXPORT(ChannelParametersEachImpl);
 HWY_EXPORT(SpanSumSquaresImpl);
 HWY_EXPORT(ChannelShiftedSumsImpl);
 HWY_EXPORT(SampledRowSumsImpl);
@@ -1007,8 +1228,16 @@ Moments SpanMoments(const float* x, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(SpanMomentsImpl)(x, n);
 }
 
-void SpanMomentsEach(const float* x, int64_t n, int64_t count, Moments* out) {
-  HWY_DYNAMIC_DISPATCH(SpanMomentsEachImpl)(x, n, count, out);
+void SpanMeanRstdEach(const float* x, int64_t n, int64_t count, float eps, double* mean,
+                      double* rstd) {
+  HWY_DYNAMIC_DISPATCH(SpanMeanRstdEachImpl)(x, n, count, eps, mean, rstd);
+}
+
+void ChannelParametersEach(const double* mean, const double* rstd, const float* gamma,
+                           const float* beta, int64_t count, float* mean_f, float* scale,
+                           float* shift) {
+  HWY_DYNAMIC_DISPATCH(ChannelParametersEachImpl)
+  (mean, rstd, gamma, beta, count, mean_f, scale, shift);
 }
 
 double SpanSumSquares(const float* x, int64_t n) {

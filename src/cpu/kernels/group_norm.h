@@ -5,6 +5,7 @@
 #ifndef NORMKIT_CPU_KERNELS_GROUP_NORM_H_
 #define NORMKIT_CPU_KERNELS_GROUP_NORM_H_
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -33,8 +34,28 @@ inline int64_t SampledSpanOffset(size_t j, int64_t n) {
 // sum depends only on n, the data and the SIMD target.
 Moments SpanMoments(const float* x, int64_t n);
 
-// out[k] = SpanMoments(x + k * n, n) for k < count (consecutive spans).
-void SpanMomentsEach(const float* x, int64_t n, int64_t count, Moments* out);
+// 1 / sqrt(variance + eps) of a normalization, the variance biased (m2 / count).
+inline double ReciprocalStd(const Moments& m, float eps) {
+  return 1.0 / std::sqrt(m.m2 / m.count + static_cast<double>(eps));
+}
+
+// The mean of span k = x[k * n, (k + 1) * n) and 1 / sqrt(variance + eps), for
+// k < count: the statistics of the batched group / instance norm (short consecutive
+// spans). Spans of one vector to 64 vectors are taken a vector's worth at a time, span
+// j in lane j, about a pivot at their mean: as exact as SpanMoments but not its bits.
+// Other lengths: SpanMoments and ReciprocalStd. A span's bits depend only on its data,
+// n and the SIMD target, not on count or on where the span is in x.
+void SpanMeanRstdEach(const float* x, int64_t n, int64_t count, float eps, double* mean,
+                      double* rstd);
+
+// The apply pass's parameters of channels that are groups of their own (instance
+// norm), for c < count: mean_f[c] = the float nearest mean[c],
+// scale[c] = gamma[c] * rstd[c], shift[c] = beta[c] - (mean[c] - mean_f[c]) * scale[c]
+// (ApplyNormPlanes' parameters), computed in double and rounded to float. gamma and beta
+// may be null (1 and 0). The outputs must not overlap the inputs.
+void ChannelParametersEach(const double* mean, const double* rstd, const float* gamma,
+                           const float* beta, int64_t count, float* mean_f, float* scale,
+                           float* shift);
 
 // Sum of x[i]^2 over x[0, n), carried in double (RMS norm).
 double SpanSumSquares(const float* x, int64_t n);
