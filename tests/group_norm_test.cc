@@ -88,7 +88,11 @@ TEST(GroupNorm, MatchesReferenceAcrossShapesAndGroups) {
       {{1, 544, 3, 70}, {17}},
       // Channels-last samples larger than one slab: several slab units per sample.
       {{2, 64, 60, 70}, {16, 64}},
-      {{1, 48, 70, 80}, {12}}};
+      {{1, 48, 70, 80}, {12}},
+      // Instance norm with rows wider than the stack scratch (channels-last), and
+      // planes of 7x7 in batches of 16 planes and a last one of 8 (channels-first).
+      {{1, 600, 3, 5}, {600}},
+      {{2, 44, 7, 7}, {44}}};
   for (const auto& [shape, groups] : shapes_groups) {
     for (int64_t g : groups) {
       for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
@@ -158,7 +162,8 @@ TEST(GroupNorm, OutliersWhereThePivotIsSampled) {
   for (const auto& [layout, C, G, threads] :
        {Case{NORMKIT_LAYOUT_CHANNELS_FIRST, 32, 8, 1}, Case{NORMKIT_LAYOUT_CHANNELS_LAST, 32, 2, 1},
         Case{NORMKIT_LAYOUT_CHANNELS_LAST, 256, 16, 1},
-        Case{NORMKIT_LAYOUT_CHANNELS_LAST, 256, 16, 3}}) {
+        Case{NORMKIT_LAYOUT_CHANNELS_LAST, 256, 16, 3},
+        Case{NORMKIT_LAYOUT_CHANNELS_LAST, 256, 256, 1}}) {
     SCOPED_TRACE("layout=" + std::to_string(layout) + " C=" + std::to_string(C) +
                  " threads=" + std::to_string(threads));
     const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST;

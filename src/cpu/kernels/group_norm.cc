@@ -741,6 +741,70 @@ void SampledRowSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t chann
   }
 }
 
+// pivot[c] = float(sum[c] / samples) in place, and FromShiftedSums / ReciprocalStd
+// of each channel: the same operations as the scalar functions, lanes side by side.
+// Returns whether a channel's pivot was too far from its mean (PivotTooFar).
+HWY_INLINE bool ColumnsMeanRstd(size_t C, double count, const float* HWY_RESTRICT pivot,
+                                const double* HWY_RESTRICT s1, const double* HWY_RESTRICT s2,
+                                float eps, double* HWY_RESTRICT mean, double* HWY_RESTRICT rstd) {
+  size_t c = 0;
+  bool any_far = false;
+#if HWY_TARGET != HWY_SCALAR
+  const DD dd;
+  const hn::Rebind<float, DD> df;
+  const size_t N = hn::Lanes(dd);
+  const auto n = hn::Set(dd, count), half_n = hn::Set(dd, 0.5 * count);
+  const auto eps_d = hn::Set(dd, static_cast<double>(eps)), one = hn::Set(dd, 1.0);
+  for (; c + N <= C; c += N) {
+    const auto t1 = hn::LoadU(dd, s1 + c), t2 = hn::LoadU(dd, s2 + c);
+    const auto m2 = t2 - t1 * (t1 / n);
+    const auto var = hn::IfThenElseZero(m2 > hn::Zero(dd), m2) / n;
+    hn::StoreU(hn::PromoteTo(dd, hn::LoadU(df, pivot + c)) + t1 / n, dd, mean + c);
+    hn::StoreU(one / hn::Sqrt(var + eps_d), dd, rstd + c);
+    any_far |= !hn::AllFalse(dd, t1 * t1 > half_n * t2);
+  }
+#endif
+  for (; c < C; ++c) {
+    const Moments m = FromShiftedSums(count, pivot[c], s1[c], s2[c]);
+    mean[c] = m.mean;
+    rstd[c] = ReciprocalStd(m, eps);
+    any_far |= PivotTooFar(count, s1[c], s2[c]);
+  }
+  return any_far;
+}
+
+void ColumnMeanRstdImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
+                        int64_t samples, float eps, bool from_memory, float* HWY_RESTRICT pivot,
+                        double* HWY_RESTRICT s1, double* HWY_RESTRICT s2,
+                        float* HWY_RESTRICT scratch, double* HWY_RESTRICT mean,
+                        double* HWY_RESTRICT rstd) {
+  const size_t C = static_cast<size_t>(channels);
+  const double count = static_cast<double>(rows);
+  SampledRowSumsImpl(x, rows, channels, samples, pivot);
+  // The pivot of a group of one channel, as group norm's channels-last statistics
+  // take it (the same bits): the double mean of its sampled values, rounded.
+  const double dsamples = static_cast<double>(samples);
+  size_t c = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const DD dd;
+  const hn::Rebind<float, DD> df;
+  for (; c + hn::Lanes(dd) <= C; c += hn::Lanes(dd)) {
+    const auto sum = hn::PromoteTo(dd, hn::LoadU(df, pivot + c));
+    hn::StoreU(hn::DemoteTo(df, sum / hn::Set(dd, dsamples)), df, pivot + c);
+  }
+#endif
+  for (; c < C; ++c) pivot[c] = static_cast<float>(static_cast<double>(pivot[c]) / dsamples);
+  ChannelShiftedSumsImpl(x, rows, channels, pivot, s1, s2, scratch, from_memory);
+  if (!ColumnsMeanRstd(C, count, pivot, s1, s2, eps, mean, rstd)) return;
+  // A second pass about the means the first found, for the channels that need it
+  // (the others keep their pivots, so their sums and results do not change).
+  for (c = 0; c < C; ++c) {
+    if (PivotTooFar(count, s1[c], s2[c])) pivot[c] = static_cast<float>(mean[c]);
+  }
+  ChannelShiftedSumsImpl(x, rows, channels, pivot, s1, s2, scratch, from_memory);
+  ColumnsMeanRstd(C, count, pivot, s1, s2, eps, mean, rstd);
+}
+
 // e^-v for v clamped to [-88, 87] (normal results): 2^k * P(f) with k = round(-v / ln2)
 // and f = -v - k ln2 in [-ln2/2, ln2/2]; P is a degree-5 fit of e^f (relative error
 // 1.4e-7, below a float ulp). Adding 1.5 * 2^23 + 127 rounds -v / ln2 to an integer
@@ -1218,6 +1282,7 @@ HWY_EXPORT(ChannelParametersEachImpl);
 HWY_EXPORT(SpanSumSquaresImpl);
 HWY_EXPORT(ChannelShiftedSumsImpl);
 HWY_EXPORT(SampledRowSumsImpl);
+HWY_EXPORT(ColumnMeanRstdImpl);
 HWY_EXPORT(ApplyNormPlanesImpl);
 HWY_EXPORT(ApplyNormGroupPlanesImpl);
 HWY_EXPORT(ApplyNormPlanesThenMomentsImpl);
@@ -1252,6 +1317,13 @@ void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const fl
 
 void SampledRowSums(const float* x, int64_t rows, int64_t channels, int64_t samples, float* out) {
   HWY_DYNAMIC_DISPATCH(SampledRowSumsImpl)(x, rows, channels, samples, out);
+}
+
+void ColumnMeanRstd(const float* x, int64_t rows, int64_t channels, int64_t samples, float eps,
+                    bool from_memory, float* pivot, double* s1, double* s2, float* scratch,
+                    double* mean, double* rstd) {
+  HWY_DYNAMIC_DISPATCH(ColumnMeanRstdImpl)
+  (x, rows, channels, samples, eps, from_memory, pivot, s1, s2, scratch, mean, rstd);
 }
 
 void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,

@@ -79,6 +79,17 @@ inline int64_t SampledRow(int64_t j, int64_t samples, int64_t rows) {
 // out[c] = sum over j < samples of x[SampledRow(j, samples, rows), c], in float.
 void SampledRowSums(const float* x, int64_t rows, int64_t channels, int64_t samples, float* out);
 
+// Channels-last instance norm of a block of `rows` rows of `channels` floats: mean[c]
+// and rstd[c] (ReciprocalStd) of each channel's column, from shifted sums about the
+// mean of its values in `samples` sampled rows (SampledRow), with a second pass for
+// the channels whose pivot was too far from their mean. The same bits as
+// SampledRowSums, ChannelShiftedSums and FromShiftedSums per channel with these
+// pivots. Scratch: pivot (channels floats), s1 and s2 (channels doubles each),
+// scratch (2 * channels floats).
+void ColumnMeanRstd(const float* x, int64_t rows, int64_t channels, int64_t samples, float eps,
+                    bool from_memory, float* pivot, double* s1, double* s2, float* scratch,
+                    double* mean, double* rstd);
+
 // Whether shifted sums about a pivot lost too many digits to trust: true when the
 // pivot is further from the mean than one standard deviation, i.e. when
 // s1^2 / n > s2 / 2. Below that, s2 - s1^2 / n keeps all but one bit of s2's
