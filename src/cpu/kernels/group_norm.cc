@@ -272,6 +272,21 @@ HWY_INLINE hn::Vec<D> LaneSumsOfQuads(D d, const hn::Vec<D>* quad) {
   }
 }
 
+// FromShiftedSums and ReciprocalStd of each lane (pivot p, shifted sums t1, t2 of
+// `count` values): the same operations as those scalar functions, so the same bits.
+// Stores the means and rstds; returns whether a lane's pivot was too far from its
+// mean (PivotTooFar).
+HWY_INLINE bool LanesMeanRstd(hn::Vec<DD> p, hn::Vec<DD> t1, hn::Vec<DD> t2, double count,
+                              float eps, double* HWY_RESTRICT mean, double* HWY_RESTRICT rstd) {
+  const DD dd;
+  const auto n = hn::Set(dd, count);
+  const auto m2 = t2 - t1 * (t1 / n);
+  const auto var = hn::IfThenElseZero(m2 > hn::Zero(dd), m2) / n;
+  hn::StoreU(p + t1 / n, dd, mean);
+  hn::StoreU(hn::Set(dd, 1.0) / hn::Sqrt(var + hn::Set(dd, static_cast<double>(eps))), dd, rstd);
+  return !hn::AllFalse(dd, t1 * t1 > hn::Set(dd, 0.5 * count) * t2);
+}
+
 // Whether ShortSpansMeanRstd takes spans of n elements: one vector to
 // kLaneSpanVectors vectors. Longer spans amortize their own reductions (1x256x14x14
 // G=64, 49-vector spans in batches of 5: 2.5% slower lane-parallel), and a float lane
@@ -365,25 +380,16 @@ void ShortSpansMeanRstd(const float* HWY_RESTRICT x, size_t n, size_t spans, flo
   }
   const V s1 = LaneSumsOfQuads(d, quad1), s2 = LaneSumsOfQuads(d, quad2);
 
-  // FromShiftedSums and ReciprocalStd, lane by lane in double (the same operations,
-  // so the same bits as those scalar functions would give).
+  // The mean and rstd in double, a half vector of spans at a time.
   alignas(64) double mean[kLanes], rstd[kLanes];
   bool any_far = false;
-  const auto dn = hn::Set(dd, static_cast<double>(n));
-  const auto half_n = hn::Set(dd, 0.5 * static_cast<double>(n));
-  const auto eps_d = hn::Set(dd, static_cast<double>(eps));
-  const auto one = hn::Set(dd, 1.0);
   for (size_t h = 0; h < 2; ++h) {
     const auto take = [&](V v) {
       return h == 0 ? hn::PromoteTo(dd, hn::LowerHalf(dh, v))
                     : hn::PromoteTo(dd, hn::UpperHalf(dh, v));
     };
-    const auto p = take(pivot), t1 = take(s1), t2 = take(s2);
-    const auto m2 = t2 - t1 * (t1 / dn);
-    const auto var = hn::IfThenElseZero(m2 > hn::Zero(dd), m2) / dn;
-    hn::Store(p + t1 / dn, dd, mean + h * N / 2);
-    hn::Store(one / hn::Sqrt(var + eps_d), dd, rstd + h * N / 2);
-    any_far |= !hn::AllFalse(dd, t1 * t1 > half_n * t2);
+    any_far |= LanesMeanRstd(take(pivot), take(s1), take(s2), static_cast<double>(n), eps,
+                             mean + h * N / 2, rstd + h * N / 2);
   }
   for (size_t j = 0; j < spans; ++j) {
     mean_out[j] = mean[j];
@@ -753,15 +759,9 @@ HWY_INLINE bool ColumnsMeanRstd(size_t C, double count, const float* HWY_RESTRIC
   const DD dd;
   const hn::Rebind<float, DD> df;
   const size_t N = hn::Lanes(dd);
-  const auto n = hn::Set(dd, count), half_n = hn::Set(dd, 0.5 * count);
-  const auto eps_d = hn::Set(dd, static_cast<double>(eps)), one = hn::Set(dd, 1.0);
   for (; c + N <= C; c += N) {
-    const auto t1 = hn::LoadU(dd, s1 + c), t2 = hn::LoadU(dd, s2 + c);
-    const auto m2 = t2 - t1 * (t1 / n);
-    const auto var = hn::IfThenElseZero(m2 > hn::Zero(dd), m2) / n;
-    hn::StoreU(hn::PromoteTo(dd, hn::LoadU(df, pivot + c)) + t1 / n, dd, mean + c);
-    hn::StoreU(one / hn::Sqrt(var + eps_d), dd, rstd + c);
-    any_far |= !hn::AllFalse(dd, t1 * t1 > half_n * t2);
+    any_far |= LanesMeanRstd(hn::PromoteTo(dd, hn::LoadU(df, pivot + c)), hn::LoadU(dd, s1 + c),
+                             hn::LoadU(dd, s2 + c), count, eps, mean + c, rstd + c);
   }
 #endif
   for (; c < C; ++c) {
