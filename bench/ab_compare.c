@@ -7,13 +7,16 @@
  * two copies of the same soname do not collide) and alternates calls of
  * normkit_group_norm on a 1xCxHxW tensor (gamma and beta set), each call timed
  * alone, plus a memcpy of the tensor after each pair. Prints the medians, each
- * build's ratio to memcpy, and B/A.
+ * build's ratio to memcpy, and B/A. G = ln or rms times normkit_layer_norm or
+ * normkit_rms_norm instead, on a [C, H*W] tensor (rows, D).
  *
  * Why: this 2-core VM drifts between phases where the same call takes 5.4 or
  * 8.5 us. Two builds timed in separate runs compare phases, not code; in one
  * process, calls alternated, both see the same phase. A 6% regression of
  * 1x256x14x14 G=32 (stop 33) was invisible between runs and plain here.
- * Pin it to one core (taskset -c 1) and repeat it a few times.
+ * Pin it to one core (taskset -c 1) and repeat it a few times. On tensors larger
+ * than the caches the two positions are not equal: 4096x768 layer norm, the same
+ * library against a copy of itself, read B/A 0.78-0.97. There, run both orders.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -26,6 +29,10 @@
 typedef normkit_status (*GroupNormFn)(const normkit_context*, const normkit_tensor*, int64_t,
                                       const float*, const float*, float, int32_t,
                                       const normkit_tensor*, float*, float*);
+typedef normkit_status (*LayerNormFn)(const normkit_context*, const normkit_tensor*, const float*,
+                                      const float*, float, const normkit_tensor*, float*, float*);
+typedef normkit_status (*RmsNormFn)(const normkit_context*, const normkit_tensor*, const float*,
+                                    float, const normkit_tensor*, float*);
 typedef normkit_status (*ContextCreateFn)(int32_t, normkit_context**);
 
 static double NowNs(void) {
@@ -44,7 +51,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s OLD.so NEW.so C H W G [calls=3000] [nhwc=0] [threads=1]\n", argv[0]);
     return 2;
   }
-  const long C = atol(argv[3]), H = atol(argv[4]), W = atol(argv[5]), G = atol(argv[6]);
+  const long C = atol(argv[3]), H = atol(argv[4]), W = atol(argv[5]);
+  const int rows_op = strcmp(argv[6], "ln") == 0 ? 1 : strcmp(argv[6], "rms") == 0 ? 2 : 0;
+  const long G = rows_op ? 1 : atol(argv[6]);
   const int calls = argc > 7 ? atoi(argv[7]) : 3000;
   const int nhwc = argc > 8 ? atoi(argv[8]) : 0;
   const int threads = argc > 9 ? atoi(argv[9]) : 1;
@@ -53,6 +62,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   GroupNormFn group_norm[2];
+  LayerNormFn layer_norm[2];
+  RmsNormFn rms_norm[2];
   normkit_context* context[2];
   for (int k = 0; k < 2; ++k) {
     void* lib = dlmopen(LM_ID_NEWLM, argv[1 + k], RTLD_NOW | RTLD_LOCAL);
@@ -61,8 +72,11 @@ int main(int argc, char** argv) {
       return 1;
     }
     group_norm[k] = (GroupNormFn)dlsym(lib, "normkit_group_norm");
+    layer_norm[k] = (LayerNormFn)dlsym(lib, "normkit_layer_norm");
+    rms_norm[k] = (RmsNormFn)dlsym(lib, "normkit_rms_norm");
     ContextCreateFn create = (ContextCreateFn)dlsym(lib, "normkit_context_create");
-    if (group_norm[k] == NULL || create == NULL || create(threads, &context[k]) != 0) {
+    if (group_norm[k] == NULL || layer_norm[k] == NULL || rms_norm[k] == NULL || create == NULL ||
+        create(threads, &context[k]) != 0) {
       fprintf(stderr, "%s: no normkit_group_norm / normkit_context_create\n", argv[1 + k]);
       return 1;
     }
@@ -70,8 +84,9 @@ int main(int argc, char** argv) {
   const long n = C * H * W;
   float* x = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);
   float* y = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);
-  float* gamma = malloc((size_t)C * 4);
-  float* beta = malloc((size_t)C * 4);
+  const long params = rows_op ? H * W : C;
+  float* gamma = malloc((size_t)params * 4);
+  float* beta = malloc((size_t)params * 4);
   double* times[3];
   for (int k = 0; k < 3; ++k) times[k] = malloc((size_t)calls * sizeof(double));
   if (!x || !y || !gamma || !beta || !times[0] || !times[1] || !times[2]) {
@@ -80,7 +95,7 @@ int main(int argc, char** argv) {
   }
   for (long i = 0; i < n; ++i)
     x[i] = (float)((i * 2654435761u) % 1000) / 1000.f + (i / (H * W)) % 7;
-  for (long c = 0; c < C; ++c) {
+  for (long c = 0; c < params; ++c) {
     gamma[c] = 1 + 0.01f * c;
     beta[c] = 0.1f * c;
   }
@@ -95,17 +110,25 @@ int main(int argc, char** argv) {
   xt.shape[1] = C;
   xt.shape[2] = H;
   xt.shape[3] = W;
+  if (rows_op) {
+    xt.rank = 2;
+    xt.shape[1] = H * W;
+    xt.shape[0] = C;
+  }
   yt = xt;
   yt.data = y;
   for (int r = 0; r < calls; ++r) {
     for (int j = 0; j < 2; ++j) {
       const int k = (r & 1) ? 1 - j : j;  // alternate which build goes first
       const double t0 = NowNs();
-      const normkit_status s = group_norm[k](context[k], &xt, G, gamma, beta, 1e-5f,
-                                             NORMKIT_ACTIVATION_NONE, &yt, NULL, NULL);
+      const normkit_status s =
+          rows_op == 1   ? layer_norm[k](context[k], &xt, gamma, beta, 1e-5f, &yt, NULL, NULL)
+          : rows_op == 2 ? rms_norm[k](context[k], &xt, gamma, 1e-5f, &yt, NULL)
+                         : group_norm[k](context[k], &xt, G, gamma, beta, 1e-5f,
+                                         NORMKIT_ACTIVATION_NONE, &yt, NULL, NULL);
       times[k][r] = NowNs() - t0;
       if (s != 0) {
-        fprintf(stderr, "%s: normkit_group_norm returned %d\n", argv[1 + k], (int)s);
+        fprintf(stderr, "%s: status %d\n", argv[1 + k], (int)s);
         return 1;
       }
     }
@@ -116,9 +139,9 @@ int main(int argc, char** argv) {
   for (int k = 0; k < 3; ++k) qsort(times[k], (size_t)calls, sizeof(double), CompareDoubles);
   const double a = times[0][calls / 2], b = times[1][calls / 2], copy = times[2][calls / 2];
   printf(
-      "1x%ldx%ldx%ld G=%ld %s threads=%d: A %.2f us  B %.2f us  memcpy %.2f us  "
+      "1x%ldx%ldx%ld %s%s %s threads=%d: A %.2f us  B %.2f us  memcpy %.2f us  "
       "ratios %.3f %.3f  B/A %.3f\n",
-      C, H, W, G, nhwc ? "NHWC" : "NCHW", threads, a / 1e3, b / 1e3, copy / 1e3, copy / a, copy / b,
-      b / a);
+      C, H, W, rows_op ? "" : "G=", argv[6], nhwc ? "NHWC" : "NCHW", threads, a / 1e3, b / 1e3,
+      copy / 1e3, copy / a, copy / b, b / a);
   return 0;
 }

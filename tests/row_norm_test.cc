@@ -47,6 +47,10 @@ TEST(RowNorm, LayerNormMatchesReference) {
     RunRowNorm(7, D, false, true, true, false, 2, 0.0f);
   }
   RunRowNorm(64, 768, false, false, true, true, 3, 0.0f);
+  // Short rows of a cache-resident tensor take their statistics in batches (64 rows of
+  // 64, 20 of 200): several batches per task, the last one partial.
+  RunRowNorm(300, 64, false, true, true, false, 2, 0.0f);
+  RunRowNorm(101, 200, false, true, true, true, 3, 0.0f);
   RunRowNorm(5, 33, false, true, false, false, 1, 0.0f);
   RunRowNorm(5, 33, false, false, false, true, 1, 0.0f);
 }
@@ -58,6 +62,7 @@ TEST(RowNorm, RmsNormMatchesReference) {
 
 TEST(RowNorm, LargeMeanSmallVariance) {
   for (int64_t D : {64, 768, 5000}) RunRowNorm(9, D, false, true, true, false, 2, 1.15e4f);
+  RunRowNorm(150, 48, false, true, true, false, 2, 1.15e4f);
 }
 
 TEST(RowNorm, BitwiseIdenticalAcrossThreadCounts) {
