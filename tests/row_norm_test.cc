@@ -58,6 +58,9 @@ TEST(RowNorm, LayerNormMatchesReference) {
 TEST(RowNorm, RmsNormMatchesReference) {
   for (int64_t D : {1, 7, 16, 31, 768, 5000}) RunRowNorm(6, D, true, true, false, false, 2, 0.0f);
   RunRowNorm(33, 128, true, false, false, true, 3, 0.0f);
+  // Batches of short rows (64 rows of 64, 20 of 200), the last one partial.
+  RunRowNorm(300, 64, true, true, false, false, 2, 0.0f);
+  RunRowNorm(101, 200, true, true, false, true, 3, 1.0e3f);
 }
 
 TEST(RowNorm, LargeMeanSmallVariance) {

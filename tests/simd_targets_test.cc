@@ -356,6 +356,41 @@ TEST(SimdTargets, SpanMeanRstdEachMatchesReferenceOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// SpanRmsEach (RMS norm of short rows), spans side by side. Against a double
+// reference; a span's bits alone equal its bits in the batch; a NaN stays in its span.
+TEST(SimdTargets, SpanRmsEachMatchesReferenceOnEveryTarget) {
+  const float eps = 1e-6f;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (int64_t n : {1, 5, 9, 16, 33, 49, 196, 512, 513, 1000}) {
+      const int64_t count = 21;  // a partial last vector of spans on every target
+      std::vector<float> x = RandomVector(n * count, 97 + static_cast<uint32_t>(n));
+      for (int64_t i = n; i < 2 * n; ++i) x[i] = 1.0e4f + x[i];
+      for (int64_t i = 3 * n; i < 4 * n; ++i) x[i] = 0.0f;  // rstd = 1 / sqrt(eps)
+      x[5 * n + n / 2] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<double> rstd(count);
+      normkit::kernels::SpanRmsEach(x.data(), n, count, eps, rstd.data());
+      for (int64_t k = 0; k < count; ++k) {
+        SCOPED_TRACE("n=" + std::to_string(n) + " span=" + std::to_string(k));
+        const float* xs = x.data() + k * n;
+        if (k == 5) {
+          EXPECT_TRUE(std::isnan(rstd[k]));
+          continue;
+        }
+        double ss = 0.0;
+        for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xs[i]) * xs[i];
+        const double want = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+        EXPECT_NEAR(rstd[k], want, 1e-6 * want);
+        double one;  // the span alone
+        normkit::kernels::SpanRmsEach(xs, n, 1, eps, &one);
+        EXPECT_EQ(std::memcmp(&one, &rstd[k], sizeof(double)), 0);
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(SimdTargets, NormalizationsMatchReferenceOnEveryTarget) {
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   for (int64_t target : targets) {

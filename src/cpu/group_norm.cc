@@ -426,13 +426,13 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   }
 }
 
-// Layer norm batches the statistics of rows of up to kBatchedRowFloats floats in
+// Layer and RMS norm batch the statistics of rows of up to kBatchedRowFloats floats in
 // tensors of up to kBatchedRowsMaxBytes, kMaxRowBatch rows at most (their means and
-// rstds are on the stack). Same-process A/B against row by row, one thread, time ratio:
-// 4096x64 0.50, 4096x256 0.65-0.67, 1024x200 0.63, 1024x384 0.73, 2048x512 (4 MiB)
-// 0.80-0.83; but 4096x512 (8 MiB, from memory) 1.35-1.7. Rows of 768 and 2048 floats
-// (batches of 5 and 2, through TwoSpansMoments) gained nothing or lost: 128x768 1.0,
-// 256x2048 1.12.
+// rstds are on the stack). Layer norm, same-process A/B against row by row, one thread,
+// time ratio: 4096x64 0.50, 4096x256 0.65-0.67, 1024x200 0.63, 1024x384 0.73, 2048x512
+// (4 MiB) 0.80-0.83; but 4096x512 (8 MiB, from memory) 1.35-1.7. Rows of 768 and 2048
+// floats (batches of 5 and 2, through TwoSpansMoments) gained nothing or lost: 128x768
+// 1.0, 256x2048 1.12. RMS norm: 4096x64 0.58, 4096x128 0.67-0.71, 2048x512 0.89-0.91.
 constexpr int64_t kBatchedRowFloats = 512;
 constexpr int64_t kBatchedRowsMaxBytes = int64_t{4} << 20;
 constexpr int64_t kMaxRowBatch = 256;
@@ -459,11 +459,11 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
     kernels::ApplyRowNorm(xd + r * D, yd + r * D, D, mean_f, rstd_f, offset, args.gamma,
                           args.rms ? nullptr : args.beta, stream);
   };
-  // Layer norm of a cache-resident tensor of short rows: the statistics of a batch of
-  // rows side by side (kernels::SpanMeanRstdEach), then the batch's outputs. Row by
-  // row, each row's chain of reductions, divisions and square root (about 40 ns) was
-  // most of the time of short rows.
-  const bool batched = !args.rms && D <= kBatchedRowFloats && x.bytes <= kBatchedRowsMaxBytes;
+  // A cache-resident tensor of short rows: the statistics of a batch of rows side by
+  // side (kernels::SpanMeanRstdEach / SpanRmsEach), then the batch's outputs. Row by
+  // row, each row's chain of reductions, divisions and square root (about 40 ns for
+  // layer norm) was most of the time of short rows.
+  const bool batched = D <= kBatchedRowFloats && x.bytes <= kBatchedRowsMaxBytes;
   const int64_t D_bytes = D * static_cast<int64_t>(sizeof(float));
   int64_t batch_rows = std::clamp<int64_t>(kUnitBatchBytes / D_bytes, 1, kMaxRowBatch);
   if (batch_rows > kUnitBatchMultiple) batch_rows -= batch_rows % kUnitBatchMultiple;
@@ -474,7 +474,12 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
       double mean[kMaxRowBatch], rstd[kMaxRowBatch];
       for (int64_t b0 = r0; b0 < r_end; b0 += batch_rows) {
         const int64_t b1 = std::min(r_end, b0 + batch_rows);
-        kernels::SpanMeanRstdEach(xd + b0 * D, D, b1 - b0, args.eps, mean, rstd);
+        if (args.rms) {
+          kernels::SpanRmsEach(xd + b0 * D, D, b1 - b0, args.eps, rstd);
+          std::fill(mean, mean + (b1 - b0), 0.0);
+        } else {
+          kernels::SpanMeanRstdEach(xd + b0 * D, D, b1 - b0, args.eps, mean, rstd);
+        }
         for (int64_t r = b0; r < b1; ++r) apply_row(r, mean[r - b0], rstd[r - b0]);
       }
       return;

@@ -410,6 +410,59 @@ void ShortSpansMeanRstd(const float* HWY_RESTRICT x, size_t n, size_t spans, flo
     rstd_out[j] = ReciprocalStd(m, eps);
   }
 }
+
+// 1 / sqrt(mean square + eps) of `spans` (at most one vector's worth) consecutive spans
+// of n elements, span j in lane j, as ShortSpansMeanRstd takes them: each span's
+// squares summed lane-wise on two float chains (its last vector loaded whole, ending
+// at the span's end, the lanes already counted set to zero), one transposed reduction,
+// then the mean square and rstd in double lanes side by side.
+void ShortSpansRms(const float* HWY_RESTRICT x, size_t n, size_t spans, float eps,
+                   double* HWY_RESTRICT rstd_out) {
+  const DF d;
+  const DD dd;
+  const DH dh;
+  using V = hn::Vec<DF>;
+  constexpr size_t kLanes = hn::MaxLanes(DF());
+  const size_t N = hn::Lanes(d);
+  const size_t whole = n / N;
+  const bool tail = whole * N < n;
+  const auto fresh = hn::Not(hn::FirstN(d, N - (n - whole * N)));  // of the last vector
+  const auto sum_squares = [&](size_t j) {
+    if (j >= spans) return hn::Zero(d);  // absent: their lanes are not stored
+    const float* HWY_RESTRICT xs = x + j * n;
+    V a = hn::Zero(d), b = hn::Zero(d);  // even and odd vectors' chains
+    size_t i = 0;
+    for (; i + 2 <= whole; i += 2) {
+      const V v0 = hn::LoadU(d, xs + i * N), v1 = hn::LoadU(d, xs + i * N + N);
+      a = hn::MulAdd(v0, v0, a);
+      b = hn::MulAdd(v1, v1, b);
+    }
+    if (i < whole) {
+      const V v = hn::LoadU(d, xs + i * N);
+      a = hn::MulAdd(v, v, a);
+    }
+    if (tail) {
+      const V v = hn::IfThenElseZero(fresh, hn::LoadU(d, xs + n - N));
+      b = hn::MulAdd(v, v, b);
+    }
+    return a + b;
+  };
+  V quad[kLanes / 4];
+  for (size_t q = 0; q < N / 4; ++q) {
+    quad[q] = BlockSumsOfFour(sum_squares(4 * q), sum_squares(4 * q + 1), sum_squares(4 * q + 2),
+                              sum_squares(4 * q + 3));
+  }
+  const V sums = LaneSumsOfQuads(d, quad);
+  alignas(64) double rstd[kLanes];
+  const auto count = hn::Set(dd, static_cast<double>(n));
+  const auto deps = hn::Set(dd, static_cast<double>(eps));
+  const auto rstd_of = [&](hn::Vec<DD> sum) {
+    return hn::Set(dd, 1.0) / hn::Sqrt(sum / count + deps);
+  };
+  hn::Store(rstd_of(hn::PromoteTo(dd, hn::LowerHalf(dh, sums))), dd, rstd);
+  hn::Store(rstd_of(hn::PromoteTo(dd, hn::UpperHalf(dh, sums))), dd, rstd + N / 2);
+  for (size_t j = 0; j < spans; ++j) rstd_out[j] = rstd[j];
+}
 #endif  // HWY_TARGET != HWY_SCALAR
 
 void SpanMeanRstdEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t count, float eps,
@@ -491,6 +544,25 @@ double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
   double sum = SumLanes(lo + hi);
   for (; i < n; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   return sum;
+}
+
+void SpanRmsEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t count, float eps,
+                     double* rstd) {
+  int64_t k = 0;
+#if HWY_TARGET != HWY_SCALAR
+  const size_t un = n > 0 ? static_cast<size_t>(n) : 0;
+  if (LaneParallelSpans(un)) {
+    const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+    for (; k < count; k += N) {
+      ShortSpansRms(x + k * n, un, static_cast<size_t>(std::min(N, count - k)), eps, rstd + k);
+    }
+    return;
+  }
+#endif
+  for (; k < count; ++k) {
+    const double ms = SpanSumSquaresImpl(x + k * n, n) / static_cast<double>(n);
+    rstd[k] = 1.0 / std::sqrt(ms + static_cast<double>(eps));
+  }
 }
 
 // Channels-last rows of at most four vectors are walked a few vectors of channels at
@@ -1278,6 +1350,7 @@ namespace kernels {
 
 HWY_EXPORT(SpanMomentsImpl);
 HWY_EXPORT(SpanMeanRstdEachImpl);
+HWY_EXPORT(SpanRmsEachImpl);
 HWY_EXPORT(ChannelParametersEachImpl);
 HWY_EXPORT(SpanSumSquaresImpl);
 HWY_EXPORT(ChannelShiftedSumsImpl);
@@ -1296,6 +1369,10 @@ Moments SpanMoments(const float* x, int64_t n) {
 void SpanMeanRstdEach(const float* x, int64_t n, int64_t count, float eps, double* mean,
                       double* rstd) {
   HWY_DYNAMIC_DISPATCH(SpanMeanRstdEachImpl)(x, n, count, eps, mean, rstd);
+}
+
+void SpanRmsEach(const float* x, int64_t n, int64_t count, float eps, double* rstd) {
+  HWY_DYNAMIC_DISPATCH(SpanRmsEachImpl)(x, n, count, eps, rstd);
 }
 
 void ChannelParametersEach(const double* mean, const double* rstd, const float* gamma,

@@ -48,6 +48,12 @@ inline double ReciprocalStd(const Moments& m, float eps) {
 void SpanMeanRstdEach(const float* x, int64_t n, int64_t count, float eps, double* mean,
                       double* rstd);
 
+// 1 / sqrt(mean(x^2) + eps) of span k = x[k * n, (k + 1) * n), for k < count (RMS
+// norm of short rows): spans of one to 32 vectors a vector's worth at a time, span j
+// in lane j (float sums, then double; not SpanSumSquares' bits); other lengths from
+// SpanSumSquares. A span's bits depend only on its data, n and the SIMD target.
+void SpanRmsEach(const float* x, int64_t n, int64_t count, float eps, double* rstd);
+
 // The apply pass's parameters of channels that are groups of their own (instance
 // norm), for c < count: mean_f[c] = the float nearest mean[c],
 // scale[c] = gamma[c] * rstd[c], shift[c] = beta[c] - (mean[c] - mean_f[c]) * scale[c]
