@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Benchmarks of the normalization family on seed 002's shapes and the edge shapes:
 // group norm (with and without the fused SiLU), instance norm, layer / RMS norm over
-// [4096, 768]; both layouts, 1 and all threads, against the same-run memcpy.
+// [4096, 768] and [4096, 128]; both layouts, 1 and all threads, against the same-run memcpy.
 //
 //   ./build/bench/normkit_bench --benchmark_filter='seed002'
 #include <string>
@@ -111,10 +111,12 @@ int RegisterAll() {
     for (auto layout : layouts)
       for (int t : thread_counts)
         Register("edge", Norm::kInstance, shape, 0, layout, NORMKIT_ACTIVATION_NONE, false, t);
+  // [4096, 128]: short rows (per-head QK norm), whose statistics go in batches.
   for (Norm op : {Norm::kLayerRows, Norm::kRmsRows})
-    for (int t : thread_counts)
-      Register("rows", op, {4096, 768}, 0, NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_ACTIVATION_NONE,
-               false, t);
+    for (const auto& shape : {std::vector<int64_t>{4096, 768}, std::vector<int64_t>{4096, 128}})
+      for (int t : thread_counts)
+        Register("rows", op, shape, 0, NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_ACTIVATION_NONE,
+                 false, t);
   return 0;
 }
 const int registered = RegisterAll();
