@@ -476,11 +476,12 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
         const int64_t b1 = std::min(r_end, b0 + batch_rows);
         if (args.rms) {
           kernels::SpanRmsEach(xd + b0 * D, D, b1 - b0, args.eps, rstd);
-          std::fill(mean, mean + (b1 - b0), 0.0);
         } else {
           kernels::SpanMeanRstdEach(xd + b0 * D, D, b1 - b0, args.eps, mean, rstd);
         }
-        for (int64_t r = b0; r < b1; ++r) apply_row(r, mean[r - b0], rstd[r - b0]);
+        for (int64_t r = b0; r < b1; ++r) {
+          apply_row(r, args.rms ? 0.0 : mean[r - b0], rstd[r - b0]);
+        }
       }
       return;
     }
