@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * Same-process A/B of two normkit builds: normkit_ab_compare OLD.so NEW.so C H W G
- * [calls] [nhwc] [threads].
+ * [calls] [nhwc] [threads] [act].
  *
  * Loads both shared libraries with dlmopen (separate link-map namespaces, so the
  * two copies of the same soname do not collide) and alternates calls of
  * normkit_group_norm on a 1xCxHxW tensor (gamma and beta set), each call timed
  * alone, plus a memcpy of the tensor after each pair. Prints the medians, each
- * build's ratio to memcpy, and B/A. G = ln or rms times normkit_layer_norm or
- * normkit_rms_norm instead, on a [C, H*W] tensor (rows, D).
+ * build's ratio to memcpy, B/A, and whether the two builds' last outputs are the
+ * same bits. G = ln or rms times normkit_layer_norm or normkit_rms_norm instead,
+ * on a [C, H*W] tensor (rows, D). act: none (default), relu or silu, group norm's
+ * fused activation.
  *
  * Why: this 2-core VM drifts between phases where the same call takes 5.4 or
  * 8.5 us. Two builds timed in separate runs compare phases, not code; in one
@@ -48,7 +50,9 @@ static int CompareDoubles(const void* a, const void* b) {
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    fprintf(stderr, "usage: %s OLD.so NEW.so C H W G [calls=3000] [nhwc=0] [threads=1]\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s OLD.so NEW.so C H W G [calls=3000] [nhwc=0] [threads=1] [act=none]\n",
+            argv[0]);
     return 2;
   }
   const long C = atol(argv[3]), H = atol(argv[4]), W = atol(argv[5]);
@@ -57,6 +61,14 @@ int main(int argc, char** argv) {
   const int calls = argc > 7 ? atoi(argv[7]) : 3000;
   const int nhwc = argc > 8 ? atoi(argv[8]) : 0;
   const int threads = argc > 9 ? atoi(argv[9]) : 1;
+  const char* act_name = argc > 10 ? argv[10] : "none";
+  const int act = strcmp(act_name, "silu") == 0   ? NORMKIT_ACTIVATION_SILU
+                  : strcmp(act_name, "relu") == 0 ? NORMKIT_ACTIVATION_RELU
+                                                  : NORMKIT_ACTIVATION_NONE;
+  if (act == NORMKIT_ACTIVATION_NONE && strcmp(act_name, "none") != 0) {
+    fprintf(stderr, "act must be none, relu or silu, not %s\n", act_name);
+    return 2;
+  }
   if (C < 1 || H < 1 || W < 1 || G < 1 || calls < 1 || threads < 1) {
     fprintf(stderr, "C, H, W, G, calls and threads must be >= 1\n");
     return 2;
@@ -84,12 +96,14 @@ int main(int argc, char** argv) {
   const long n = C * H * W;
   float* x = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);
   float* y = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);
+  float* y_b = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64); /* B's output */
+  float* y_a = malloc((size_t)n * 4); /* A's, kept from the memcpy below */
   const long params = rows_op ? H * W : C;
   float* gamma = malloc((size_t)params * 4);
   float* beta = malloc((size_t)params * 4);
   double* times[3];
   for (int k = 0; k < 3; ++k) times[k] = malloc((size_t)calls * sizeof(double));
-  if (!x || !y || !gamma || !beta || !times[0] || !times[1] || !times[2]) {
+  if (!x || !y || !y_b || !y_a || !gamma || !beta || !times[0] || !times[1] || !times[2]) {
     fprintf(stderr, "out of memory\n");
     return 1;
   }
@@ -116,17 +130,21 @@ int main(int argc, char** argv) {
     xt.shape[0] = C;
   }
   yt = xt;
+  normkit_tensor yt_b = xt;
   yt.data = y;
+  yt_b.data = y_b;
   for (int r = 0; r < calls; ++r) {
     for (int j = 0; j < 2; ++j) {
       const int k = (r & 1) ? 1 - j : j;  // alternate which build goes first
+      const normkit_tensor* out = k == 0 ? &yt : &yt_b;
       const double t0 = NowNs();
       const normkit_status s =
-          rows_op == 1   ? layer_norm[k](context[k], &xt, gamma, beta, 1e-5f, &yt, NULL, NULL)
-          : rows_op == 2 ? rms_norm[k](context[k], &xt, gamma, 1e-5f, &yt, NULL)
-                         : group_norm[k](context[k], &xt, G, gamma, beta, 1e-5f,
-                                         NORMKIT_ACTIVATION_NONE, &yt, NULL, NULL);
+          rows_op == 1 ? layer_norm[k](context[k], &xt, gamma, beta, 1e-5f, out, NULL, NULL)
+          : rows_op == 2
+              ? rms_norm[k](context[k], &xt, gamma, 1e-5f, out, NULL)
+              : group_norm[k](context[k], &xt, G, gamma, beta, 1e-5f, act, out, NULL, NULL);
       times[k][r] = NowNs() - t0;
+      if (r == calls - 1 && k == 0) memcpy(y_a, y, (size_t)n * 4);  // A's last output
       if (s != 0) {
         fprintf(stderr, "%s: status %d\n", argv[1 + k], (int)s);
         return 1;
@@ -139,9 +157,10 @@ int main(int argc, char** argv) {
   for (int k = 0; k < 3; ++k) qsort(times[k], (size_t)calls, sizeof(double), CompareDoubles);
   const double a = times[0][calls / 2], b = times[1][calls / 2], copy = times[2][calls / 2];
   printf(
-      "1x%ldx%ldx%ld %s%s %s threads=%d: A %.2f us  B %.2f us  memcpy %.2f us  "
-      "ratios %.3f %.3f  B/A %.3f\n",
-      C, H, W, rows_op ? "" : "G=", argv[6], nhwc ? "NHWC" : "NCHW", threads, a / 1e3, b / 1e3,
-      copy / 1e3, copy / a, copy / b, b / a);
+      "1x%ldx%ldx%ld %s%s %s %s threads=%d: A %.2f us  B %.2f us  memcpy %.2f us  "
+      "ratios %.3f %.3f  B/A %.3f  outputs %s\n",
+      C, H, W, rows_op ? "" : "G=", argv[6], nhwc ? "NHWC" : "NCHW", act_name, threads, a / 1e3,
+      b / 1e3, copy / 1e3, copy / a, copy / b, b / a,
+      memcmp(y_a, y_b, (size_t)n * 4) == 0 ? "same bits" : "DIFFER");
   return 0;
 }
