@@ -119,6 +119,23 @@ TEST(GroupNorm, ActivationsParamsInPlaceAndThreads) {
   }
 }
 
+// Activations on the apply paths that take several vectors at a time: channels-last
+// rows of more than four vectors (1280 channels: over 4 KiB, two rows a step, and an
+// odd row count leaves a step of one), and channels-first planes whose runs end in an
+// odd vector after the SiLU pairs.
+TEST(GroupNorm, ActivationsOnWideRowsAndLongPlanes) {
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> shapes_groups = {
+      {{1, 1280, 3, 3}, 32}, {{2, 128, 5, 3}, 8}, {{1, 8, 21, 23}, 4}};
+  for (const auto& [shape, g] : shapes_groups) {
+    for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      for (int32_t act :
+           {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_RELU, NORMKIT_ACTIVATION_SILU}) {
+        RunGroupNormCase(GroupNormCase{shape, g, layout, act});
+      }
+    }
+  }
+}
+
 // One group larger than a fused task takes (split over threads) and one sample per
 // call: the statistics are then merged across blocks of several tasks.
 TEST(GroupNorm, LargeGroupsSplitAcrossThreads) {
