@@ -16,7 +16,8 @@
 namespace normkit_bench {
 
 // `bytes`: what the op must move (x read once, y written once). The reference moves
-// `ref_elems` floats: memcpy out of place, x = a*x + b in place. With read_elems > 0,
+// `ref_elems` floats: memcpy out of place (and ratio_to_loop: a plain vector loop
+// y = x + 0), x = a*x + b in place. With read_elems > 0,
 // also ratio_to_read: the time of a plain parallel sum over read_src, over the op's.
 inline void RunAgainstCopy(benchmark::State& state, const std::function<void()>& run_op,
                            int threads, const float* x, int64_t ref_elems, bool in_place,
@@ -29,18 +30,23 @@ inline void RunAgainstCopy(benchmark::State& state, const std::function<void()>&
       ParallelCopy(threads, ref.get(), x, ref_elems);
     }
   };
+  const auto run_loop = [&] { ParallelLoopCopy(threads, ref.get(), x, ref_elems); };
   volatile float sink = 0;
   const auto run_read = [&] { sink = sink + ParallelReadSum(threads, read_src, read_elems); };
   run_op();
   run_ref();
-  double op_total = 0, ref_total = 0, read_total = 0;
+  double op_total = 0, ref_total = 0, read_total = 0, loop_total = 0;
   for (auto _ : state) {
     const double t_op = Seconds(run_op);
     ref_total += Seconds(run_ref);
+    if (!in_place) loop_total += Seconds(run_loop);
     if (read_elems > 0) read_total += Seconds(run_read);
     op_total += t_op;
     state.SetIterationTime(t_op);
   }
+  // Out of place, also the time of a plain vector loop y = x + 0 over the op's: what
+  // memcpy gains over any loop of plain stores (ParallelLoopCopy) is not in it.
+  if (!in_place) state.counters["ratio_to_loop"] = loop_total / op_total;
   // Optional second reference: a plain read of read_elems floats at read_src (for the
   // shift-sum forward, x: at 1.0 the op runs as fast as reading its input).
   if (read_elems > 0) state.counters["ratio_to_read"] = read_total / op_total;
