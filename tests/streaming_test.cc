@@ -37,6 +37,42 @@ TEST(Streaming, AffineMisalignedOutput) {
   }
 }
 
+// Tensors larger than the last-level cache with whole vectors of channels (C = 64):
+// the loops picked for inputs from memory (each load next to its store; channels-last
+// in place, two halves in step also when every term fits the registers), in place and
+// out of place, with both terms, scale only and shift only.
+TEST(Streaming, AffineFromMemoryWholeVectorChannels) {
+  const std::vector<int64_t> shape = {2, 64, 229, 231};  // 27 MB
+  const int64_t N = shape[0], C = shape[1], numel = Numel(shape), S = numel / (N * C);
+  const std::vector<float> x = RandomVector(numel, 9), scale = RandomVector(C, 10),
+                           shift = RandomVector(C, 11);
+  std::vector<float> ax(x), as(scale), ab(shift);
+  for (auto* v : {&ax, &as, &ab})
+    for (auto& e : *v) e = std::fabs(e);
+  std::vector<float> y(numel);
+  for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+    const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST;
+    for (int terms = 0; terms < 3; ++terms) {  // both, scale only, shift only
+      const float* sc = terms == 2 ? nullptr : scale.data();
+      const float* sh = terms == 1 ? nullptr : shift.data();
+      const std::vector<double> ref = ReferenceAffine(x, N, C, S, cl, sc, sh, false);
+      const std::vector<double> mag = ReferenceAffine(ax, N, C, S, cl, sc ? as.data() : nullptr,
+                                                      sh ? ab.data() : nullptr, false);
+      for (bool in_place : {false, true}) {
+        if (in_place) y = x;
+        normkit_tensor xt = Desc(in_place ? y.data() : const_cast<float*>(x.data()), layout, shape),
+                       yt = Desc(y.data(), layout, shape);
+        ASSERT_EQ(normkit_affine(nullptr, &xt, sc, sh, NORMKIT_PARAMS_PER_CHANNEL, &yt),
+                  NORMKIT_SUCCESS);
+        const std::string what = std::string("affine from memory, ") + (cl ? "NHWC" : "NCHW") +
+                                 ", terms " + std::to_string(terms) +
+                                 (in_place ? ", in place" : ", out of place");
+        ExpectNear(y, ref, mag, what.c_str());
+      }
+    }
+  }
+}
+
 TEST(Streaming, GroupNormMisalignedOutput) {
   const int64_t N = kShape[0], C = kShape[1], numel = Numel(kShape), S = numel / (N * C);
   const std::vector<float> x = RandomVector(numel, 6), gamma = RandomVector(C, 7),

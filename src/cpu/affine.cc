@@ -171,8 +171,8 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
       S < lanes && !params.per_sample && C * S <= kMaxPeriodicRow && C * S * 8 <= x.numel;
   if (!x.channels_last() && !small_planes) {
     kernels::AffineBroadcastJob job{
-        xd,    yd,     S,      params.per_sample ? N * C : C, params.scale, params.shift,
-        terms, stream, x.numel};
+        xd,    yd,     S,       params.per_sample ? N * C : C,  params.scale, params.shift,
+        terms, stream, x.numel, x.bytes >= kStreamingStoreBytes};
     if (!fold) {
       RunBlocks(context, x.numel,
                 [&](int64_t b, int64_t e) { kernels::AffineBroadcast(job, b, e); });
@@ -209,6 +209,7 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   kernels::AffinePeriodicJob job{
       xd,      yd,      sample_elems, period, 0,
       nullptr, nullptr, terms,        stream, x.bytes <= kAffineRowsMaxBytes};
+  job.from_memory = x.bytes >= kStreamingStoreBytes;
   if (row_len <= kLocalRepFloats) {
     // Each range builds the rows it reads on its own thread's stack, one sample's row
     // at a time. Built once by the calling thread, they crossed to every other core's

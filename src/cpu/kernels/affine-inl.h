@@ -131,7 +131,7 @@ HWY_INLINE bool AllTermsHeld(size_t vectors) {
 template <bool kScale, bool kShift, bool kStream>
 HWY_INLINE size_t AffinePeriodInRegisters(const float* x, float* y, size_t n,
                                           const float* scale_rep, const float* shift_rep,
-                                          size_t period) {
+                                          size_t period, bool from_memory) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t lanes = hn::Lanes(d);
@@ -158,7 +158,14 @@ HWY_INLINE size_t AffinePeriodInRegisters(const float* x, float* y, size_t n,
       // Constant indices in every unrolled copy keep vscale[j] / vshift[j] registers.
       HWY_UNROLL(4)
       for (size_t j = 0; j < kCount; j += 4) {
-        if (j + 4 <= step_vectors) {
+        if (j + 4 <= step_vectors && from_memory) {
+          // From memory each load next to its store (Zen 5, 64x256x64x64 channels-last
+          // scale-only out of place: 1.23 -> 1.40 of memcpy); in cache loads first.
+          apply(hn::LoadU(d, x + i + j * lanes), j);
+          apply(hn::LoadU(d, x + i + (j + 1) * lanes), j + 1);
+          apply(hn::LoadU(d, x + i + (j + 2) * lanes), j + 2);
+          apply(hn::LoadU(d, x + i + (j + 3) * lanes), j + 3);
+        } else if (j + 4 <= step_vectors) {
           const auto x0 = hn::LoadU(d, x + i + j * lanes);
           const auto x1 = hn::LoadU(d, x + i + (j + 1) * lanes);
           const auto x2 = hn::LoadU(d, x + i + (j + 2) * lanes);
@@ -247,7 +254,7 @@ HWY_INLINE size_t AffinePeriodPairs(const float* x, float* y, size_t n,
 template <bool kScale, bool kShift, bool kStream>
 HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const float* scale_rep,
                                    const float* shift_rep, size_t period, size_t o,
-                                   bool rows_per_load) {
+                                   bool rows_per_load, bool from_memory) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   size_t i = 0;
@@ -279,9 +286,11 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
   const bool in_registers = whole_vectors && vectors <= kParamRegs &&
                             (!rows_per_load || AllTermsHeld<kScale, kShift>(vectors));
   // DRAM-sized in-place or plain-store calls whose terms are not all held: two
-  // halves in step (spans too short for that keep the shift in registers).
-  const bool paired =
-      whole_vectors && !AllTermsHeld<kScale, kShift>(vectors) && !rows_per_load && !kStream;
+  // halves in step (spans too short for that keep the shift in registers). Also when
+  // they are held, from memory: 64x256x64x64 channels-last scale-only in place, one
+  // thread, 0.79 -> 0.98 of the flat in-place scale on Zen 5.
+  const bool paired = whole_vectors && !rows_per_load && !kStream &&
+                      (!AllTermsHeld<kScale, kShift>(vectors) || from_memory);
   while (i + lanes <= n) {
     if (paired && o < lanes && n - i >= 2 * kPairedHalfFloats) {
       i += AffinePeriodPairs<kScale, kShift, kStream>(x + i, y + i, n - i,
@@ -291,7 +300,7 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
     } else if (in_registers && o < lanes && n - i >= period) {
       i += AffinePeriodInRegisters<kScale, kShift, kStream>(
           x + i, y + i, n - i, kScale ? scale_rep + o : nullptr, kShift ? shift_rep + o : nullptr,
-          period);
+          period, from_memory);
       if (i + lanes > n) break;
     } else if (rows_per_load && o < lanes && whole_vectors) {
       // Whole periods from offset o: rep[o, o + period) is inside the row. Four rows

@@ -25,8 +25,9 @@ struct AffineBroadcastJob {
   const float* scale;  // may be null when terms excludes it
   const float* shift;
   AffineTerms terms;
-  bool stream;    // non-temporal stores for the aligned body (outputs beyond the LLC)
-  int64_t numel;  // of the whole tensor (ranges are parts of it): picks the plane walk
+  bool stream;       // non-temporal stores for the aligned body (outputs beyond the LLC)
+  int64_t numel;     // of the whole tensor (ranges are parts of it): picks the plane walk
+  bool from_memory;  // x larger than the last-level cache: picks the loop within a plane
 };
 
 // Periodic parameters: element i of sample n uses rep[n][(i - n * sample_elems) % period],
@@ -46,6 +47,7 @@ struct AffinePeriodicJob {
   // Apply each parameter vector to several rows per load: pays off when x is in
   // cache (loads are then the bottleneck), costs prefetch order when it is not.
   bool rows_per_load;
+  bool from_memory = false;  // x larger than the last-level cache: picks the loop in a period
 };
 
 void AffineBroadcast(const AffineBroadcastJob& job, int64_t begin, int64_t end);
