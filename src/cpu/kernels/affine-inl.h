@@ -277,14 +277,16 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
   // Runs of whole vectors that do not wrap the period: a tight loop with no
   // index arithmetic beyond the pointer bump. rep holds period + lanes values,
   // so a run may also be one vector that straddles the wrap.
-  // Parameters in registers where they fit, but in-cache calls (rows_per_load) keep
-  // the rows for a period whose scale would be loaded (C = 256: 1x256x14x14
-  // channels-last in place, 1.12-1.24 of the flat scale with rows, 1.03-1.14 without).
-  // Fixed for the span: decided once, not per run.
+  // Parameters in registers where they fit, also in cache where only the shift fits
+  // (the scale then loaded per vector). On Zen 4 the rows kept those in-cache calls
+  // faster (1x256x14x14 channels-last in place, 1.12-1.24 of the flat scale with
+  // rows, 1.03-1.14 without); on Zen 5 the rows lost by far more (same-process A/B,
+  // one thread: 1x256x14x14, 1x192x14x14 and 1x160x14x14 out of place 0.69-0.70 of
+  // the time without them; 1x256x14x14 in place 0.88-0.99 -> 1.10-1.16 of the flat
+  // scale). Fixed for the span: decided once, not per run.
   const bool whole_vectors = period % lanes == 0;
   const size_t vectors = period / lanes;
-  const bool in_registers = whole_vectors && vectors <= kParamRegs &&
-                            (!rows_per_load || AllTermsHeld<kScale, kShift>(vectors));
+  const bool in_registers = whole_vectors && vectors <= kParamRegs;
   // DRAM-sized in-place or plain-store calls whose terms are not all held: two
   // halves in step (spans too short for that keep the shift in registers). Also when
   // they are held, from memory: 64x256x64x64 channels-last scale-only in place, one
