@@ -133,6 +133,11 @@ TEST(SimdTargets, AffineChannelsLastPeriodsOnEveryTarget) {
     shapes.push_back({2, C, 37});
   }
   shapes.push_back({1, 64, 17000});  // 4.2 MiB: past the in-cache row walk
+  // 1-4 MiB, periods past the registers: the row walk, four rows (C = 512, 272) and
+  // two (C = 1024: periods of 4 KiB).
+  shapes.push_back({1, 512, 640});
+  shapes.push_back({2, 272, 620});
+  shapes.push_back({1, 1024, 300});
   shapes.push_back({1, 256, 4500});
   // Periods past the registers over 4 MiB walk two halves in step: 125 vectors of
   // C = 1000 (4-vector steps), 65 of C = 520 with samples split across threads.

@@ -209,6 +209,8 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   kernels::AffinePeriodicJob job{
       xd,      yd,      sample_elems, period, 0,
       nullptr, nullptr, terms,        stream, x.bytes <= kAffineRowsMaxBytes};
+  job.rows_per_load = x.bytes > kAffineRowsMinBytes && x.bytes <= kAffineRowsMaxBytes;
+  job.in_cache = x.bytes <= kAffineRowsMaxBytes;
   job.from_memory = x.bytes >= kStreamingStoreBytes;
   if (row_len <= kLocalRepFloats) {
     // Each range builds the rows it reads on its own thread's stack, one sample's row

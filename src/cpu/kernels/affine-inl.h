@@ -254,7 +254,7 @@ HWY_INLINE size_t AffinePeriodPairs(const float* x, float* y, size_t n,
 template <bool kScale, bool kShift, bool kStream>
 HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const float* scale_rep,
                                    const float* shift_rep, size_t period, size_t o,
-                                   bool rows_per_load, bool from_memory) {
+                                   bool rows_per_load, bool in_cache, bool from_memory) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   size_t i = 0;
@@ -291,7 +291,7 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
   // halves in step (spans too short for that keep the shift in registers). Also when
   // they are held, from memory: 64x256x64x64 channels-last scale-only in place, one
   // thread, 0.79 -> 0.98 of the flat in-place scale on Zen 5.
-  const bool paired = whole_vectors && !rows_per_load && !kStream &&
+  const bool paired = whole_vectors && !in_cache && !kStream &&
                       (!AllTermsHeld<kScale, kShift>(vectors) || from_memory);
   while (i + lanes <= n) {
     if (paired && o < lanes && n - i >= 2 * kPairedHalfFloats) {

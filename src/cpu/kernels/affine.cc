@@ -232,7 +232,8 @@ void PeriodicRange(const AffinePeriodicJob& job, int64_t begin, int64_t end) {
     AffinePeriodicSpan<kScale, kShift, kStream>(
         job.x + i, job.y + i, static_cast<size_t>(stop - i), kScale ? job.scale_rep + rep : nullptr,
         kShift ? job.shift_rep + rep : nullptr, static_cast<size_t>(job.period),
-        static_cast<size_t>((i - sample_begin) % job.period), job.rows_per_load, job.from_memory);
+        static_cast<size_t>((i - sample_begin) % job.period), job.rows_per_load, job.in_cache,
+        job.from_memory);
     i = stop;
   }
   if constexpr (kStream) hwy::FlushStream();

@@ -47,6 +47,7 @@ struct AffinePeriodicJob {
   // Apply each parameter vector to several rows per load: pays off when x is in
   // cache (loads are then the bottleneck), costs prefetch order when it is not.
   bool rows_per_load;
+  bool in_cache = false;     // x fits the caches: no two halves in step
   bool from_memory = false;  // x larger than the last-level cache: picks the loop in a period
 };
 
