@@ -209,7 +209,8 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   kernels::AffinePeriodicJob job{
       xd,      yd,      sample_elems, period, 0,
       nullptr, nullptr, terms,        stream, x.bytes <= kAffineRowsMaxBytes};
-  job.rows_per_load = x.bytes > kAffineRowsMinBytes && x.bytes <= kAffineRowsMaxBytes;
+  job.rows_per_load =
+      x.bytes <= kAffineRowsMaxBytes && (x.data == y.data || x.bytes > kAffineRowsMinBytes);
   job.in_cache = x.bytes <= kAffineRowsMaxBytes;
   job.from_memory = x.bytes >= kStreamingStoreBytes;
   if (row_len <= kLocalRepFloats) {

@@ -37,12 +37,13 @@ constexpr int64_t kMinAffineBlockElems = int64_t{1} << 10;
 constexpr int64_t kMaxPeriodicRow = 4096;
 
 // Channels-last tensors up to this size count as cache-resident (no two halves in
-// step), and from kAffineRowsMinBytes up to it apply each parameter vector to several
-// rows. Measured on Zen 4: 0.8 -> 0.95 of memcpy at 1-4 MiB; at 8 MiB and beyond,
-// where DRAM sets the pace, the interleaved rows defeat the prefetcher: 1.6 -> 0.85.
-// On Zen 5 the rows made no difference at 1.6-3.2 MiB and lost within L2 (same-process
-// A/B, one thread, out of place, the general loop's time over the rows': 1x1024x7x7
-// 0.79, 1x320x16x16 0.77, 1x512x14x14 0.85, 1x2048x7x7 0.88), hence the lower bound.
+// step) and apply each parameter vector to several rows, out of place only from
+// kAffineRowsMinBytes up. Measured on Zen 4: 0.8 -> 0.95 of memcpy at 1-4 MiB; at 8 MiB
+// and beyond, where DRAM sets the pace, the interleaved rows defeat the prefetcher:
+// 1.6 -> 0.85. On Zen 5 the rows made no difference at 1.6-3.2 MiB; within L2 they
+// lost out of place (same-process A/B, one thread, the plain loop's time over the
+// rows': 1x1024x7x7 0.79, 1x320x16x16 0.77, 1x512x14x14 0.85, 1x2048x7x7 0.88) and
+// won in place (1x1024x7x7: 0.93 of the flat scale with them, 0.75 without).
 constexpr int64_t kAffineRowsMaxBytes = int64_t{4} << 20;
 constexpr int64_t kAffineRowsMinBytes = int64_t{1} << 20;
 
