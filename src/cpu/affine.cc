@@ -206,12 +206,11 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   const int64_t period = PeriodFor(C * repeat, lanes);
   const int64_t row_len = period + lanes;
   const int64_t sample_elems = C * S;
-  kernels::AffinePeriodicJob job{
-      xd,      yd,      sample_elems, period, 0,
-      nullptr, nullptr, terms,        stream, x.bytes <= kAffineRowsMaxBytes};
-  job.rows_per_load =
-      x.bytes <= kAffineRowsMaxBytes && (x.data == y.data || x.bytes > kAffineRowsMinBytes);
-  job.in_cache = x.bytes <= kAffineRowsMaxBytes;
+  const bool in_cache = x.bytes <= kAffineRowsMaxBytes;
+  const bool rows_per_load = in_cache && (x.data == y.data || x.bytes > kAffineRowsMinBytes);
+  kernels::AffinePeriodicJob job{xd,      yd,      sample_elems, period, 0,
+                                 nullptr, nullptr, terms,        stream, rows_per_load};
+  job.in_cache = in_cache;
   job.from_memory = x.bytes >= kStreamingStoreBytes;
   if (row_len <= kLocalRepFloats) {
     // Each range builds the rows it reads on its own thread's stack, one sample's row
