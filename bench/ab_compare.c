@@ -53,7 +53,7 @@ static int CompareDoubles(const void* a, const void* b) {
 int main(int argc, char** argv) {
   if (argc < 7) {
     fprintf(stderr,
-            "usage: %s OLD.so NEW.so C H W G [calls=3000] [nhwc=0] [threads=1] [act=none]\n",
+            "usage: %s OLD.so NEW.so C H W G [calls=3000] [nhwc=0] [threads=1] [act=none] [batch=1]\n",
             argv[0]);
     return 2;
   }
@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   const int nhwc = argc > 8 ? atoi(argv[8]) : 0;
   const int threads = argc > 9 ? atoi(argv[9]) : 1;
   const char* act_name = argc > 10 ? argv[10] : "none";
+  const long batch = argc > 11 ? atol(argv[11]) : 1;  /* N (group norm and affine) */
   const int act = strcmp(act_name, "silu") == 0   ? NORMKIT_ACTIVATION_SILU
                   : strcmp(act_name, "relu") == 0 ? NORMKIT_ACTIVATION_RELU
                                                   : NORMKIT_ACTIVATION_NONE;
@@ -72,8 +73,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "act must be none, relu or silu, not %s\n", act_name);
     return 2;
   }
-  if (C < 1 || H < 1 || W < 1 || G < 1 || calls < 1 || threads < 1) {
-    fprintf(stderr, "C, H, W, G, calls and threads must be >= 1\n");
+  if (C < 1 || H < 1 || W < 1 || G < 1 || calls < 1 || threads < 1 || batch < 1) {
+    fprintf(stderr, "C, H, W, G, calls, threads and batch must be >= 1\n");
     return 2;
   }
   GroupNormFn group_norm[2];
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  const long n = C * H * W;
+  const long n = batch * C * H * W;
   float* x = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);
   float* y = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);
   float* y_a = malloc((size_t)n * 4); /* the builds' last outputs, copied out of y */
@@ -125,14 +126,14 @@ int main(int argc, char** argv) {
   xt.dtype = NORMKIT_DTYPE_FLOAT32;
   xt.layout = nhwc ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
   xt.rank = 4;
-  xt.shape[0] = 1;
+  xt.shape[0] = batch;
   xt.shape[1] = C;
   xt.shape[2] = H;
   xt.shape[3] = W;
   if (rows_op) {
     xt.rank = 2;
     xt.shape[1] = H * W;
-    xt.shape[0] = C;
+    xt.shape[0] = batch * C;
   }
   yt = xt;
   yt.data = y;
@@ -161,9 +162,9 @@ int main(int argc, char** argv) {
   for (int k = 0; k < 3; ++k) qsort(times[k], (size_t)calls, sizeof(double), CompareDoubles);
   const double a = times[0][calls / 2], b = times[1][calls / 2], copy = times[2][calls / 2];
   printf(
-      "1x%ldx%ldx%ld %s%s %s %s threads=%d: A %.2f us  B %.2f us  memcpy %.2f us  "
+      "%ldx%ldx%ldx%ld %s%s %s %s threads=%d: A %.2f us  B %.2f us  memcpy %.2f us  "
       "ratios %.3f %.3f  B/A %.3f  outputs %s\n",
-      C, H, W, rows_op || affine_op ? "" : "G=", argv[6], nhwc ? "NHWC" : "NCHW", act_name, threads,
+      batch, C, H, W, rows_op || affine_op ? "" : "G=", argv[6], nhwc ? "NHWC" : "NCHW", act_name, threads,
       a / 1e3, b / 1e3, copy / 1e3, copy / a, copy / b, b / a,
       memcmp(y_a, y_b, (size_t)n * 4) == 0 ? "same bits" : "DIFFER");
   return 0;
