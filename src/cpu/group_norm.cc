@@ -309,9 +309,13 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
     // rows are wider): a short last block would leave a thread idle where a sample has
     // only a few blocks (1x256x14x14 G=32 at 2 threads: blocks of 128 and 68 rows took
     // 7.1 us a call, 98 and 98 6.2).
+    const int64_t block_elems = p.from_memory ? kFromMemoryStatsBlockElems : kStatsBlockElems;
     const int64_t max_rows =
-        std::max(kStatsBlockElems / p.C, std::min((p.S + 1) / 2, kMinStatsBlockRows));
-    const int64_t count = (p.S + max_rows - 1) / max_rows;
+        std::max(block_elems / p.C, std::min((p.S + 1) / 2, kMinStatsBlockRows));
+    int64_t count = (p.S + max_rows - 1) / max_rows;
+    // From memory, samples over a block are split over the threads by blocks: an even
+    // count splits evenly in two (32x512x56x56: 7 blocks would leave one thread 4).
+    if (p.from_memory && count > 1) count += count % 2;
     p.block_rows = (p.S + count - 1) / count;
     p.block_elems = p.block_rows * p.C;
     p.blocks = (p.S + p.block_rows - 1) / p.block_rows;
