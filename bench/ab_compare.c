@@ -52,9 +52,10 @@ static int CompareDoubles(const void* a, const void* b) {
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    fprintf(stderr,
-            "usage: %s OLD.so NEW.so C H W G [calls=3000] [nhwc=0] [threads=1] [act=none] [batch=1]\n",
-            argv[0]);
+    fprintf(
+        stderr,
+        "usage: %s OLD.so NEW.so C H W G [calls=3000] [nhwc=0] [threads=1] [act=none] [batch=1]\n",
+        argv[0]);
     return 2;
   }
   const long C = atol(argv[3]), H = atol(argv[4]), W = atol(argv[5]);
@@ -65,7 +66,7 @@ int main(int argc, char** argv) {
   const int nhwc = argc > 8 ? atoi(argv[8]) : 0;
   const int threads = argc > 9 ? atoi(argv[9]) : 1;
   const char* act_name = argc > 10 ? argv[10] : "none";
-  const long batch = argc > 11 ? atol(argv[11]) : 1;  /* N (group norm and affine) */
+  const long batch = argc > 11 ? atol(argv[11]) : 1; /* N (group norm and affine) */
   const int act = strcmp(act_name, "silu") == 0   ? NORMKIT_ACTIVATION_SILU
                   : strcmp(act_name, "relu") == 0 ? NORMKIT_ACTIVATION_RELU
                                                   : NORMKIT_ACTIVATION_NONE;
@@ -164,8 +165,8 @@ int main(int argc, char** argv) {
   printf(
       "%ldx%ldx%ldx%ld %s%s %s %s threads=%d: A %.2f us  B %.2f us  memcpy %.2f us  "
       "ratios %.3f %.3f  B/A %.3f  outputs %s\n",
-      batch, C, H, W, rows_op || affine_op ? "" : "G=", argv[6], nhwc ? "NHWC" : "NCHW", act_name, threads,
-      a / 1e3, b / 1e3, copy / 1e3, copy / a, copy / b, b / a,
+      batch, C, H, W, rows_op || affine_op ? "" : "G=", argv[6], nhwc ? "NHWC" : "NCHW", act_name,
+      threads, a / 1e3, b / 1e3, copy / 1e3, copy / a, copy / b, b / a,
       memcmp(y_a, y_b, (size_t)n * 4) == 0 ? "same bits" : "DIFFER");
   return 0;
 }
