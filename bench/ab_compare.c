@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * Same-process A/B of two normkit builds: normkit_ab_compare OLD.so NEW.so C H W G
- * [calls] [nhwc] [threads] [act].
+ * [calls] [nhwc] [threads] [act] [batch].
  *
  * Loads both shared libraries with dlmopen (separate link-map namespaces, so the
  * two copies of the same soname do not collide) and alternates calls of
- * normkit_group_norm on a 1xCxHxW tensor (gamma and beta set), each call timed
+ * normkit_group_norm on a batch x C x H x W tensor (batch 1 unless given; gamma and
+ * beta set), each call timed
  * alone, plus a memcpy of the tensor after each pair. Prints the medians, each
  * build's ratio to memcpy, B/A, and whether the two builds' last outputs are the
  * same bits. G = ln or rms times normkit_layer_norm or normkit_rms_norm instead,
@@ -19,6 +20,14 @@
  * Pin it to one core (taskset -c 1) and repeat it a few times. On tensors larger
  * than the caches the two positions are not equal: 4096x768 layer norm, the same
  * library against a copy of itself, read B/A 0.78-0.97. There, run both orders.
+ * The memcpy is one thread's whatever `threads` is. With threads > 1 each build has
+ * its own OpenMP runtime, whose idle workers spin while the other build runs: two
+ * threads then time slower than one (32x512x56x56 NHWC: 18 ms against 14.7); compare
+ * thread counts above one with normkit_bench and LD_LIBRARY_PATH instead.
+ * x varies with the position (a step every H*W elements), so almost every
+ * channels-last statistics block takes its second pass (a pivot far from a group's
+ * mean: 96 of 256 block-groups at 128x256x28x28 G=32); the benchmark's uniform data
+ * takes none.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
