@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
  *
  * Same-process A/B of two normkit builds: normkit_ab_compare OLD.so NEW.so C H W G
- * [calls] [nhwc] [threads] [act] [batch].
+ * [calls] [nhwc] [threads] [act] [batch] [data].
  *
  * Loads both shared libraries with dlmopen (separate link-map namespaces, so the
  * two copies of the same soname do not collide) and alternates calls of
@@ -27,7 +27,7 @@
  * x varies with the position (a step every H*W elements), so almost every
  * channels-last statistics block takes its second pass (a pivot far from a group's
  * mean: 96 of 256 block-groups at 128x256x28x28 G=32); the benchmark's uniform data
- * takes none.
+ * takes none, and neither does data = flat (x without the steps).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
   if (argc < 7) {
     fprintf(
         stderr,
-        "usage: %s OLD.so NEW.so C H W G [calls=3000] [nhwc=0] [threads=1] [act=none] [batch=1]\n",
+        "usage: %s OLD.so NEW.so C H W G [calls=3000] [nhwc=0] [threads=1] [act=none] [batch=1] "
+        "[data=steps|flat]\n",
         argv[0]);
     return 2;
   }
@@ -75,7 +76,8 @@ int main(int argc, char** argv) {
   const int nhwc = argc > 8 ? atoi(argv[8]) : 0;
   const int threads = argc > 9 ? atoi(argv[9]) : 1;
   const char* act_name = argc > 10 ? argv[10] : "none";
-  const long batch = argc > 11 ? atol(argv[11]) : 1; /* N (group norm and affine) */
+  const long batch = argc > 11 ? atol(argv[11]) : 1;           /* N (group norm and affine) */
+  const int flat = argc > 12 && strcmp(argv[12], "flat") == 0; /* no steps in x */
   const int act = strcmp(act_name, "silu") == 0   ? NORMKIT_ACTIVATION_SILU
                   : strcmp(act_name, "relu") == 0 ? NORMKIT_ACTIVATION_RELU
                                                   : NORMKIT_ACTIVATION_NONE;
@@ -124,7 +126,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (long i = 0; i < n; ++i)
-    x[i] = (float)((i * 2654435761u) % 1000) / 1000.f + (i / (H * W)) % 7;
+    x[i] = (float)((i * 2654435761u) % 1000) / 1000.f + (flat ? 0 : (i / (H * W)) % 7);
   for (long c = 0; c < params; ++c) {
     gamma[c] = 1 + 0.01f * c;
     beta[c] = 0.1f * c;

@@ -192,7 +192,7 @@ TEST(GroupNorm, OutliersWhereThePivotIsSampled) {
     std::vector<float> x = RandomVector(Numel(shape), 71), y(x.size());
     if (cl) {
       // Sample 0, all its groups.
-      const int64_t samples = normkit::cpu::PivotSamples(S, Cg);
+      const int64_t samples = normkit::cpu::PivotSamples(S, Cg, false);
       for (int64_t i = 0; i < S * C; ++i) x[i] = 0.1f;
       for (int64_t j = 0; j < samples; ++j) {
         for (int64_t c = 0; c < C; ++c) {
@@ -214,6 +214,41 @@ TEST(GroupNorm, OutliersWhereThePivotIsSampled) {
               NORMKIT_SUCCESS);
     ExpectNormNear(y, ReferenceGroupNorm(x, N, C, S, G, cl, nullptr, nullptr, 1e-5, 0),
                    "group_norm with outliers");
+  }
+}
+
+// The same from memory (x over the 24 MiB streaming threshold): blocks of about 1 MiB,
+// at least four sampled rows each, all of them outliers in every block of sample 0.
+// Every group of those blocks needs its second pass; sample 1 is random. One and two
+// threads (a sample's blocks split over them).
+TEST(GroupNorm, OutliersWhereThePivotIsSampledFromMemory) {
+  const int64_t N = 2, C = 256, G = 16, S = 13000;
+  const std::vector<int64_t> shape = {N, C, S};
+  ASSERT_GE(Numel(shape) * 4, int64_t{24} << 20);
+  std::vector<float> x = RandomVector(Numel(shape), 72), y(x.size());
+  const int64_t block_rows = normkit::cpu::ChannelsLastBlockRows(S, C, true);
+  ASSERT_LT(block_rows, S);  // several blocks
+  for (int64_t i = 0; i < S * C; ++i) x[i] = 0.1f;
+  for (int64_t r0 = 0; r0 < S; r0 += block_rows) {
+    const int64_t rows = std::min(block_rows, S - r0);
+    const int64_t samples = normkit::cpu::PivotSamples(rows, C / G, true);
+    ASSERT_GE(samples, 4);
+    for (int64_t j = 0; j < samples; ++j) {
+      const int64_t r = r0 + normkit::kernels::SampledRow(j, samples, rows);
+      for (int64_t c = 0; c < C; ++c) x[r * C + c] = 3.0e3f;
+    }
+  }
+  const NormReference want =
+      ReferenceGroupNorm(x, N, C, S, G, true, nullptr, nullptr, 1e-5, NORMKIT_ACTIVATION_NONE);
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE("threads=" + std::to_string(threads));
+    normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_LAST, shape),
+                   yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_LAST, shape);
+    Context ctx(threads);
+    ASSERT_EQ(normkit_group_norm(ctx.ctx, &xt, G, nullptr, nullptr, 1e-5f, NORMKIT_ACTIVATION_NONE,
+                                 &yt, nullptr, nullptr),
+              NORMKIT_SUCCESS);
+    ExpectNormNear(y, want, "group_norm with outliers, from memory");
   }
 }
 

@@ -122,7 +122,7 @@ void BlockStats(GroupNormPlan& p, int64_t u, int64_t k, int64_t run) {
   alignas(64) double stack_doubles[2 * kStackScratchChannels];
   const ChannelScratch s = ScratchOfRun(p, run, stack_floats, stack_doubles);
   const double count = static_cast<double>(rows * p.Cg);
-  const int64_t samples = PivotSamples(rows, p.Cg);
+  const int64_t samples = PivotSamples(rows, p.Cg, p.from_memory);
   // s.pivot holds the per-channel sample sums first; each group's are read, then
   // overwritten by the group's pivot (groups own disjoint channels).
   kernels::SampledRowSums(xb, rows, p.C, samples, s.pivot);
@@ -205,8 +205,8 @@ void InstanceNormSampleRows(GroupNormPlan& p, int64_t u, int64_t run) {
   const ChannelScratch s = ScratchOfRun(p, run, stack_floats, stack_doubles);
   double* mean = p.unit_stats.get() + u * p.C;
   double* rstd = mean + p.N * p.C;
-  kernels::ColumnMeanRstd(p.x + u * p.unit_elems, p.S, p.C, PivotSamples(p.S, 1), p.args.eps,
-                          p.from_memory, s.pivot, s.s1, s.s2, s.run, mean, rstd);
+  kernels::ColumnMeanRstd(p.x + u * p.unit_elems, p.S, p.C, PivotSamples(p.S, 1, p.from_memory),
+                          p.args.eps, p.from_memory, s.pivot, s.s1, s.s2, s.run, mean, rstd);
   InstanceNormParameters(p, u * p.C, p.C, mean, rstd);
 }
 
@@ -305,18 +305,7 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   if (p.channels_last) {
     p.units = p.N;
     p.unit_elems = p.C * p.S;
-    // Blocks of equal rows (kStatsBlockElems elements, or kMinStatsBlockRows rows where
-    // rows are wider): a short last block would leave a thread idle where a sample has
-    // only a few blocks (1x256x14x14 G=32 at 2 threads: blocks of 128 and 68 rows took
-    // 7.1 us a call, 98 and 98 6.2).
-    const int64_t block_elems = p.from_memory ? kFromMemoryStatsBlockElems : kStatsBlockElems;
-    const int64_t max_rows =
-        std::max(block_elems / p.C, std::min((p.S + 1) / 2, kMinStatsBlockRows));
-    int64_t count = (p.S + max_rows - 1) / max_rows;
-    // From memory, samples over a block are split over the threads by blocks: an even
-    // count splits evenly in two (32x512x56x56: 7 blocks would leave one thread 4).
-    if (p.from_memory && count > 1) count += count % 2;
-    p.block_rows = (p.S + count - 1) / count;
+    p.block_rows = ChannelsLastBlockRows(p.S, p.C, p.from_memory);
     p.block_elems = p.block_rows * p.C;
     p.blocks = (p.S + p.block_rows - 1) / p.block_rows;
     p.unit_groups = p.G;

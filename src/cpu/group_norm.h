@@ -57,6 +57,21 @@ constexpr int64_t kFromMemoryStatsBlockElems = int64_t{1} << 18;
 // of 1024 channels it cost more than a third of a same-size memcpy.
 constexpr int64_t kMinStatsBlockRows = 128;
 
+// Rows per channels-last statistics block of a sample of S rows of C channels.
+// Blocks of equal rows (the block size above, or kMinStatsBlockRows rows where rows are
+// wider): a short last block would leave a thread idle where a sample has only a few
+// blocks (1x256x14x14 G=32 at 2 threads: blocks of 128 and 68 rows took 7.1 us a
+// call, 98 and 98 6.2). From memory, samples over a block are split over the threads by
+// blocks, and an even count splits evenly in two (32x512x56x56: 7 blocks would leave
+// one thread 4). (GroupNorm then takes small cached samples whole: below.)
+inline int64_t ChannelsLastBlockRows(int64_t S, int64_t C, bool from_memory) {
+  const int64_t block_elems = from_memory ? kFromMemoryStatsBlockElems : kStatsBlockElems;
+  const int64_t max_rows = std::max(block_elems / C, std::min((S + 1) / 2, kMinStatsBlockRows));
+  int64_t count = (S + max_rows - 1) / max_rows;
+  if (from_memory && count > 1) count += count % 2;
+  return (S + count - 1) / count;
+}
+
 // A channels-last sample up to this size, with the whole tensor in cache, takes its
 // statistics in one block of all rows, and one thread takes it whole: the per-block
 // bookkeeping (pivots, per-group sums, the merge) is then paid once. Bench, alternating,
@@ -73,9 +88,18 @@ constexpr int64_t kOneBlockSampleBytes = int64_t{256} << 10;
 // of random data is rarely a standard deviation from the mean (a first-row pivot
 // was, for 1 or 2 channels a group, in almost every block of 32 groups and more,
 // and each such block took a second pass).
+// From memory (1 MiB blocks, kFromMemoryStatsBlockElems) at least kFromMemoryPivotRows
+// rows: reading them costs under 1% of the block, and a second pass is a read of
+// the block from L2 or L3. With data that steps along the rows (normkit_ab_compare's
+// x), one row's pivot sent most blocks to a second pass (96 of 256 block-groups far,
+// 128x256x28x28 G=32); four rows: one thread, 128x256x28x28 and 32x512x56x56 G=32
+// NHWC took 0.94-0.96 of the time, and 1.00 with data without steps. In cache the
+// sampled rows cost small tensors up to 9% (1x1280x8x8 G=32) and stay as they were.
 constexpr int64_t kPivotValues = 16;
-inline int64_t PivotSamples(int64_t rows, int64_t channels_per_group) {
-  return std::min(rows, (kPivotValues + channels_per_group - 1) / channels_per_group);
+constexpr int64_t kFromMemoryPivotRows = 4;
+inline int64_t PivotSamples(int64_t rows, int64_t channels_per_group, bool from_memory) {
+  const int64_t samples = (kPivotValues + channels_per_group - 1) / channels_per_group;
+  return std::min(rows, from_memory ? std::max(samples, kFromMemoryPivotRows) : samples);
 }
 
 // A group (channels-first) or sample (channels-last) up to this size is normalized
