@@ -47,8 +47,8 @@ constexpr int64_t kStatsBlockElems = 32768;
 // (normkit_ab_compare, Zen 5): 128x256x28x28 G=32 NHWC (one block a sample) took 0.83-0.87
 // of the time, 32x512x56x56 0.91-0.94, 8x64x128x128 G=64 0.83-0.86, 64x32x112x112 G=8
 // 0.94-0.96; a standalone read of 4 streams ran at 26 GB/s in 128 KiB blocks, 29.5 in
-// 1 MiB ones and 31 as one stream. A block's rare second pass (a poor pivot) still
-// finds it in a 1 MiB L2.
+// 1 MiB ones and 31 as one stream. A block's second pass (a poor pivot; see
+// kFromMemoryPivotRows) reads it from L2 or L3, not DRAM.
 constexpr int64_t kFromMemoryStatsBlockElems = int64_t{1} << 18;
 
 // Channels-last blocks take at least this many rows (or half the sample's, when it
