@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Runs the kernels on every SIMD target this CPU supports (not only the best one)
 // and checks each against the double reference.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -305,6 +306,53 @@ TEST(SimdTargets, GroupNormChainGivesTheSeparatePassesBitsOnEveryTarget) {
                   << got.m2 << " vs " << want.m2;
               EXPECT_EQ(std::memcmp(y, want_y.data(), sizeof(float) * n), 0);
             }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// Channels-last rows streamed into a y off a vector boundary take a shifted walk (row 0's
+// first floats alone, rows from y's next boundary with their parameters rotated, the
+// last row's rest): on every target, the bits of the same rows into an aligned y, and
+// act((x - mean) * scale + shift) within float rounding. Rows of 8 to 1024 channels
+// (whole vectors on some targets, not on others), 1 to 37 rows, y 1 to 15 floats off.
+TEST(SimdTargets, StreamedChannelsLastRowsAtAnyAlignmentOnEveryTarget) {
+  using normkit::kernels::Activation;
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (int64_t C : {8, 16, 24, 64, 256, 1024}) {
+      for (int64_t rows : {1, 2, 5, 37}) {
+        const int64_t n = rows * C;
+        const std::vector<float> x = RandomVector(n, 95), mean = RandomVector(C, 96),
+                                 scale = RandomVector(C, 97), shift = RandomVector(C, 98);
+        const normkit::kernels::NormRows params{mean.data(), scale.data(), shift.data()};
+        for (Activation act : {Activation::kNone, Activation::kSilu}) {
+          std::vector<float> buf(n + 32);
+          float* y0 = buf.data();
+          while (reinterpret_cast<uintptr_t>(y0) % 64 != 0) ++y0;
+          normkit::kernels::ApplyNormRows(x.data(), y0, rows, C, params, act, true, true);
+          const std::vector<float> aligned(y0, y0 + n);
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t c = i % C;
+            double v = (static_cast<double>(x[i]) - mean[c]) * scale[c] + shift[c];
+            if (act == Activation::kSilu) v = v / (1.0 + std::exp(-v));
+            ASSERT_NEAR(aligned[i], v, 4e-6 * (1.0 + std::fabs(v)))
+                << "C=" << C << " rows=" << rows << " i=" << i;
+          }
+          for (int64_t off : {1, 3, 4, 8, 15}) {
+            SCOPED_TRACE("C=" + std::to_string(C) + " rows=" + std::to_string(rows) + " act=" +
+                         std::to_string(static_cast<int>(act)) + " off=" + std::to_string(off));
+            std::fill(buf.begin(), buf.end(), -7.0f);
+            float* y = y0 + off;
+            normkit::kernels::ApplyNormRows(x.data(), y, rows, C, params, act, true, true);
+            EXPECT_EQ(std::memcmp(y, aligned.data(), sizeof(float) * n), 0);
+            // Nothing written outside y[0, n).
+            for (float* q = buf.data(); q < y; ++q) ASSERT_EQ(*q, -7.0f);
+            for (float* q = y + n; q < buf.data() + buf.size(); ++q) ASSERT_EQ(*q, -7.0f);
           }
         }
       }

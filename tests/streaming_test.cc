@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Outputs large enough for streaming (non-temporal) stores, at misaligned addresses:
 // the peel, body and tail of every streaming path against the double references.
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,6 +92,51 @@ TEST(Streaming, GroupNormMisalignedOutput) {
                      ReferenceGroupNorm(x, N, C, S, C, layout == NORMKIT_LAYOUT_CHANNELS_LAST,
                                         gamma.data(), beta.data(), 1e-5, act),
                      "group_norm streamed");
+    }
+  }
+}
+
+// Channels-last rows of whole vectors (C = 64 and 256: the narrow and the wide walks on
+// every x86 target) into a y 1 to 15 floats off a 64-byte line, and x as misaligned
+// (NumPy's large arrays sit 16 bytes past one): the shifted walk (a peel, rows from
+// the next vector boundary with their parameters rotated, the last row's rest) against
+// the double reference, and bitwise the same as with y and x aligned.
+TEST(Streaming, GroupNormChannelsLastWholeVectorRowsMisaligned) {
+  const std::vector<std::vector<int64_t>> shapes = {{4, 64, 160, 170}, {2, 256, 112, 120}};
+  for (const auto& shape : shapes) {
+    const int64_t N = shape[0], C = shape[1], numel = Numel(shape), S = numel / (N * C);
+    ASSERT_GE(numel * 4, int64_t{24} << 20);
+    const std::vector<float> x = RandomVector(numel, 9), gamma = RandomVector(C, 10),
+                             beta = RandomVector(C, 11);
+    std::vector<float> xbuf(numel + 32), ybuf(numel + 32);  // 15 to align, 15 off
+    float* x0 = xbuf.data();
+    while (reinterpret_cast<uintptr_t>(x0) % 64 != 0) ++x0;
+    float* y0 = ybuf.data();
+    while (reinterpret_cast<uintptr_t>(y0) % 64 != 0) ++y0;
+    for (int32_t act : {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_SILU}) {
+      const NormReference want =
+          ReferenceGroupNorm(x, N, C, S, 8, true, gamma.data(), beta.data(), 1e-5, act);
+      std::vector<float> aligned;
+      for (int64_t off : {0, 1, 4, 15}) {
+        SCOPED_TRACE("C=" + std::to_string(C) + " act=" + std::to_string(act) +
+                     " off=" + std::to_string(off));
+        // x as far off as y (0 or 4 floats; 1 and 15 keep x aligned).
+        float* xp = x0 + (off == 4 ? 4 : 0);
+        std::copy(x.begin(), x.end(), xp);
+        float* y = y0 + off;
+        normkit_tensor xt = Desc(xp, NORMKIT_LAYOUT_CHANNELS_LAST, shape),
+                       yt = Desc(y, NORMKIT_LAYOUT_CHANNELS_LAST, shape);
+        ASSERT_EQ(normkit_group_norm(nullptr, &xt, 8, gamma.data(), beta.data(), 1e-5f, act, &yt,
+                                     nullptr, nullptr),
+                  NORMKIT_SUCCESS);
+        const std::vector<float> got(y, y + numel);
+        if (off == 0) {
+          ExpectNormNear(got, want, "group_norm channels-last streamed");
+          aligned = got;
+        } else {
+          EXPECT_TRUE(got == aligned) << "output bits depend on y's alignment";
+        }
+      }
     }
   }
 }
