@@ -3,6 +3,7 @@
 """normkit against its peers, side by side on the same machine and inputs.
 
     ./bench/peers/run_peers.sh            # makes .venv-peers, installs peers, runs this
+    NORMKIT_PEERS_OPS=norms ./bench/peers/run_peers.sh   # one family (affine, norms, shift_sum)
 
 For every op and shape of issues 2-4, with 1 and all threads: checks that each peer
 agrees with normkit (max relative difference) and times normkit and each peer
@@ -476,7 +477,7 @@ def write_report(machine):
              "Median of 7 interleaved rounds, times in ms. `speedup` = fastest peer time / normkit time "
              "(> 1: normkit faster); `ratio` = normkit against a single-threaded numpy copy of the same "
              "bytes. Each peer's output was checked against normkit first: max relative difference in "
-             "parentheses. Reproduce: `./bench/peers/run_peers.sh`.",
+             f"parentheses. Reproduce: `{REPRODUCE}`.",
              "", "| op | shape | layout | threads | normkit ms | ratio | " + " | ".join(peers_seen) +
              " | speedup |", "|" + "---|" * (7 + len(peers_seen))]
     for r in ROWS:
@@ -516,16 +517,26 @@ def write_report(machine):
         print(f"chart skipped: {e}")
 
 
+# NORMKIT_PEERS_OPS: a comma-separated subset of affine, norms, shift_sum (default: all).
+OPS = [o for o in os.environ.get("NORMKIT_PEERS_OPS", "affine,norms,shift_sum").split(",") if o]
+REPRODUCE = ("./bench/peers/run_peers.sh" if "NORMKIT_PEERS_OPS" not in os.environ
+             else f"NORMKIT_PEERS_OPS={','.join(OPS)} ./bench/peers/run_peers.sh")
+
+
 def main():
     machine = os.environ.get("NORMKIT_MACHINE", platform.node() or "machine")
+    cases = {"affine": affine_cases, "norms": norm_cases, "shift_sum": shift_sum_cases}
+    unknown = [o for o in OPS if o not in cases]
+    if unknown:
+        sys.exit(f"NORMKIT_PEERS_OPS: unknown {unknown}; choose from {sorted(cases)}")
     all_threads = os.cpu_count() or 1
     rng = np.random.default_rng(0)
     for threads in sorted({1, all_threads}):
         if torch is not None:
             torch.set_num_threads(threads)
-        affine_cases(threads, rng)
-        norm_cases(threads, rng)
-        shift_sum_cases(threads, rng)
+        for op in cases:
+            if op in OPS:
+                cases[op](threads, rng)
     write_report(machine)
 
 
