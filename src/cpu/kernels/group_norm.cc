@@ -984,6 +984,17 @@ HWY_INLINE hn::Vec<DF> NormOf(const float* HWY_RESTRICT x, hn::Vec<DF> mean, hn:
   return Activate<kAct>(d, hn::MulAdd(hn::LoadU(d, x) - mean, scale, shift));
 }
 
+// y[i] = act((x[i] - mean[i]) * scale[i] + shift[i]) for i < n (MapSpan: NormOf's
+// operations, so the same bits as the vector walks).
+template <Activation kAct, bool kStream>
+HWY_INLINE void NormSpan(const float* x, float* y, size_t n, const float* mean, const float* scale,
+                         const float* shift) {
+  MapSpan<kStream>(x, y, n, [&](auto d, size_t c, auto v) {
+    const auto dev = v - hn::LoadU(d, mean + c);
+    return Activate<kAct>(d, hn::MulAdd(dev, hn::LoadU(d, scale + c), hn::LoadU(d, shift + c)));
+  });
+}
+
 // Channels-first apply over consecutive planes (per-plane mean, scale and shift):
 // walks the elements flat, so a vector crossing a plane boundary takes its
 // parameters spliced from both planes. Plane-by-plane spans would end
@@ -1253,34 +1264,10 @@ void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& 
     }
   } else {
     for (size_t r = 0; r < rows; ++r) {
-      MapSpan<kStream>(x + r * C, y + r * C, C, [&](auto d, size_t c, auto v) {
-        const auto dev = v - hn::LoadU(d, p.mean + c);
-        return Activate<kAct>(
-            d, hn::MulAdd(dev, hn::LoadU(d, p.scale + c), hn::LoadU(d, p.shift + c)));
-      });
+      NormSpan<kAct, kStream>(x + r * C, y + r * C, C, p.mean, p.scale, p.shift);
     }
   }
   if constexpr (kStream) hwy::FlushStream();
-}
-
-// y[i] = act((x[i] - mean[i]) * scale[i] + shift[i]) for i < n, plain stores: whole
-// vectors, then one lane at a time (NormOf's operations, so the same bits).
-template <Activation kAct>
-HWY_INLINE void NormSpanPlain(const float* x, float* y, size_t n, const float* mean,
-                              const float* scale, const float* shift) {
-  const DF d;
-  const size_t N = hn::Lanes(d);
-  const hn::CappedTag<float, 1> d1;
-  size_t i = 0;
-  for (; i + N <= n; i += N) {
-    const auto m = hn::LoadU(d, mean + i), s = hn::LoadU(d, scale + i), b = hn::LoadU(d, shift + i);
-    hn::StoreU(NormOf<kAct>(x + i, m, s, b), d, y + i);
-  }
-  for (; i < n; ++i) {
-    const auto v = hn::LoadU(d1, x + i) - hn::Set(d1, mean[i]);
-    hn::StoreU(Activate<kAct>(d1, hn::MulAdd(v, hn::Set(d1, scale[i]), hn::Set(d1, shift[i]))), d1,
-               y + i);
-  }
 }
 
 // Streamed rows of whole vectors start as misaligned as y (NumPy's large arrays sit 16
@@ -1308,10 +1295,10 @@ void NormRowsShiftedT(const float* x, float* y, size_t rows, size_t C, const Nor
     const size_t from = c + peel < C ? c + peel : c + peel - C;
     mean[c] = p.mean[from], scale[c] = p.scale[from], shift[c] = p.shift[from];
   }
-  NormSpanPlain<kAct>(x, y, peel, p.mean, p.scale, p.shift);
+  NormSpan<kAct, false>(x, y, peel, p.mean, p.scale, p.shift);
   NormRowsT<kAct, true>(x + peel, y + peel, rows - 1, C, NormRows{mean, scale, shift}, from_memory);
   const size_t last = (rows - 1) * C + peel;
-  NormSpanPlain<kAct>(x + last, y + last, C - peel, mean, scale, shift);
+  NormSpan<kAct, false>(x + last, y + last, C - peel, mean, scale, shift);
 }
 
 template <bool kGamma, bool kBeta, bool kStream>
