@@ -7,6 +7,7 @@
 //
 //   ./build/bench/normkit_cuda_bench           # every shape
 //   ./build/bench/normkit_cuda_bench --quick   # small shapes, a few rounds
+//   ./build/bench/normkit_cuda_bench --norms   # the normalizations only
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -266,7 +267,17 @@ void BenchShiftSum(int64_t B, int64_t C, int64_t H, int64_t W, int64_t S) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false, norms_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--norms") == 0) {
+      norms_only = true;
+    } else {
+      std::fprintf(stderr, "usage: normkit_cuda_bench [--quick] [--norms]\n");
+      return 2;
+    }
+  }
   if (normkit_cuda_device_count() == 0) {
     std::printf("normkit_cuda_bench: no usable CUDA device on this machine; nothing to time\n");
     return 0;
@@ -290,7 +301,7 @@ int main(int argc, char** argv) {
             : std::vector<std::vector<int64_t>>{{128, 256, 28, 28}, {32, 512, 56, 56}};
   for (const auto& s : big) {
     for (auto l : {cf, cl}) {
-      BenchAffine(s, l);
+      if (!norms_only) BenchAffine(s, l);
       BenchGroupNorm("group_norm G=32", s, 32, l, NORMKIT_ACTIVATION_NONE);
       BenchGroupNorm("group_norm G=32 + SiLU", s, 32, l, NORMKIT_ACTIVATION_SILU);
     }
@@ -304,9 +315,9 @@ int main(int argc, char** argv) {
   }
   BenchGroupNorm("layer_norm", {4096, 768}, 0, cf, 0);
   BenchGroupNorm("rms_norm", {4096, 768}, 0, cf, -1);
-  if (quick) {
+  if (quick && !norms_only) {
     BenchShiftSum(2, 28, 64, 64, 2);
-  } else {
+  } else if (!norms_only) {
     BenchShiftSum(16, 28, 256, 256, 2);
     BenchShiftSum(16, 512, 256, 256, 2);
     BenchShiftSum(1, 28, 660, 660, 2);

@@ -23,6 +23,7 @@ namespace {
 
 using normkit::Moments;
 using normkit::cuda::AffineShape;
+using normkit::cuda::ClusterUnits;
 using normkit::cuda::DivModCursor;
 using normkit::cuda::FlatUnits;
 using normkit::cuda::NormPlan;
@@ -272,6 +273,180 @@ TEST(CudaKernelMath, FlatPlanRetriesAboutTheMeanAfterAnOutlierPivot) {
     const NormReference want =
         ReferenceGroupNorm(x, N, C, S, G, cl, nullptr, nullptr, 1e-5, NORMKIT_ACTIVATION_NONE);
     ExpectNormNear(y, want, cl ? "NHWC" : "NCHW");
+  }
+}
+
+// The cluster plan's grid: for each sample, every block takes its groups' moments (its
+// threads' sums about the block's pivots, again about the block's means where a pivot
+// was far off), the moments are merged in rank order, then every thread writes its rows.
+// Each block sees its cached rows only in its own copy (`cache`): in the copy of x it
+// reads, they are NaN, so a block that read a cached row from memory would spoil its
+// group.
+void ReplayCluster(const std::vector<float>& x, std::vector<float>* y, const ClusterUnits& p,
+                   const float* gamma, const float* beta, float eps, int32_t activation,
+                   std::vector<float>* mean_out, std::vector<float>* rstd_out, int* retries) {
+  const uint32_t C = p.C, G = p.groups;
+  for (uint32_t n = 0; n < p.samples; ++n) {
+    const size_t sample = static_cast<size_t>(n) * p.positions * C;
+    std::vector<Moments> merged(G);
+    std::vector<std::vector<float>> memory(p.blocks), cache(p.blocks);
+    for (uint32_t r = 0; r < p.blocks; ++r) {
+      const uint32_t rows = p.RowsOf(r), cached = std::min(rows, p.cached_rows);
+      const float* first = x.data() + sample + static_cast<size_t>(r) * p.rows * C;
+      memory[r].assign(first, first + static_cast<size_t>(rows) * C);
+      cache[r].assign(first, first + static_cast<size_t>(cached) * C);
+      std::fill(memory[r].begin(), memory[r].begin() + cache[r].size(), NAN);
+      const auto group_sums = [&](const std::vector<float>& pivots) {
+        std::vector<ShiftedSums> sums(G);
+        for (uint32_t t = 0; t < p.Active(); ++t) {
+          const uint32_t col = t % p.cols, lane = t / p.cols;
+          float pivot[4];
+          for (int l = 0; l < 4; ++l) pivot[l] = pivots[(4 * col + l) / p.Cg];
+          const normkit::cuda::LaneSums s = normkit::cuda::ClusterThreadSums(
+              memory[r].data(), cache[r].data(), p, rows, col, lane, pivot);
+          for (int l = 0; l < 4; ++l) {
+            sums[(4 * col + l) / p.Cg].s1 += s.s1[l];
+            sums[(4 * col + l) / p.Cg].s2 += s.s2[l];
+          }
+        }
+        return sums;
+      };
+      std::vector<float> pivots(G);
+      for (uint32_t g = 0; g < G; ++g)
+        pivots[g] = normkit::cuda::ClusterPivot(memory[r].data(), cache[r].data(), p, rows, g);
+      const double count = static_cast<double>(p.Cg) * rows;
+      const std::vector<ShiftedSums> first_sums = group_sums(pivots);
+      std::vector<Moments> block(G);
+      std::vector<bool> retry(G);
+      for (uint32_t g = 0; g < G; ++g)
+        retry[g] =
+            !normkit::cuda::ClusterMoments(first_sums[g], count, true, &pivots[g], &block[g]);
+      if (std::find(retry.begin(), retry.end(), true) != retry.end()) {
+        const std::vector<ShiftedSums> second = group_sums(pivots);
+        for (uint32_t g = 0; g < G; ++g) {
+          if (!retry[g]) continue;
+          ++*retries;
+          normkit::cuda::ClusterMoments(second[g], count, false, &pivots[g], &block[g]);
+        }
+      }
+      for (uint32_t g = 0; g < G; ++g) merged[g] = normkit::MergeMoments(merged[g], block[g]);
+    }
+    std::vector<UnitAffine> affine(G);
+    for (uint32_t g = 0; g < G; ++g) {
+      affine[g] = UnitAffine::From(merged[g].mean, merged[g].m2 / merged[g].count, eps, false);
+      (*mean_out)[n * G + g] = static_cast<float>(merged[g].mean);
+      (*rstd_out)[n * G + g] = affine[g].rstd;
+    }
+    for (uint32_t r = 0; r < p.blocks; ++r) {
+      float* out = y->data() + sample + static_cast<size_t>(r) * p.rows * C;
+      for (uint32_t t = 0; t < p.Active(); ++t) {
+        const uint32_t col = t % p.cols, lane = t / p.cols;
+        float mean_f[4], scale[4], shift[4];
+        for (int l = 0; l < 4; ++l) {
+          const uint32_t c = 4 * col + l;
+          const UnitAffine& ua = affine[c / p.Cg];
+          mean_f[l] = ua.mean_f;
+          scale[l] = ua.Scale(gamma != nullptr ? gamma[c] : 1.0f);
+          shift[l] = ua.Shift(scale[l], beta != nullptr ? beta[c] : 0.0f);
+        }
+        normkit::cuda::ClusterThreadApply(memory[r].data(), cache[r].data(), out, p, p.RowsOf(r),
+                                          col, lane, mean_f, scale, shift, activation);
+      }
+    }
+  }
+}
+
+// Adds `offset` to every element the cluster plan's pivots read (channels-last x).
+void OffsetClusterPivots(const ClusterUnits& p, float offset, std::vector<float>* x) {
+  for (uint32_t n = 0; n < p.samples; ++n)
+    for (uint32_t r = 0; r < p.blocks; ++r)
+      for (uint32_t i = 0; i < normkit::cuda::ClusterPivotRows(p, p.RowsOf(r)); ++i)
+        for (uint32_t g = 0; g < p.groups; ++g)
+          for (uint32_t c = 0; c < normkit::cuda::ClusterPivotChannels(p); ++c)
+            (*x)[(static_cast<size_t>(n) * p.positions + r * p.rows + i) * p.C + g * p.Cg + c] +=
+                offset;
+}
+
+// The plan the GPU gets for the seed shapes: clusters of 16 blocks, rows that fit in
+// shared memory where the sample allows.
+TEST(CudaKernelMath, ClusterPlanForTheSeedShapes) {
+  ClusterUnits p;
+  ASSERT_TRUE(ClusterUnits::Of(NormShape::ForGroups(128, 256, 784, 32, true), true,
+                               kH100SharedBytes, 132, 16, &p));
+  EXPECT_EQ(p.blocks, 16u);
+  EXPECT_EQ(p.rows, 49u);
+  EXPECT_EQ(p.cached_rows, 49u);
+  EXPECT_EQ(p.threads, 256u);
+  EXPECT_LE(p.SharedBytes(), 96u * 1024);  // two blocks per multiprocessor at least
+  ASSERT_TRUE(ClusterUnits::Of(NormShape::ForGroups(32, 512, 3136, 32, true), true,
+                               kH100SharedBytes, 132, 16, &p));
+  EXPECT_EQ(p.blocks, 16u);
+  EXPECT_EQ(p.rows, 196u);
+  EXPECT_LT(p.cached_rows, p.rows);  // 392 KiB a block: the rest comes again from L2
+  EXPECT_EQ(p.threads, 512u);        // one block a multiprocessor: more loads in flight
+  EXPECT_LE(p.SharedBytes(), static_cast<size_t>(kH100SharedBytes));
+  ASSERT_TRUE(ClusterUnits::Of(NormShape::ForGroups(8, 64, 16384, 64, true), true, kH100SharedBytes,
+                               132, 16, &p));  // instance norm
+  EXPECT_EQ(p.blocks, 16u);
+  EXPECT_EQ(p.lanes, 32u);
+  EXPECT_GT(p.cached_rows, 700u);
+  EXPECT_LT(p.cached_rows, p.rows);
+  ASSERT_TRUE(ClusterUnits::Of(NormShape::ForGroups(1, 64, 3136, 32, true), true, kH100SharedBytes,
+                               132, 16, &p));
+  EXPECT_EQ(p.blocks, 16u);  // N = 1: the cluster fills 16 multiprocessors
+  EXPECT_EQ(p.samples, 1u);
+  // Not for it: channels-first, C not a multiple of 4, misaligned.
+  EXPECT_FALSE(ClusterUnits::Of(NormShape::ForGroups(2, 64, 49, 32, false), true, kH100SharedBytes,
+                                132, 16, &p));
+  EXPECT_FALSE(ClusterUnits::Of(NormShape::ForGroups(2, 6, 49, 3, true), true, kH100SharedBytes,
+                                132, 16, &p));
+  EXPECT_FALSE(ClusterUnits::Of(NormShape::ForGroups(2, 64, 49, 32, true), false, kH100SharedBytes,
+                                132, 16, &p));
+}
+
+TEST(CudaKernelMath, ClusterPlanGridMatchesReference) {
+  struct Case {
+    int64_t N, C, S, G;
+    uint32_t blocks, cached_rows;  // forced, to reach every split on small tensors
+  };
+  for (const Case& k :
+       {Case{2, 64, 49, 32, 4, 13}, Case{1, 16, 300, 16, 16, 19}, Case{3, 12, 37, 3, 8, 5},
+        Case{2, 4, 101, 1, 16, 0}, Case{1, 256, 30, 1, 7, 30}, Case{2, 8, 5, 2, 4, 1},
+        Case{1, 1024, 9, 4, 2, 3}}) {
+    for (bool outlier : {false, true}) {
+      SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) +
+                   " S=" + std::to_string(k.S) + " G=" + std::to_string(k.G) +
+                   " blocks=" + std::to_string(k.blocks) + (outlier ? " outlier pivots" : ""));
+      std::vector<float> x = RandomVector(k.N * k.C * k.S, 31);
+      for (auto& v : x) v = 1000.0f + 0.1f * v;  // mean 1e4 x std
+      const std::vector<float> gamma = RandomVector(k.C, 32), beta = RandomVector(k.C, 33);
+      ClusterUnits p;
+      ASSERT_TRUE(ClusterUnits::Of(NormShape::ForGroups(k.N, k.C, k.S, k.G, true), true,
+                                   kH100SharedBytes, 132, 16, &p));
+      p.blocks = k.blocks;
+      p.rows = static_cast<uint32_t>((k.S + k.blocks - 1) / k.blocks);
+      p.cached_rows = std::min(k.cached_rows, p.rows);
+      // Every element the pivots read 500 standard deviations off.
+      if (outlier) OffsetClusterPivots(p, 50.0f, &x);
+      std::vector<float> y(x.size(), NAN), mean(k.N * k.G), rstd(k.N * k.G);
+      int retries = 0;
+      ReplayCluster(x, &y, p, gamma.data(), beta.data(), 1e-5f, NORMKIT_ACTIVATION_SILU, &mean,
+                    &rstd, &retries);
+      // Outliers on the pivots' elements move them far from the mean, unless they are
+      // much of a block's part of the group.
+      const bool few =
+          4 * normkit::cuda::ClusterPivotRows(p, p.rows) * normkit::cuda::ClusterPivotChannels(p) <
+          p.Cg * p.rows;
+      if (!outlier) EXPECT_EQ(retries, 0);
+      if (outlier && few) EXPECT_GT(retries, 0);
+      const NormReference want = ReferenceGroupNorm(x, k.N, k.C, k.S, k.G, true, gamma.data(),
+                                                    beta.data(), 1e-5, NORMKIT_ACTIVATION_SILU);
+      ExpectNormNear(y, want, "y", 2e-5);
+      for (int64_t u = 0; u < k.N * k.G; ++u) {
+        EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
+        EXPECT_NEAR(rstd[u], want.rstd[u], 1e-5 * want.rstd[u]);
+      }
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/norm_math.h"
 #include "norm_reference.h"
 #include "test_util.h"
 #include "vectors.h"
@@ -448,6 +449,78 @@ TEST(Cuda, ShiftSumFamilyMatchesCpu) {
       // A spread wider than W; double runs of 4.
       CheckShiftSumAgainstCpu<float>(2, 12, 3, 8, 3, false, kind, layout);
       CheckShiftSumAgainstCpu<double>(1, 6, 9, 16, 1, false, kind, layout);
+    }
+  }
+}
+
+// Channels-last instance norm, and group norm with few large groups, run on Hopper as a
+// cluster of blocks per sample (the cluster plan of cuda/norm_math.h): rows cached in
+// shared memory or not (1x128x96x96 caches part of each block's rows), 3 float4 columns
+// (C = 12), pivots far from the mean (outliers
+// on every element the pivots read, so the blocks sum again), in place, and x 4 bytes
+// off 16 (the flat plan instead). The plan here must be the one the library makes on an
+// H100 (227 KiB of shared memory a block, 132 multiprocessors) for the outliers to land
+// on the pivots; elsewhere the test still checks the results.
+TEST(Cuda, ChannelsLastClusterPlan) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    std::vector<int64_t> shape;
+    int64_t groups;
+  };
+  for (const Case& k : std::vector<Case>{{{2, 64, 64, 64}, 64},
+                                         {{1, 32, 112, 112}, 8},
+                                         {{1, 128, 96, 96}, 8},
+                                         {{3, 12, 17, 5}, 12}}) {
+    const int64_t n = Numel(k.shape), N = k.shape[0], C = k.shape[1], S = n / (N * C);
+    normkit::cuda::ClusterUnits p;
+    ASSERT_TRUE(normkit::cuda::ClusterUnits::Of(
+        normkit::cuda::NormShape::ForGroups(N, C, S, k.groups, true), true, 227 * 1024 - 1024, 132,
+        16, &p));
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool outliers = variant == 1, in_place = variant == 2, misaligned = variant == 3;
+      SCOPED_TRACE("C=" + std::to_string(C) + " G=" + std::to_string(k.groups) + " variant " +
+                   std::to_string(variant));
+      std::vector<float> x = RandomVector(n, 17);
+      for (auto& v : x) v = 1000.0f + 0.1f * v;  // mean 1e4 x std
+      if (outliers) {  // every element the blocks' pivots read, 500 standard deviations off
+        for (uint32_t s = 0; s < p.samples; ++s)
+          for (uint32_t r = 0; r < p.blocks; ++r)
+            for (uint32_t i = 0; i < normkit::cuda::ClusterPivotRows(p, p.RowsOf(r)); ++i)
+              for (uint32_t g = 0; g < p.groups; ++g)
+                for (uint32_t c = 0; c < normkit::cuda::ClusterPivotChannels(p); ++c)
+                  x[(static_cast<size_t>(s) * p.positions + r * p.rows + i) * p.C + g * p.Cg + c] +=
+                      50.0f;
+      }
+      const std::vector<float> gamma = RandomVector(C, 18), beta = RandomVector(C, 19);
+      const size_t off = misaligned ? 1 : 0;
+      std::vector<float> padded(n + 1, 0.0f);
+      std::copy(x.begin(), x.end(), padded.begin() + off);
+      DeviceArray<float> dx(padded), dy{std::vector<float>(n + 1)}, dgamma(gamma), dbeta(beta),
+          dmean{std::vector<float>(N * k.groups)}, drstd{std::vector<float>(N * k.groups)};
+      normkit_tensor xt =
+          OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_LAST, k.shape), dx.get() + off);
+      normkit_tensor yt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_LAST, k.shape),
+                                   (in_place ? dx.get() : dy.get()) + off);
+      ASSERT_EQ(normkit_group_norm(nullptr, &xt, k.groups, dgamma.get(), dbeta.get(), 1e-5f,
+                                   NORMKIT_ACTIVATION_SILU, &yt, dmean.get(), drstd.get()),
+                NORMKIT_SUCCESS)
+          << normkit_last_error();
+      const NormReference want = ReferenceGroupNorm(x, N, C, S, k.groups, true, gamma.data(),
+                                                    beta.data(), 1e-5, NORMKIT_ACTIVATION_SILU);
+      const std::vector<float> out = (in_place ? dx : dy).Download();
+      ExpectNormNear(std::vector<float>(out.begin() + off, out.begin() + off + n), want,
+                     "group norm", 2e-5);
+      const std::vector<float> mean = dmean.Download(), rstd = drstd.Download();
+      for (int64_t u = 0; u < N * k.groups; ++u) {
+        EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
+        EXPECT_NEAR(rstd[u], want.rstd[u], 1e-5 * want.rstd[u]);
+      }
+      if (!in_place) {  // the same bits from run to run
+        ASSERT_EQ(normkit_group_norm(nullptr, &xt, k.groups, dgamma.get(), dbeta.get(), 1e-5f,
+                                     NORMKIT_ACTIVATION_SILU, &yt, nullptr, nullptr),
+                  NORMKIT_SUCCESS);
+        EXPECT_EQ(dy.Download(), out) << "second run differs";
+      }
     }
   }
 }
