@@ -310,6 +310,10 @@ int main(int argc, char** argv) {
     for (auto l : {cf, cl}) BenchGroupNorm("group_norm G=32 (N=1)", s, 32, l, 0);
   }
   for (auto l : {cf, cl}) BenchGroupNorm("group_norm G=8 (N=1)", {1, 32, 112, 112}, 8, l, 0);
+  // A VAE decoder's group norms at batch 1 (Stable Diffusion, 512x512 images).
+  for (const auto& s : std::vector<std::vector<int64_t>>{{1, 512, 64, 64}, {1, 128, 256, 256}}) {
+    for (auto l : {cf, cl}) BenchGroupNorm("group_norm G=32 (N=1)", s, 32, l, 0);
+  }
   if (!quick) {
     for (auto l : {cf, cl}) BenchGroupNorm("instance_norm", {8, 64, 128, 128}, 64, l, 0);
   }
