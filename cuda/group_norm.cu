@@ -221,26 +221,6 @@ __device__ void ClusterBlockGroupSums(const ClusterUnits& p, double* lane_sums,
   __syncthreads();
 }
 
-// The moments at `mine` (this block's shared memory) of every block of the cluster,
-// merged in rank order (Chan): every block that calls this gets the same bits. Four
-// ranks' loads go out before the merges use them.
-__device__ Moments MergeClusterMoments(cooperative_groups::cluster_group& cluster,
-                                       const Moments* mine, uint32_t blocks) {
-  Moments m;
-  for (uint32_t r0 = 0; r0 < blocks; r0 += 4) {
-    Moments part[4];
-#pragma unroll
-    for (uint32_t j = 0; j < 4; ++j) {
-      if (r0 + j < blocks) part[j] = *cluster.map_shared_rank(mine, r0 + j);
-    }
-#pragma unroll
-    for (uint32_t j = 0; j < 4; ++j) {
-      if (r0 + j < blocks) m = MergeMoments(m, part[j]);
-    }
-  }
-  return m;
-}
-
 // The block's pass over its rows about `pivots`: its sums of each group in `group_sums`.
 __device__ void ClusterPass(const ClusterUnits& p, const float* x, const float* cache,
                             uint32_t rows, const float* pivots, double* lane_sums,
@@ -310,9 +290,20 @@ __global__ void ClusterNormKernel(NormKernelArgs a, ClusterUnits p) {
   cluster.sync();
 
   // Every block merges the cluster's moments of a group in rank order: the same bits in
-  // each.
+  // each. Four ranks' loads go out before the merges use them.
   for (uint32_t g = threadIdx.x; g < p.groups; g += blockDim.x) {
-    const Moments m = MergeClusterMoments(cluster, moments + g, p.blocks);
+    Moments m;
+    for (uint32_t r0 = 0; r0 < p.blocks; r0 += 4) {
+      Moments part[4];
+#pragma unroll
+      for (uint32_t j = 0; j < 4; ++j) {
+        if (r0 + j < p.blocks) part[j] = cluster.map_shared_rank(moments, r0 + j)[g];
+      }
+#pragma unroll
+      for (uint32_t j = 0; j < 4; ++j) {
+        if (r0 + j < p.blocks) m = MergeMoments(m, part[j]);
+      }
+    }
     const UnitAffine ua = UnitAffine::From(m.mean, m.m2 / m.count, a.eps, false);
     affine[g] = ua;
     if (rank == 0) {
@@ -341,115 +332,45 @@ __global__ void ClusterNormKernel(NormKernelArgs a, ClusterUnits p) {
 #endif
 }
 
-// The cluster plan for channels-first units (norm_math.h): cluster blockIdx.y is unit
-// `unit`, its block of rank r the items [r * run_items, (r + 1) * run_items).
-__global__ void ClusterRunNormKernel(NormKernelArgs a, FlatUnits f, ClusterRuns c) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(16) float run[];
-  __shared__ uint64_t barrier;
-  __shared__ double shared[2 * (kMaxWarps + 1)];
-  __shared__ Moments moments;
-  __shared__ UnitAffine affine;
-  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-  const uint32_t rank = cluster.block_rank(), unit = blockIdx.y;
-  const uint32_t first = rank * c.run_items, items = c.ItemsOf(rank);
-  const BulkCopies copies(&barrier, items * 16);
-  if (threadIdx.x == 0 && items > 0) copies.Copy(run, a.x + f.Offset(unit, 4 * first), items * 16);
-  copies.Wait();
-
-  // FlatCacheSums over this block's items only.
-  FlatUnits local = f;
-  local.items = items;
-  float pivot = RunPivot(run, 4 * items);
-  const double count = 4.0 * items;
-  ShiftedSums s = BlockSums(FlatCacheSums(run, local, threadIdx.x, blockDim.x, pivot), shared);
-  Moments m;
-  if (!ClusterMoments(s, count, true, &pivot, &m)) {  // the same branch in every thread
-    s = BlockSums(FlatCacheSums(run, local, threadIdx.x, blockDim.x, pivot), shared);
-    ClusterMoments(s, count, false, &pivot, &m);
-  }
-  if (threadIdx.x == 0) moments = m;
-  cluster.sync();  // also: x is read, every block may write y (x may be y)
-
-  if (threadIdx.x == 0) {
-    const Moments merged = MergeClusterMoments(cluster, &moments, c.blocks);
-    affine = UnitAffine::From(merged.mean, merged.m2 / merged.count, a.eps, false);
-    if (rank == 0) {
-      if (a.mean_out != nullptr) a.mean_out[unit] = static_cast<float>(merged.mean);
-      if (a.rstd_out != nullptr) a.rstd_out[unit] = affine.rstd;
-    }
-  }
-  cluster.barrier_arrive();  // `moments` stays until the cluster has read it
-  __syncthreads();
-  FlatApplyRun(run, a.y, f, unit, first, items, threadIdx.x, blockDim.x, affine, a.gamma, a.beta,
-               a.activation);
-  cluster.barrier_wait();
-#endif
-}
-
-// Launches `kernel` on a grid of `blocks` x `units` blocks in clusters of `blocks`, true;
-// or false, launching nothing, where the GPU cannot hold one such cluster.
-template <class... Params, class... Args>
-bool LaunchOnClusters(void (*kernel)(Params...), uint32_t blocks, uint32_t units, uint32_t threads,
-                      size_t shared_bytes, cudaStream_t stream, cudaError_t* error, Args... args) {
-  if ((*error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(shared_bytes))) != cudaSuccess ||
-      (*error = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) !=
-          cudaSuccess) {
-    return true;
-  }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks, units, 1);
-  config.blockDim = dim3(threads, 1, 1);
-  config.dynamicSmemBytes = shared_bytes;
-  config.stream = stream;
-  cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = blocks;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess || clusters < 1) {
-    cudaGetLastError();  // not sticky
-    return false;
-  }
-  *error = cudaLaunchKernelEx(&config, kernel, args...);
-  return true;
-}
-
-// Launches a cluster plan (channels-last: per sample; channels-first: per unit), true;
-// false to fall back to the other plans (no Hopper, a shape the plans do not take, or
-// no cluster that fits the GPU). Clusters of 16 blocks are tried first, then smaller.
+// Launches the cluster plan when the GPU can hold one of its clusters; false to fall
+// back to the flat plan.
 bool LaunchClusterNorm(const NormKernelArgs& a, const NormShape& s, bool aligned,
                        cudaStream_t stream, cudaError_t* error) {
   *error = cudaSuccess;
   if (ComputeCapabilityMajor() < 9) return false;
+  const auto kernel = ClusterNormKernel;
   for (uint32_t max_blocks = kClusterMaxBlocks; max_blocks >= 1; max_blocks /= 2) {
-    bool launched;
-    uint32_t blocks;
-    if (s.channels_last) {
-      ClusterUnits p;
-      if (!ClusterUnits::Of(s, aligned, MaxDynamicShared(), MultiprocessorCount(), max_blocks,
-                            &p)) {
-        return false;
-      }
-      blocks = p.blocks;
-      launched = LaunchOnClusters(ClusterNormKernel, p.blocks, p.samples, p.threads,
-                                  p.SharedBytes(), stream, error, a, p);
-    } else {
-      const FlatUnits f = FlatUnits::Of(s, aligned);
-      ClusterRuns c;
-      if (!ClusterRuns::Of(s, f, MaxDynamicShared(), MultiprocessorCount(), max_blocks, &c)) {
-        return false;
-      }
-      blocks = c.blocks;
-      launched = LaunchOnClusters(ClusterRunNormKernel, c.blocks, c.units, c.threads,
-                                  c.SharedBytes(), stream, error, a, f, c);
+    ClusterUnits p;
+    if (!ClusterUnits::Of(s, aligned, MaxDynamicShared(), MultiprocessorCount(), max_blocks, &p)) {
+      return false;
     }
-    if (launched) return true;
-    if (blocks < max_blocks) return false;  // smaller clusters would not change the plan
+    const int bytes = static_cast<int>(p.SharedBytes());
+    if ((*error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       bytes)) != cudaSuccess ||
+        (*error = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                       1)) != cudaSuccess) {
+      return true;
+    }
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(p.blocks, p.samples, 1);
+    config.blockDim = dim3(p.threads, 1, 1);
+    config.dynamicSmemBytes = static_cast<size_t>(bytes);
+    config.stream = stream;
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = p.blocks;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess || clusters < 1) {
+      cudaGetLastError();                       // not sticky; try smaller clusters
+      if (p.blocks < max_blocks) return false;  // already as small as the shape asks
+      continue;
+    }
+    *error = cudaLaunchKernelEx(&config, kernel, a, p);
+    return true;
   }
   return false;
 }
@@ -523,12 +444,12 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
       (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(y.data)) % 16 == 0;
   const NormPlan plan = PlanNorm(s, MultiprocessorCount());
   const bool flat = UseFlatNorm(s, plan, MaxDynamicShared());
-  // A cluster plan where the flat plan does not apply (few large groups: H100,
-  // 1x32x112x112 G=8 NHWC 54 -> 18 us) or, channels-last, reads 4 bytes a position
-  // (instance norm 8x64x128x128: 0.13 -> 0.35 of a copy). Where the flat plan reads 32
-  // bytes a position it stays faster (128x256x28x28 G=32 NHWC: 0.72 against 0.52,
-  // 32x512x56x56 0.67 against 0.52).
-  if (!rows && !args.rms && (!flat || (s.channels_last && s.Cg == 1))) {
+  // Channels-last, the cluster plan where the flat plan does not apply (few large groups:
+  // H100, 1x32x112x112 G=8 54 -> 18 us) or reads 4 bytes a position (instance norm
+  // 8x64x128x128: 0.13 -> 0.35 of a copy). Where the flat plan reads 32 bytes a position
+  // it stays faster (128x256x28x28 G=32: 0.72 against 0.52, 32x512x56x56 0.67 against
+  // 0.52).
+  if (s.channels_last && !rows && !args.rms && (!flat || s.Cg == 1)) {
     cudaError_t error;
     if (LaunchClusterNorm(a, s, aligned, stream, &error)) {
       return error != cudaSuccess ? CudaFail(op, "the cluster group norm launch", error)
