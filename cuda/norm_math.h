@@ -533,10 +533,23 @@ NORMKIT_HOST_DEVICE inline float LaneOf(const Float4& v, int l) {
   return l == 0 ? v.x : l == 1 ? v.y : l == 2 ? v.z : v.w;
 }
 
+// Loads rows r0, r0 + lanes, ... (at most kClusterBatch, below `rows`) of column `col`
+// into v; returns how many. Row r of a cluster block is at x + r * C, or at cache + r * C
+// for r < cached.
+NORMKIT_HOST_DEVICE inline uint32_t ClusterLoadRows(const float* x, const float* cache,
+                                                    const ClusterUnits& p, uint32_t rows,
+                                                    uint32_t cached, uint32_t col, uint32_t r0,
+                                                    Float4 v[kClusterBatch]) {
+  uint32_t n = 0;
+  for (uint32_t r = r0; n < kClusterBatch && r < rows; r += p.lanes, ++n) {
+    v[n] = LoadFloat4((r < cached ? cache : x) + static_cast<size_t>(r) * p.C + 4 * col);
+  }
+  return n;
+}
+
 // A cluster block's pass over its rows for thread (col, lane): the sums of each of the
-// thread's 4 channels about its group's pivot, in float over up to kFlatBatch rows (loaded
-// before any is used), in double across them. Row r of the block is at x + r * C, or at
-// cache + r * C for r < cached_rows.
+// thread's 4 channels about its group's pivot, in float over up to kClusterBatch rows
+// (loaded before any is used), in double across them.
 NORMKIT_HOST_DEVICE inline LaneSums ClusterThreadSums(const float* x, const float* cache,
                                                       const ClusterUnits& p, uint32_t rows,
                                                       uint32_t col, uint32_t lane,
@@ -545,10 +558,7 @@ NORMKIT_HOST_DEVICE inline LaneSums ClusterThreadSums(const float* x, const floa
   const uint32_t cached = rows < p.cached_rows ? rows : p.cached_rows;
   for (uint32_t r0 = lane; r0 < rows; r0 += kClusterBatch * p.lanes) {
     Float4 v[kClusterBatch];
-    uint32_t n = 0;
-    for (uint32_t r = r0; n < kClusterBatch && r < rows; r += p.lanes, ++n) {
-      v[n] = LoadFloat4((r < cached ? cache : x) + static_cast<size_t>(r) * p.C + 4 * col);
-    }
+    const uint32_t n = ClusterLoadRows(x, cache, p, rows, cached, col, r0, v);
     for (int l = 0; l < 4; ++l) {
       float a1 = 0.0f, a2 = 0.0f;
       for (uint32_t j = 0; j < n; ++j) {
@@ -573,10 +583,7 @@ NORMKIT_HOST_DEVICE inline void ClusterThreadApply(const float* x, const float* 
   const uint32_t cached = rows < p.cached_rows ? rows : p.cached_rows;
   for (uint32_t r0 = lane; r0 < rows; r0 += kClusterBatch * p.lanes) {
     Float4 v[kClusterBatch];
-    uint32_t n = 0;
-    for (uint32_t r = r0; n < kClusterBatch && r < rows; r += p.lanes, ++n) {
-      v[n] = LoadFloat4((r < cached ? cache : x) + static_cast<size_t>(r) * p.C + 4 * col);
-    }
+    const uint32_t n = ClusterLoadRows(x, cache, p, rows, cached, col, r0, v);
     for (uint32_t j = 0; j < n; ++j) {
       const uint32_t r = r0 + j * p.lanes;
       StoreFloat4(y + static_cast<size_t>(r) * p.C + 4 * col,
