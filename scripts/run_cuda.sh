@@ -8,7 +8,7 @@
 #   ./scripts/run_cuda.sh --build-only    # build build-cuda/ on a machine without a GPU
 #   ./scripts/run_cuda.sh --prebuilt      # run build-cuda/ built elsewhere (--build-only)
 #   ... --quick                           # small benchmark shapes
-#   ... --sanitize                        # also compute-sanitizer memcheck and racecheck
+#   ... --sanitize                        # also compute-sanitizer memcheck, racecheck, synccheck
 #
 # --build-only copies the libraries the binaries need beyond glibc and libstdc++ (Highway,
 # libgomp) into build-cuda/rt, so build-cuda/ runs on a GPU machine that has neither, as
@@ -59,5 +59,8 @@ if [ -n "$sanitize" ]; then
   compute-sanitizer --tool memcheck --error-exitcode 1 ./build-cuda/tests/normkit_cuda_tests | tail -3
   echo "=== compute-sanitizer racecheck (shared memory)"
   compute-sanitizer --tool racecheck --error-exitcode 1 ./build-cuda/tests/normkit_cuda_tests \
-    --gtest_filter='Cuda.NormsMatchReference:Cuda.ShiftSumFamilyMatchesCpu' | tail -3
+    --gtest_filter='Cuda.NormsMatchReference:Cuda.ShiftSumFamilyMatchesCpu:Cuda.ChannelsLastClusterPlan' | tail -3
+  echo "=== compute-sanitizer synccheck (barriers, mbarriers, cluster barriers)"
+  compute-sanitizer --tool synccheck --error-exitcode 1 ./build-cuda/tests/normkit_cuda_tests \
+    --gtest_filter='Cuda.NormsMatchReference:Cuda.ShiftSumFamilyMatchesCpu:Cuda.ChannelsLastClusterPlan' | tail -3
 fi
