@@ -432,13 +432,14 @@ struct ClusterUnits {
   NORMKIT_HOST_DEVICE size_t SharedBytes() const { return (RetryOffset() + groups + 15) / 16 * 16; }
 
   // The plan for a channels-last group norm of `s`, or false where it does not apply
-  // (16-byte aligned x and y, C a multiple of 4 up to 4096, the fixed parts within
-  // `max_shared`). Blocks hold about kClusterRowTarget bytes of rows, at most `max_blocks` a
-  // sample; with few samples, more blocks (of 8 KiB of rows at least) fill the
-  // `multiprocessors`.
+  // (16-byte aligned x and y, C a multiple of 4 up to 2048, the fixed parts within
+  // `max_shared`). C = 2048 gives blocks of 512 threads; the kernel's 80 registers a
+  // thread leave no room for blocks of more than 768. Blocks hold about kClusterRowTarget bytes of
+  // rows, at most `max_blocks` a sample; with few samples, more blocks (of 8 KiB of rows at least)
+  // fill the `multiprocessors`.
   static bool Of(const NormShape& s, bool aligned, int64_t max_shared, int64_t multiprocessors,
                  uint32_t max_blocks, ClusterUnits* out) {
-    if (!s.channels_last || !aligned || s.C % 4 != 0 || s.C > 4096 || s.groups > s.C ||
+    if (!s.channels_last || !aligned || s.C % 4 != 0 || s.C > 2048 || s.groups > s.C ||
         s.units / s.groups > 65535 || s.spatial * s.C >= kMaxIndex32) {
       return false;
     }

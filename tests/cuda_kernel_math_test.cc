@@ -395,7 +395,10 @@ TEST(CudaKernelMath, ClusterPlanForTheSeedShapes) {
                                132, 16, &p));
   EXPECT_EQ(p.blocks, 16u);  // N = 1: the cluster fills 16 multiprocessors
   EXPECT_EQ(p.samples, 1u);
-  // Not for it: channels-first, C not a multiple of 4, misaligned.
+  // Not for it: channels-first, C not a multiple of 4, misaligned, C over 2048 (blocks of
+  // more threads than the kernel's registers allow).
+  EXPECT_FALSE(ClusterUnits::Of(NormShape::ForGroups(2, 4096, 49, 4096, true), true,
+                                kH100SharedBytes, 132, 16, &p));
   EXPECT_FALSE(ClusterUnits::Of(NormShape::ForGroups(2, 64, 49, 32, false), true, kH100SharedBytes,
                                 132, 16, &p));
   EXPECT_FALSE(ClusterUnits::Of(NormShape::ForGroups(2, 6, 49, 3, true), true, kH100SharedBytes,
