@@ -332,16 +332,23 @@ __global__ void ClusterNormKernel(NormKernelArgs a, ClusterUnits p) {
 #endif
 }
 
+// What the plans ask of the current device, queried once per call.
+struct DeviceLimits {
+  int32_t major;  // compute capability
+  int64_t multiprocessors;
+  int64_t max_shared;  // dynamic shared memory a block may opt into
+};
+
 // Launches the cluster plan when the GPU can hold one of its clusters; false to fall
-// back to the flat plan.
+// back to the other plans.
 bool LaunchClusterNorm(const NormKernelArgs& a, const NormShape& s, bool aligned,
-                       cudaStream_t stream, cudaError_t* error) {
+                       const DeviceLimits& device, cudaStream_t stream, cudaError_t* error) {
   *error = cudaSuccess;
-  if (ComputeCapabilityMajor() < 9) return false;
+  if (device.major < 9) return false;
   const auto kernel = ClusterNormKernel;
   for (uint32_t max_blocks = kClusterMaxBlocks; max_blocks >= 1; max_blocks /= 2) {
     ClusterUnits p;
-    if (!ClusterUnits::Of(s, aligned, MaxDynamicShared(), MultiprocessorCount(), max_blocks, &p)) {
+    if (!ClusterUnits::Of(s, aligned, device.max_shared, device.multiprocessors, max_blocks, &p)) {
       return false;
     }
     const int bytes = static_cast<int>(p.SharedBytes());
@@ -442,8 +449,9 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
 
   const bool aligned =
       (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(y.data)) % 16 == 0;
-  const NormPlan plan = PlanNorm(s, MultiprocessorCount());
-  const bool flat = UseFlatNorm(s, plan, MaxDynamicShared());
+  const DeviceLimits device{ComputeCapabilityMajor(), MultiprocessorCount(), MaxDynamicShared()};
+  const NormPlan plan = PlanNorm(s, device.multiprocessors);
+  const bool flat = UseFlatNorm(s, plan, device.max_shared);
   // Channels-last, the cluster plan where the flat plan does not apply (few large groups:
   // H100, 1x32x112x112 G=8 54 -> 18 us) or reads 4 bytes a position (instance norm
   // 8x64x128x128: 0.13 -> 0.35 of a copy). Where the flat plan reads 32 bytes a position
@@ -451,7 +459,7 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
   // 0.52).
   if (s.channels_last && !rows && !args.rms && (!flat || s.Cg == 1)) {
     cudaError_t error;
-    if (LaunchClusterNorm(a, s, aligned, stream, &error)) {
+    if (LaunchClusterNorm(a, s, aligned, device, stream, &error)) {
       return error != cudaSuccess ? CudaFail(op, "the cluster group norm launch", error)
                                   : LaunchStatus(op);
     }
@@ -459,16 +467,16 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
   const int64_t unit_bytes = s.count * static_cast<int64_t>(sizeof(float));
   if (flat) {
     const FlatUnits f = FlatUnits::Of(s, aligned);
-    const int32_t major = ComputeCapabilityMajor();
     // Asynchronous copies pay off where one batch of register loads per thread cannot
     // hold the unit (H100, NHWC 32x512x56x56 G=32: 0.56 -> 0.67 of a copy; on
     // 128x256x28x28, 4 items a thread, they measured 0.70 against 0.73).
     const int threads = FlatThreads(f);
     const bool big = f.items > kFlatBatch * static_cast<uint32_t>(threads);
-    const auto kernel = !f.vector                        ? FlatNormKernel<FlatLoad::kRegisters>
-                        : !f.channels_last && major >= 9 ? FlatNormKernel<FlatLoad::kBulkCopy>
-                        : big && major >= 8              ? FlatNormKernel<FlatLoad::kAsyncCopy>
-                                                         : FlatNormKernel<FlatLoad::kRegisters>;
+    const auto kernel = !f.vector ? FlatNormKernel<FlatLoad::kRegisters>
+                        : !f.channels_last && device.major >= 9
+                            ? FlatNormKernel<FlatLoad::kBulkCopy>
+                        : big && device.major >= 8 ? FlatNormKernel<FlatLoad::kAsyncCopy>
+                                                   : FlatNormKernel<FlatLoad::kRegisters>;
     if (unit_bytes > 48 * 1024) {
       const cudaError_t e = cudaFuncSetAttribute(
           kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(unit_bytes));
