@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "norm_reference.h"
@@ -432,6 +433,60 @@ TEST(GroupNorm, ChainedGroupsGiveTheSameBitsWhereverChainsStart) {
       const std::vector<float> got(y, y + numel);
       ExpectNormNear(got, want, "group_norm");
       ExpectSameBitsAsFirst(&first, got, threads);
+    }
+  }
+}
+
+// Out of place from memory (x of at least cpu::kChainedFromMemoryBytes) every group
+// goes in chains, block by block where a group spans several statistics blocks; in place
+// the same groups go statistics-then-output. Both, for 1, 2, 3 and 8 threads and into a
+// y one float off a vector (no streaming stores there), must give the same bits, and
+// the double reference's values; the mean / rstd outputs too. Groups of 392 KiB (four
+// blocks, the last short) and of 24.5 KiB (one block); +40 on every 7th value sends
+// some groups' statistics through their second pass.
+TEST(GroupNorm, ChainedFromMemoryGivesTheSameBitsAsStatisticsThenOutput) {
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> cases = {{{16, 64, 112, 112}, 8},
+                                                                       {{64, 256, 28, 28}, 32}};
+  for (const auto& [shape, G] : cases) {
+    const int64_t N = shape[0], C = shape[1], numel = Numel(shape), S = numel / (N * C);
+    ASSERT_GE(numel * 4, normkit::cpu::kChainedFromMemoryBytes);
+    std::vector<float> x = RandomVector(numel, 61);
+    for (int64_t i = 0; i < numel; i += 7) x[i] += 40.0f;
+    const std::vector<float> gamma = RandomVector(C, 62), beta = RandomVector(C, 63);
+    std::vector<float> first, first_stats;
+    {
+      const NormReference want = ReferenceGroupNorm(x, N, C, S, G, false, gamma.data(), beta.data(),
+                                                    1e-5, NORMKIT_ACTIVATION_RELU);
+      std::vector<float> y(numel);
+      normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape),
+                     yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+      ASSERT_EQ(normkit_group_norm(nullptr, &xt, G, gamma.data(), beta.data(), 1e-5f,
+                                   NORMKIT_ACTIVATION_RELU, &yt, nullptr, nullptr),
+                NORMKIT_SUCCESS);
+      ExpectNormNear(y, want, "group_norm chained from memory");
+      first = std::move(y);
+    }
+    // mode 0: out of place, y aligned; 1: y one float off; 2: in place.
+    for (int mode = 0; mode < 3; ++mode) {
+      for (int threads : {1, 2, 3, 8}) {
+        if (mode > 0 && threads != 2) continue;
+        SCOPED_TRACE("G=" + std::to_string(G) + " mode=" + std::to_string(mode) +
+                     " threads=" + std::to_string(threads));
+        std::vector<float> buf(numel + 16), xb, stats(2 * N * G);
+        float* y = buf.data();
+        while (reinterpret_cast<uintptr_t>(y) % 64 != 0) ++y;
+        if (mode == 1) ++y;
+        if (mode == 2) y = (xb = x).data();
+        Context ctx(threads);
+        normkit_tensor xt = Desc(mode == 2 ? y : x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape),
+                       yt = Desc(y, NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+        ASSERT_EQ(
+            normkit_group_norm(ctx.ctx, &xt, G, gamma.data(), beta.data(), 1e-5f,
+                               NORMKIT_ACTIVATION_RELU, &yt, stats.data(), stats.data() + N * G),
+            NORMKIT_SUCCESS);
+        EXPECT_EQ(std::memcmp(y, first.data(), sizeof(float) * numel), 0);
+        ExpectSameBitsAsFirst(&first_stats, stats, threads);
+      }
     }
   }
 }

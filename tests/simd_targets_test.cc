@@ -257,7 +257,9 @@ TEST(SimdTargets, BatchNormVarianceCheckNamesTheFirstOffenderOnEveryTarget) {
 // ApplyNormPlanes' bits, or results would depend on where chains start (the thread
 // count). Spans cover tails of a vector and of a pair, a partial flush run, planes
 // shorter than a vector, a mean 1e4 standard deviations from the sampled pivot (the
-// second pass), every activation, in place, and y aligned or one float off.
+// second pass), every activation, in place, y aligned or one float off, streamed or
+// stored (streaming applies only to an aligned y), and spans that start mid-plane (the
+// blocks of groups chained from memory).
 TEST(SimdTargets, GroupNormChainGivesTheSeparatePassesBitsOnEveryTarget) {
   using normkit::kernels::Activation;
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
@@ -266,45 +268,54 @@ TEST(SimdTargets, GroupNormChainGivesTheSeparatePassesBitsOnEveryTarget) {
     for (int64_t n : {1, 5, 16, 31, 32, 33, 100, 1292, 1568, 2051}) {
       for (int64_t plane : {int64_t{1}, int64_t{3}, int64_t{7}, int64_t{49}, n}) {
         if (n % plane != 0) continue;
-        for (bool far_pivot : {false, true}) {
-          std::vector<float> x = RandomVector(2 * n, 91 + static_cast<uint32_t>(n));
-          if (far_pivot) {
-            for (int64_t i = n; i < 2 * n; ++i) x[i] = 1.0e4f + 1.0e-2f * x[i];
-            for (size_t j = 0; j < normkit::kernels::kPivotVectors; ++j) {
-              const int64_t at = normkit::kernels::SampledSpanOffset(j, n);
-              for (int64_t k = at; k < std::min(n, at + 16); ++k) x[n + k] = 2.0e4f;
+        const std::vector<int64_t> offsets =
+            plane > 1 ? std::vector<int64_t>{0, plane / 2} : std::vector<int64_t>{0};
+        for (int64_t offset : offsets) {
+          for (bool far_pivot : {false, true}) {
+            std::vector<float> x = RandomVector(2 * n, 91 + static_cast<uint32_t>(n));
+            if (far_pivot) {
+              for (int64_t i = n; i < 2 * n; ++i) x[i] = 1.0e4f + 1.0e-2f * x[i];
+              for (size_t j = 0; j < normkit::kernels::kPivotVectors; ++j) {
+                const int64_t at = normkit::kernels::SampledSpanOffset(j, n);
+                for (int64_t k = at; k < std::min(n, at + 16); ++k) x[n + k] = 2.0e4f;
+              }
             }
-          }
-          const int64_t planes = n / plane;
-          const std::vector<float> scale = RandomVector(planes, 92),
-                                   shift = RandomVector(planes, 93);
-          const float mean = 0.375f;  // one group: one mean for all its planes
-          const std::vector<float> means(static_cast<size_t>(planes), mean);
-          const normkit::Moments want = normkit::kernels::SpanMoments(x.data() + n, n);
-          for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSilu}) {
-            for (int mode = 0; mode < 3; ++mode) {  // 0 aligned, 1 unaligned, 2 in place
-              SCOPED_TRACE("n=" + std::to_string(n) + " plane=" + std::to_string(plane) +
-                           " far=" + std::to_string(far_pivot) + " act=" +
-                           std::to_string(static_cast<int>(act)) + " mode=" + std::to_string(mode));
-              std::vector<float> xb = x, want_y(n), buf(n + 32);
-              float* y = buf.data();
-              while (reinterpret_cast<uintptr_t>(y) % 64 != 0) ++y;
-              if (mode == 1) ++y;
-              if (mode == 2) y = xb.data();
-              normkit::kernels::ApplyNormPlanes(x.data(), want_y.data(), n, plane, 0, means.data(),
-                                                scale.data(), shift.data(), act, false);
-              std::vector<float> one_mean_y(n);
-              normkit::kernels::ApplyNormGroupPlanes(x.data(), one_mean_y.data(), n, plane, 0, mean,
-                                                     scale.data(), shift.data(), act, false);
+            const int64_t planes = (offset + n + plane - 1) / plane;
+            const std::vector<float> scale = RandomVector(planes, 92),
+                                     shift = RandomVector(planes, 93);
+            const float mean = 0.375f;  // one group: one mean for all its planes
+            const std::vector<float> means(static_cast<size_t>(planes), mean);
+            const normkit::Moments want = normkit::kernels::SpanMoments(x.data() + n, n);
+            for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSilu}) {
+              std::vector<float> want_y(n), one_mean_y(n);
+              normkit::kernels::ApplyNormPlanes(x.data(), want_y.data(), n, plane, offset,
+                                                means.data(), scale.data(), shift.data(), act,
+                                                false);
+              normkit::kernels::ApplyNormGroupPlanes(x.data(), one_mean_y.data(), n, plane, offset,
+                                                     mean, scale.data(), shift.data(), act, false);
               EXPECT_EQ(std::memcmp(one_mean_y.data(), want_y.data(), sizeof(float) * n), 0);
-              const normkit::Moments got = normkit::kernels::ApplyNormPlanesThenMoments(
-                  xb.data(), y, n, plane, mean, scale.data(), shift.data(), act, xb.data() + n);
-              EXPECT_EQ(std::memcmp(&got.count, &want.count, sizeof(double)), 0);
-              EXPECT_EQ(std::memcmp(&got.mean, &want.mean, sizeof(double)), 0)
-                  << got.mean << " vs " << want.mean;
-              EXPECT_EQ(std::memcmp(&got.m2, &want.m2, sizeof(double)), 0)
-                  << got.m2 << " vs " << want.m2;
-              EXPECT_EQ(std::memcmp(y, want_y.data(), sizeof(float) * n), 0);
+              // 0 aligned, 1 unaligned, 2 in place; 3, 4: 0 and 1 streamed.
+              for (int mode = 0; mode < 5; ++mode) {
+                SCOPED_TRACE("n=" + std::to_string(n) + " plane=" + std::to_string(plane) +
+                             " offset=" + std::to_string(offset) +
+                             " far=" + std::to_string(far_pivot) +
+                             " act=" + std::to_string(static_cast<int>(act)) +
+                             " mode=" + std::to_string(mode));
+                std::vector<float> xb = x, buf(n + 32);
+                float* y = buf.data();
+                while (reinterpret_cast<uintptr_t>(y) % 64 != 0) ++y;
+                if (mode == 1 || mode == 4) ++y;
+                if (mode == 2) y = xb.data();
+                const normkit::Moments got = normkit::kernels::ApplyNormPlanesThenMoments(
+                    xb.data(), y, n, plane, offset, mean, scale.data(), shift.data(), act,
+                    mode >= 3, xb.data() + n);
+                EXPECT_EQ(std::memcmp(&got.count, &want.count, sizeof(double)), 0);
+                EXPECT_EQ(std::memcmp(&got.mean, &want.mean, sizeof(double)), 0)
+                    << got.mean << " vs " << want.mean;
+                EXPECT_EQ(std::memcmp(&got.m2, &want.m2, sizeof(double)), 0)
+                    << got.m2 << " vs " << want.m2;
+                EXPECT_EQ(std::memcmp(y, want_y.data(), sizeof(float) * n), 0);
+              }
             }
           }
         }

@@ -276,14 +276,17 @@ void BatchOfUnits(GroupNormPlan& p, int64_t u0, int64_t u1) {
                            p.stream);
 }
 
-// Channels-first: normalizes unit u whole and returns the moments of unit u + 1.
-Moments ApplyThenNextMoments(const GroupNormPlan& p, int64_t u) {
+// Channels-first: normalizes block k of unit u and returns the moments of block k of
+// unit u + 1 (BlockStats' bits).
+Moments ApplyBlockThenNextMoments(const GroupNormPlan& p, int64_t u, int64_t k) {
   const int64_t n = u / p.G, g = u % p.G;
-  const int64_t off = u * p.unit_elems;
-  const size_t nc = static_cast<size_t>(n * p.C + g * p.Cg);
+  const int64_t begin = k * p.block_elems;
+  const int64_t len = std::min(p.block_elems, p.unit_elems - begin);
+  const int64_t off = u * p.unit_elems + begin;
+  const size_t nc = static_cast<size_t>(n * p.C + g * p.Cg + begin / p.S);
   return kernels::ApplyNormPlanesThenMoments(
-      p.x + off, p.y + off, p.unit_elems, p.S, p.mean[nc], &p.scale[nc], &p.shift[nc],
-      static_cast<Activation>(p.args.activation), p.x + off + p.unit_elems);
+      p.x + off, p.y + off, len, p.S, begin % p.S, p.mean[nc], &p.scale[nc], &p.shift[nc],
+      static_cast<Activation>(p.args.activation), p.stream, p.x + off + p.unit_elems);
 }
 
 }  // namespace
@@ -354,8 +357,11 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   p.partial.resize(static_cast<size_t>(p.units * p.blocks * p.unit_groups));
   // Block moments are merged in the same order whichever way the work is split, so
   // the choices below (which do look at the threads) never change a result bit.
-  const bool chained = !p.channels_last && !p.stream && unit_bytes <= kChainedUnitBytes &&
-                       p.units >= 2 * ctx.num_threads;
+  const bool chained_from_memory = p.stream && x.bytes >= kChainedFromMemoryBytes &&
+                                   args.activation != NORMKIT_ACTIVATION_SILU &&
+                                   unit_bytes <= kChainedFromMemoryUnitBytes;
+  const bool chained = !p.channels_last && p.units >= 2 * ctx.num_threads &&
+                       (unit_bytes <= kChainedUnitBytes || chained_from_memory);
   const bool fused =
       !chained && unit_bytes <= kFusedUnitBytes && (p.units >= ctx.num_threads || p.blocks == 1);
   // Runs: each thread's contiguous share of the units (fused) or of a unit's blocks.
@@ -373,22 +379,26 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   }
   if (chained) {
     // A chain's first group has statistics of its own; each other group's come from
-    // the output pass of the one before it, to the same bits (blocks == 1 here).
+    // the output pass of the one before it, block by block, to the same bits.
     // n, g counted along, as in BatchOfUnits: through FinishUnit's general loops,
     // 1x256x14x14 G=32 took 3-5% longer (one thread, same-process A/B).
     const int64_t chains = ctx.num_threads;
     ParallelFor(ctx, chains, [&](int64_t t) {
       const int64_t first = t * p.units / chains, end = (t + 1) * p.units / chains;
-      BlockStats(p, first, 0, 0);
+      for (int64_t k = 0; k < p.blocks; ++k) BlockStats(p, first, k, 0);
       for (int64_t u = first, n = first / p.G, g = first % p.G; u < end; ++u) {
+        Moments m = *PartialOf(p, u, 0);
+        for (int64_t k = 1; k < p.blocks; ++k) m = kernels::MergeMoments(m, *PartialOf(p, u, k));
         const size_t row = static_cast<size_t>(n * p.C);
-        GroupParameters(*PartialOf(p, u, 0), p.args, u, g * p.Cg, (g + 1) * p.Cg, &p.mean[row],
-                        &p.scale[row], &p.shift[row]);
+        GroupParameters(m, p.args, u, g * p.Cg, (g + 1) * p.Cg, &p.mean[row], &p.scale[row],
+                        &p.shift[row]);
         if (++g == p.G) g = 0, ++n;
         if (u + 1 == end) {
           ApplyRange(p, u, 0, p.unit_elems);
         } else {
-          *PartialOf(p, u + 1, 0) = ApplyThenNextMoments(p, u);
+          for (int64_t k = 0; k < p.blocks; ++k) {
+            *PartialOf(p, u + 1, k) = ApplyBlockThenNextMoments(p, u, k);
+          }
         }
       }
     });

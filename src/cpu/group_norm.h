@@ -114,6 +114,19 @@ constexpr int64_t kFusedUnitBytes = int64_t{1} << 20;
 // the chain ran at 0.94 of memcpy against 0.76 for statistics-then-output with 6 KiB groups, and at
 // 0.74 against 0.84 with 12 KiB ones.
 constexpr int64_t kChainedUnitBytes = int64_t{8} << 10;
+// From memory (x of at least kChainedFromMemoryBytes, out of place) every fused group
+// goes in chains, except under SiLU: the next group's reads then come from DRAM while
+// this one's output streams out, where statistics-then-output left the read and the
+// write streams each idle half the time. Zen 5, one thread, same-process A/B, time
+// chained / fused:
+// 128x256x28x28 G=32 0.95-0.96, 32x512x56x56 G=32 0.93, 32x128x64x64 G=32 0.92-0.95,
+// 8x64x128x128 G=8 0.95, 16x64x128x128 G=64 0.96-0.98. Below 48 MiB it gained nothing
+// (8x64x128x128, 32 MiB: G=32 0.99-1.01, G=64 1.03-1.07), nor with SiLU, whose apply
+// is bound by arithmetic (128x256x28x28 1.07-1.09, 32x512x56x56 0.97-1.04), nor in
+// place (bench, one thread, ratio to the in-place reference 0.79-0.82 -> 0.67-0.69 at
+// 128x256x28x28: the output's write-backs compete with the next group's reads).
+constexpr int64_t kChainedFromMemoryBytes = int64_t{48} << 20;
+constexpr int64_t kChainedFromMemoryUnitBytes = kFusedUnitBytes;
 
 // Channels-first groups up to this size go in batches of up to kUnitBatchBytes:
 // statistics of every group of the batch, then their parameters, then one output

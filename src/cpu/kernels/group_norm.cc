@@ -1098,9 +1098,10 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
 // 6.5 us chained against 7.0 us in separate passes (aligned: 5.9 us). One mean: a
 // pointer to a mean per plane took this loop a register it needed (spills; 1x256x14x14
 // G=32, one thread: 5.72-5.88 us against 5.19-5.29 us).
-template <Activation kAct>
-Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t plane, float mean,
-                               const float* scale, const float* shift, const float* next) {
+template <Activation kAct, bool kStream>
+Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t plane, size_t offset,
+                               float mean, const float* scale, const float* shift,
+                               const float* next) {
   const DF d;
   const size_t N = hn::Lanes(d);
   const size_t paired = n / (2 * N) * (2 * N);  // elements the pairs cover
@@ -1118,8 +1119,9 @@ Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t plane,
     acc.Add(first, v);
     if (++pairs == ShiftedSumsAcc::kPairsPerRun) acc.Flush(), pairs = 0;
   };
-  NormPlanesT<kAct, false, const decltype(hook)&, false, OneMean>(x, y, n, plane, 0, OneMean{mean},
-                                                                  scale, shift, hook);
+  // Streaming only into an aligned y (the dispatch checks): no peel, the grid holds.
+  NormPlanesT<kAct, kStream, const decltype(hook)&, false, OneMean>(
+      x, y, n, plane, offset, OneMean{mean}, scale, shift, hook);
   double s1, s2;
   acc.Finish(next, n, paired, &s1, &s2);
   return MomentsAbout(next, n, p, s1, s2);
@@ -1321,7 +1323,7 @@ void RowNormT(const float* x, float* y, size_t n, float mean, float rstd, float 
 
 // Run-time (activation, stream) -> one of the six instantiations.
 template <template <Activation, bool> class Fn, class... Args>
-void DispatchActivation(Activation act, bool stream, Args&&... args) {
+auto DispatchActivation(Activation act, bool stream, Args&&... args) {
   switch (act) {
     case Activation::kRelu:
       return stream ? Fn<Activation::kRelu, true>::Run(args...)
@@ -1371,20 +1373,22 @@ void ApplyNormGroupPlanesImpl(const float* x, float* y, int64_t n, int64_t plane
                                                 scale, shift);
 }
 
-Moments ApplyNormPlanesThenMomentsImpl(const float* x, float* y, int64_t n, int64_t plane,
-                                       float mean, const float* scale, const float* shift,
-                                       Activation act, const float* next) {
-  const size_t un = static_cast<size_t>(n), up = static_cast<size_t>(plane);
-  if (n <= 0) return Moments();
-  switch (act) {
-    case Activation::kRelu:
-      return NormPlanesThenMomentsT<Activation::kRelu>(x, y, un, up, mean, scale, shift, next);
-    case Activation::kSilu:
-      return NormPlanesThenMomentsT<Activation::kSilu>(x, y, un, up, mean, scale, shift, next);
-    case Activation::kNone:
-    default:
-      return NormPlanesThenMomentsT<Activation::kNone>(x, y, un, up, mean, scale, shift, next);
+template <Activation kAct, bool kStream>
+struct NormPlanesThenMomentsFn {
+  static Moments Run(const float* x, float* y, size_t n, size_t plane, size_t offset, float mean,
+                     const float* scale, const float* shift, const float* next) {
+    return NormPlanesThenMomentsT<kAct, kStream>(x, y, n, plane, offset, mean, scale, shift, next);
   }
+};
+
+Moments ApplyNormPlanesThenMomentsImpl(const float* x, float* y, int64_t n, int64_t plane,
+                                       int64_t offset, float mean, const float* scale,
+                                       const float* shift, Activation act, bool stream,
+                                       const float* next) {
+  if (n <= 0) return Moments();
+  return DispatchActivation<NormPlanesThenMomentsFn>(
+      act, stream && IsAligned(DF(), y), x, y, static_cast<size_t>(n), static_cast<size_t>(plane),
+      static_cast<size_t>(offset), mean, scale, shift, next);
 }
 
 void ApplyNormRowsImpl(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
@@ -1486,11 +1490,12 @@ void ApplyNormGroupPlanes(const float* x, float* y, int64_t n, int64_t plane, in
   (x, y, n, plane, offset, mean, scale, shift, act, stream);
 }
 
-Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane, float mean,
-                                   const float* scale, const float* shift, Activation act,
+Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane,
+                                   int64_t offset, float mean, const float* scale,
+                                   const float* shift, Activation act, bool stream,
                                    const float* next) {
-  return HWY_DYNAMIC_DISPATCH(ApplyNormPlanesThenMomentsImpl)(x, y, n, plane, mean, scale, shift,
-                                                              act, next);
+  return HWY_DYNAMIC_DISPATCH(ApplyNormPlanesThenMomentsImpl)(x, y, n, plane, offset, mean, scale,
+                                                              shift, act, stream, next);
 }
 
 void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,

@@ -137,12 +137,15 @@ void ApplyNormGroupPlanes(const float* x, float* y, int64_t n, int64_t plane, in
                           float mean, const float* scale, const float* shift, Activation act,
                           bool stream);
 
-// ApplyNormGroupPlanes (offset 0, no streaming; the same output bits) over n
-// elements of one group, and the moments of the n elements at `next` (the next
-// group, not overlapping y), read while y is written: SpanMoments(next, n) to the
-// bit, on every SIMD target. Any alignment of y.
-Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane, float mean,
-                                   const float* scale, const float* shift, Activation act,
+// ApplyNormGroupPlanes (the same output bits) over n elements of one group, and the
+// moments of the n elements at `next` (the same part of the next group, not
+// overlapping y), read while y is written: SpanMoments(next, n) to the bit, on every
+// SIMD target. Any alignment of y; `stream` takes effect only where y is on a vector
+// boundary (streaming stores from elsewhere would need a peel, which would move the
+// vectors of `next` off SpanMoments' grid).
+Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane,
+                                   int64_t offset, float mean, const float* scale,
+                                   const float* shift, Activation act, bool stream,
                                    const float* next);
 
 // Channels-last rows of `channels` floats, parameters per channel (rows of `channels`).
