@@ -134,10 +134,12 @@ __device__ ShiftedSums BlockSums(ShiftedSums v, double* shared /* 2 * (kMaxWarps
 enum class FlatLoad { kRegisters, kAsyncCopy, kBulkCopy };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-// The thread's items of the unit, copied to `cache` with cp.async, then waits for them.
-__device__ void AsyncLoad(const float* x, const FlatUnits& f, uint32_t unit, float* cache) {
-  for (uint32_t q = threadIdx.x; q < f.items; q += blockDim.x) {
-    AsyncCopy16(cache + 4 * q, x + f.Offset(unit, 4 * q));
+// Items [first, first + items) of the unit, copied to `cache` with cp.async (this
+// thread's share), then waits for them.
+__device__ void AsyncLoad(const float* x, const FlatUnits& f, uint32_t unit, uint32_t first,
+                          uint32_t items, float* cache) {
+  for (uint32_t q = threadIdx.x; q < items; q += blockDim.x) {
+    AsyncCopy16(cache + 4 * q, x + f.Offset(unit, 4 * (first + q)));
   }
   AsyncCopyWaitAll();
   __syncthreads();
@@ -165,7 +167,7 @@ __global__ void FlatNormKernel(NormKernelArgs a, FlatUnits f) {
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   if constexpr (kLoad == FlatLoad::kAsyncCopy) {
-    AsyncLoad(a.x, f, unit, cache);
+    AsyncLoad(a.x, f, unit, 0, f.items, cache);
     cached = true;
   }
 #endif
@@ -219,6 +221,26 @@ __device__ void ClusterBlockGroupSums(const ClusterUnits& p, double* lane_sums,
     if (lane == 0) group_sums[2 * g] = s1, group_sums[2 * g + 1] = s2;
   }
   __syncthreads();
+}
+
+// The moments at `mine` (this block's shared memory) of every block of the cluster,
+// merged in rank order (Chan): every block that calls this gets the same bits. Four
+// ranks' loads go out before the merges use them.
+__device__ Moments MergeClusterMoments(cooperative_groups::cluster_group& cluster,
+                                       const Moments* mine, uint32_t blocks) {
+  Moments m;
+  for (uint32_t r0 = 0; r0 < blocks; r0 += 4) {
+    Moments part[4];
+#pragma unroll
+    for (uint32_t j = 0; j < 4; ++j) {
+      if (r0 + j < blocks) part[j] = *cluster.map_shared_rank(mine, r0 + j);
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < 4; ++j) {
+      if (r0 + j < blocks) m = MergeMoments(m, part[j]);
+    }
+  }
+  return m;
 }
 
 // The block's pass over its rows about `pivots`: its sums of each group in `group_sums`.
@@ -290,20 +312,9 @@ __global__ void ClusterNormKernel(NormKernelArgs a, ClusterUnits p) {
   cluster.sync();
 
   // Every block merges the cluster's moments of a group in rank order: the same bits in
-  // each. Four ranks' loads go out before the merges use them.
+  // each.
   for (uint32_t g = threadIdx.x; g < p.groups; g += blockDim.x) {
-    Moments m;
-    for (uint32_t r0 = 0; r0 < p.blocks; r0 += 4) {
-      Moments part[4];
-#pragma unroll
-      for (uint32_t j = 0; j < 4; ++j) {
-        if (r0 + j < p.blocks) part[j] = cluster.map_shared_rank(moments, r0 + j)[g];
-      }
-#pragma unroll
-      for (uint32_t j = 0; j < 4; ++j) {
-        if (r0 + j < p.blocks) m = MergeMoments(m, part[j]);
-      }
-    }
+    const Moments m = MergeClusterMoments(cluster, moments + g, p.blocks);
     const UnitAffine ua = UnitAffine::From(m.mean, m.m2 / m.count, a.eps, false);
     affine[g] = ua;
     if (rank == 0) {
@@ -332,6 +343,84 @@ __global__ void ClusterNormKernel(NormKernelArgs a, ClusterUnits p) {
 #endif
 }
 
+// The cluster plan for channels-first units (norm_math.h): cluster blockIdx.y is unit
+// `unit`, its block of rank r the items [r * run_items, (r + 1) * run_items).
+__global__ void ClusterRunNormKernel(NormKernelArgs a, FlatUnits f, ClusterRuns c) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(16) float run[];
+  __shared__ double shared[2 * (kMaxWarps + 1)];
+  __shared__ Moments moments;
+  __shared__ UnitAffine affine;
+  cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const uint32_t rank = cluster.block_rank(), unit = blockIdx.y;
+  const uint32_t first = rank * c.run_items, items = c.ItemsOf(rank);
+  // cp.async, not the bulk copy: with one mbarrier-completed bulk copy here, synccheck
+  // reported a missing mbarrier wait (H100, 2026-11-26) that the other bulk-copy kernels
+  // do not show.
+  AsyncLoad(a.x, f, unit, first, items, run);
+
+  // FlatCacheSums over this block's items only.
+  FlatUnits local = f;
+  local.items = items;
+  float pivot = RunPivot(run, 4 * items);
+  const double count = 4.0 * items;
+  ShiftedSums s = BlockSums(FlatCacheSums(run, local, threadIdx.x, blockDim.x, pivot), shared);
+  Moments m;
+  if (!ClusterMoments(s, count, true, &pivot, &m)) {  // the same branch in every thread
+    s = BlockSums(FlatCacheSums(run, local, threadIdx.x, blockDim.x, pivot), shared);
+    ClusterMoments(s, count, false, &pivot, &m);
+  }
+  if (threadIdx.x == 0) moments = m;
+  cluster.sync();  // also: x is read, every block may write y (x may be y)
+
+  if (threadIdx.x == 0) {
+    const Moments merged = MergeClusterMoments(cluster, &moments, c.blocks);
+    affine = UnitAffine::From(merged.mean, merged.m2 / merged.count, a.eps, false);
+    if (rank == 0) {
+      if (a.mean_out != nullptr) a.mean_out[unit] = static_cast<float>(merged.mean);
+      if (a.rstd_out != nullptr) a.rstd_out[unit] = affine.rstd;
+    }
+  }
+  cluster.barrier_arrive();  // `moments` stays until the cluster has read it
+  __syncthreads();
+  FlatApplyRun(run, a.y, f, unit, first, items, threadIdx.x, blockDim.x, affine, a.gamma, a.beta,
+               a.activation);
+  cluster.barrier_wait();
+#endif
+}
+
+// Launches `kernel` on a grid of `blocks` x `units` blocks in clusters of `blocks`, true;
+// or false, launching nothing, where the GPU cannot hold one such cluster.
+template <class... Params, class... Args>
+bool LaunchOnClusters(void (*kernel)(Params...), uint32_t blocks, uint32_t units, uint32_t threads,
+                      size_t shared_bytes, cudaStream_t stream, cudaError_t* error, Args... args) {
+  if ((*error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(shared_bytes))) != cudaSuccess ||
+      (*error = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) !=
+          cudaSuccess) {
+    return true;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks, units, 1);
+  config.blockDim = dim3(threads, 1, 1);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = blocks;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess || clusters < 1) {
+    cudaGetLastError();  // not sticky
+    return false;
+  }
+  *error = cudaLaunchKernelEx(&config, kernel, args...);
+  return true;
+}
+
 // What the plans ask of the current device, queried once per call.
 struct DeviceLimits {
   int32_t major;  // compute capability
@@ -339,45 +428,37 @@ struct DeviceLimits {
   int64_t max_shared;  // dynamic shared memory a block may opt into
 };
 
-// Launches the cluster plan when the GPU can hold one of its clusters; false to fall
-// back to the other plans.
+// Launches a cluster plan (channels-last: per sample; channels-first: per unit), true;
+// false to fall back to the other plans (no Hopper, a shape the plans do not take, or
+// no cluster that fits the GPU). Clusters of 16 blocks are tried first, then smaller.
 bool LaunchClusterNorm(const NormKernelArgs& a, const NormShape& s, bool aligned,
                        const DeviceLimits& device, cudaStream_t stream, cudaError_t* error) {
   *error = cudaSuccess;
   if (device.major < 9) return false;
-  const auto kernel = ClusterNormKernel;
   for (uint32_t max_blocks = kClusterMaxBlocks; max_blocks >= 1; max_blocks /= 2) {
-    ClusterUnits p;
-    if (!ClusterUnits::Of(s, aligned, device.max_shared, device.multiprocessors, max_blocks, &p)) {
-      return false;
+    bool launched;
+    uint32_t blocks;
+    if (s.channels_last) {
+      ClusterUnits p;
+      if (!ClusterUnits::Of(s, aligned, device.max_shared, device.multiprocessors, max_blocks,
+                            &p)) {
+        return false;
+      }
+      blocks = p.blocks;
+      launched = LaunchOnClusters(ClusterNormKernel, p.blocks, p.samples, p.threads,
+                                  p.SharedBytes(), stream, error, a, p);
+    } else {
+      const FlatUnits f = FlatUnits::Of(s, aligned);
+      ClusterRuns c;
+      if (!ClusterRuns::Of(s, f, device.max_shared, device.multiprocessors, max_blocks, &c)) {
+        return false;
+      }
+      blocks = c.blocks;
+      launched = LaunchOnClusters(ClusterRunNormKernel, c.blocks, c.units, c.threads,
+                                  c.SharedBytes(), stream, error, a, f, c);
     }
-    const int bytes = static_cast<int>(p.SharedBytes());
-    if ((*error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       bytes)) != cudaSuccess ||
-        (*error = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
-                                       1)) != cudaSuccess) {
-      return true;
-    }
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(p.blocks, p.samples, 1);
-    config.blockDim = dim3(p.threads, 1, 1);
-    config.dynamicSmemBytes = static_cast<size_t>(bytes);
-    config.stream = stream;
-    cudaLaunchAttribute cluster;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = p.blocks;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess || clusters < 1) {
-      cudaGetLastError();                       // not sticky; try smaller clusters
-      if (p.blocks < max_blocks) return false;  // already as small as the shape asks
-      continue;
-    }
-    *error = cudaLaunchKernelEx(&config, kernel, a, p);
-    return true;
+    if (launched) return true;
+    if (blocks < max_blocks) return false;  // smaller clusters would not change the plan
   }
   return false;
 }
@@ -452,12 +533,13 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
   const DeviceLimits device{ComputeCapabilityMajor(), MultiprocessorCount(), MaxDynamicShared()};
   const NormPlan plan = PlanNorm(s, device.multiprocessors);
   const bool flat = UseFlatNorm(s, plan, device.max_shared);
-  // Channels-last, the cluster plan where the flat plan does not apply (few large groups:
-  // H100, 1x32x112x112 G=8 54 -> 18 us) or reads 4 bytes a position (instance norm
-  // 8x64x128x128: 0.13 -> 0.35 of a copy). Where the flat plan reads 32 bytes a position
-  // it stays faster (128x256x28x28 G=32: 0.72 against 0.52, 32x512x56x56 0.67 against
-  // 0.52).
-  if (s.channels_last && !rows && !args.rms && (!flat || s.Cg == 1)) {
+  // A cluster plan where the flat plan does not apply (few large groups: H100,
+  // 1x32x112x112 G=8 NHWC 54 -> 18 us; H200, against the split plan in one run, NCHW
+  // 44 -> 11-12 us, 1x512x64x64 G=32 58 -> 20 us, 1x128x256x256 108 -> 44 us) or, channels-last,
+  // reads 4 bytes a position (instance norm 8x64x128x128: 0.13 -> 0.35 of a copy). Where the flat
+  // plan reads 32 bytes a position it stays faster (128x256x28x28 G=32 NHWC: 0.72 against 0.52,
+  // 32x512x56x56 0.67 against 0.52).
+  if (!rows && !args.rms && (!flat || (s.channels_last && s.Cg == 1))) {
     cudaError_t error;
     if (LaunchClusterNorm(a, s, aligned, device, stream, &error)) {
       return error != cudaSuccess ? CudaFail(op, "the cluster group norm launch", error)

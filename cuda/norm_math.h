@@ -596,6 +596,86 @@ NORMKIT_HOST_DEVICE inline void ClusterThreadApply(const float* x, const float* 
   }
 }
 
+// ---- The cluster plan for channels-first units (Hopper): a unit (one (n, group),
+// contiguous) too large for one block's shared memory, or one of too few units to fill
+// the GPU, is split over a cluster of blocks, each holding a contiguous run of its
+// items in shared memory. A block takes the moments of its run as the flat plan does
+// (sums about a pivot from its own first elements, again about its mean where that was
+// far off); the cluster merges them in rank order (Chan) and every block writes its run
+// from shared memory. One launch and one read of x, where the split plan needs three
+// launches, scratch memory and two reads. ----
+struct ClusterRuns {
+  uint32_t units = 0;
+  uint32_t blocks = 1;     // per unit: the size of the cluster
+  uint32_t run_items = 0;  // items of 4 floats a block; the last blocks may have fewer
+  uint32_t items = 0;      // per unit
+  uint32_t threads = kClusterThreads;
+
+  NORMKIT_HOST_DEVICE uint32_t ItemsOf(uint32_t rank) const {
+    const uint32_t begin = rank * run_items;
+    if (begin >= items) return 0;
+    return items - begin < run_items ? items - begin : run_items;
+  }
+  size_t SharedBytes() const { return static_cast<size_t>(run_items) * 4 * sizeof(float); }
+
+  // The plan for the channels-first units of `f` (items of 4 floats), or false where it
+  // does not apply: units of items of 1 float, or too large for `max_blocks` blocks of
+  // `max_shared` bytes. Runs of about kClusterRowTarget bytes; with few units, more
+  // blocks (runs of 8 KiB at least) fill the `multiprocessors`.
+  static bool Of(const NormShape& s, const FlatUnits& f, int64_t max_shared,
+                 int64_t multiprocessors, uint32_t max_blocks, ClusterRuns* out) {
+    if (s.channels_last || !f.vector || s.units > 65535 || s.units * s.count >= kMaxIndex32) {
+      return false;
+    }
+    ClusterRuns c;
+    c.units = static_cast<uint32_t>(s.units);
+    c.items = f.items;
+    const auto run_for = [&](int64_t blocks) { return (int64_t{c.items} + blocks - 1) / blocks; };
+    const int64_t item_bytes = 4 * sizeof(float);
+    int64_t blocks = 1;
+    while (blocks < max_blocks && run_for(blocks) * item_bytes > kClusterRowTarget) blocks *= 2;
+    while (blocks < max_blocks && c.units * blocks < 2 * multiprocessors &&
+           run_for(2 * blocks) * item_bytes >= 8 * 1024) {
+      blocks *= 2;
+    }
+    if (blocks > c.items) blocks = c.items;
+    c.blocks = static_cast<uint32_t>(blocks);
+    c.run_items = static_cast<uint32_t>(run_for(blocks));
+    if (static_cast<int64_t>(c.SharedBytes()) > max_shared) return false;
+    *out = c;
+    return true;
+  }
+};
+
+// A block's pivot for its run (in shared memory, `elems` floats): the mean of its first
+// 32 elements (or all of them), in float.
+NORMKIT_HOST_DEVICE inline float RunPivot(const float* run, uint32_t elems) {
+  const uint32_t n = elems < 32 ? elems : 32;
+  if (n == 0) return 0.0f;
+  float sum = 0.0f;
+  for (uint32_t k = 0; k < n; ++k) sum += run[k];
+  return sum / static_cast<float>(n);
+}
+
+// The output pass of thread `tid` over a block's run: items [first, first + items) of
+// `unit`, read from `run` (item first at run[0]).
+NORMKIT_HOST_DEVICE inline void FlatApplyRun(const float* run, float* y, const FlatUnits& f,
+                                             uint32_t unit, uint32_t first, uint32_t items,
+                                             uint32_t tid, uint32_t threads, const UnitAffine& ua,
+                                             const float* gamma, const float* beta,
+                                             int32_t activation) {
+  const auto affine = [&](uint32_t k, float v) {
+    const uint32_t c = f.Channel(unit, k);
+    return ua.Apply(v, gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f, activation);
+  };
+  for (uint32_t q = tid; q < items; q += threads) {
+    const uint32_t k = 4 * (first + q);
+    const Float4 v = LoadFloat4(run + 4 * q);
+    StoreFloat4(y + f.Offset(unit, k),
+                {affine(k, v.x), affine(k + 1, v.y), affine(k + 2, v.z), affine(k + 3, v.w)});
+  }
+}
+
 }  // namespace cuda
 }  // namespace normkit
 

@@ -59,8 +59,8 @@ if [ -n "$sanitize" ]; then
   compute-sanitizer --tool memcheck --error-exitcode 1 ./build-cuda/tests/normkit_cuda_tests | tail -3
   echo "=== compute-sanitizer racecheck (shared memory)"
   compute-sanitizer --tool racecheck --error-exitcode 1 ./build-cuda/tests/normkit_cuda_tests \
-    --gtest_filter='Cuda.NormsMatchReference:Cuda.ShiftSumFamilyMatchesCpu:Cuda.ChannelsLastClusterPlan' | tail -3
+    --gtest_filter='Cuda.NormsMatchReference:Cuda.ShiftSumFamilyMatchesCpu:Cuda.ClusterPlans' | tail -3
   echo "=== compute-sanitizer synccheck (barriers, mbarriers, cluster barriers)"
   compute-sanitizer --tool synccheck --error-exitcode 1 ./build-cuda/tests/normkit_cuda_tests \
-    --gtest_filter='Cuda.NormsMatchReference:Cuda.ShiftSumFamilyMatchesCpu:Cuda.ChannelsLastClusterPlan' | tail -3
+    --gtest_filter='Cuda.NormsMatchReference:Cuda.ShiftSumFamilyMatchesCpu:Cuda.ClusterPlans' | tail -3
 fi

@@ -23,6 +23,7 @@ namespace {
 
 using normkit::Moments;
 using normkit::cuda::AffineShape;
+using normkit::cuda::ClusterRuns;
 using normkit::cuda::ClusterUnits;
 using normkit::cuda::DivModCursor;
 using normkit::cuda::FlatUnits;
@@ -395,6 +396,13 @@ TEST(CudaKernelMath, ClusterPlanForTheSeedShapes) {
                                132, 16, &p));
   EXPECT_EQ(p.blocks, 16u);  // N = 1: the cluster fills 16 multiprocessors
   EXPECT_EQ(p.samples, 1u);
+  // Channels-first, few large groups: 16 runs of 784 items (12.25 KiB) a group.
+  ClusterRuns c;
+  const NormShape edge = NormShape::ForGroups(1, 32, 12544, 8, false);
+  ASSERT_TRUE(ClusterRuns::Of(edge, FlatUnits::Of(edge, true), kH100SharedBytes, 132, 16, &c));
+  EXPECT_EQ(c.blocks, 16u);
+  EXPECT_EQ(c.run_items, 784u);
+  EXPECT_FALSE(ClusterRuns::Of(edge, FlatUnits::Of(edge, false), kH100SharedBytes, 132, 16, &c));
   // Not for it: channels-first, C not a multiple of 4, misaligned, C over 2048 (blocks of
   // more threads than the kernel's registers allow).
   EXPECT_FALSE(ClusterUnits::Of(NormShape::ForGroups(2, 4096, 49, 4096, true), true,
@@ -443,6 +451,94 @@ TEST(CudaKernelMath, ClusterPlanGridMatchesReference) {
       if (!outlier) EXPECT_EQ(retries, 0);
       if (outlier && few) EXPECT_GT(retries, 0);
       const NormReference want = ReferenceGroupNorm(x, k.N, k.C, k.S, k.G, true, gamma.data(),
+                                                    beta.data(), 1e-5, NORMKIT_ACTIVATION_SILU);
+      ExpectNormNear(y, want, "y", 2e-5);
+      for (int64_t u = 0; u < k.N * k.G; ++u) {
+        EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
+        EXPECT_NEAR(rstd[u], want.rstd[u], 1e-5 * want.rstd[u]);
+      }
+    }
+  }
+}
+
+// The channels-first cluster plan's grid: each block's run (its own copy, as shared
+// memory holds it), its moments about the run's pivot (again about its mean where that
+// was far off), the merge in rank order, then each thread's output from the run.
+void ReplayClusterRuns(const std::vector<float>& x, std::vector<float>* y, const FlatUnits& f,
+                       const ClusterRuns& c, const float* gamma, const float* beta, float eps,
+                       int32_t activation, std::vector<float>* mean_out,
+                       std::vector<float>* rstd_out, int* retries) {
+  for (uint32_t unit = 0; unit < c.units; ++unit) {
+    Moments merged;
+    std::vector<std::vector<float>> runs(c.blocks);
+    for (uint32_t r = 0; r < c.blocks; ++r) {
+      const uint32_t items = c.ItemsOf(r);
+      const float* first = x.data() + f.Offset(unit, 4 * r * c.run_items);
+      runs[r].assign(first, first + 4 * items);
+      FlatUnits local = f;
+      local.items = items;
+      const auto block_sums = [&](float pivot) {
+        ShiftedSums total;
+        for (uint32_t t = 0; t < c.threads; ++t) {
+          const ShiftedSums s =
+              normkit::cuda::FlatCacheSums(runs[r].data(), local, t, c.threads, pivot);
+          total.s1 += s.s1, total.s2 += s.s2;
+        }
+        return total;
+      };
+      float pivot = normkit::cuda::RunPivot(runs[r].data(), 4 * items);
+      Moments m;
+      if (!normkit::cuda::ClusterMoments(block_sums(pivot), 4.0 * items, true, &pivot, &m)) {
+        ++*retries;
+        normkit::cuda::ClusterMoments(block_sums(pivot), 4.0 * items, false, &pivot, &m);
+      }
+      merged = normkit::MergeMoments(merged, m);
+    }
+    const UnitAffine ua = UnitAffine::From(merged.mean, merged.m2 / merged.count, eps, false);
+    (*mean_out)[unit] = static_cast<float>(merged.mean);
+    (*rstd_out)[unit] = ua.rstd;
+    for (uint32_t r = 0; r < c.blocks; ++r) {
+      for (uint32_t t = 0; t < c.threads; ++t)
+        normkit::cuda::FlatApplyRun(runs[r].data(), y->data(), f, unit, r * c.run_items,
+                                    c.ItemsOf(r), t, c.threads, ua, gamma, beta, activation);
+    }
+  }
+}
+
+TEST(CudaKernelMath, ClusterRunsGridMatchesReference) {
+  struct Case {
+    int64_t N, C, S, G;
+    uint32_t blocks;  // forced, to reach every split on small tensors
+  };
+  // HW = 9999 puts channel boundaries inside items; 12 items in 5 blocks leave one empty.
+  for (const Case& k : {Case{1, 8, 9999, 2, 16}, Case{2, 6, 64, 3, 5}, Case{1, 4, 12, 1, 5},
+                        Case{3, 16, 100, 4, 7}}) {
+    for (bool outlier : {false, true}) {
+      SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) +
+                   " S=" + std::to_string(k.S) + " G=" + std::to_string(k.G) +
+                   " blocks=" + std::to_string(k.blocks) + (outlier ? " outlier pivots" : ""));
+      std::vector<float> x = RandomVector(k.N * k.C * k.S, 41);
+      for (auto& v : x) v = 1000.0f + 0.1f * v;  // mean 1e4 x std
+      const std::vector<float> gamma = RandomVector(k.C, 42), beta = RandomVector(k.C, 43);
+      const NormShape s = NormShape::ForGroups(k.N, k.C, k.S, k.G, false);
+      const FlatUnits f = FlatUnits::Of(s, true);
+      ClusterRuns c;
+      ASSERT_TRUE(ClusterRuns::Of(s, f, kH100SharedBytes, 132, 16, &c));
+      c.blocks = k.blocks;
+      c.run_items = (f.items + k.blocks - 1) / k.blocks;
+      if (outlier) {  // each run's first 32 elements (its pivot's) 500 standard deviations off
+        for (uint32_t unit = 0; unit < c.units; ++unit)
+          for (uint32_t r = 0; r < c.blocks; ++r)
+            for (uint32_t e = 0; e < std::min(32u, 4 * c.ItemsOf(r)); ++e)
+              x[f.Offset(unit, 4 * r * c.run_items + e)] += 50.0f;
+      }
+      std::vector<float> y(x.size(), NAN), mean(k.N * k.G), rstd(k.N * k.G);
+      int retries = 0;
+      ReplayClusterRuns(x, &y, f, c, gamma.data(), beta.data(), 1e-5f, NORMKIT_ACTIVATION_SILU,
+                        &mean, &rstd, &retries);
+      if (!outlier) EXPECT_EQ(retries, 0);
+      if (outlier && 4 * 32 < 4 * c.run_items) EXPECT_GT(retries, 0);
+      const NormReference want = ReferenceGroupNorm(x, k.N, k.C, k.S, k.G, false, gamma.data(),
                                                     beta.data(), 1e-5, NORMKIT_ACTIVATION_SILU);
       ExpectNormNear(y, want, "y", 2e-5);
       for (int64_t u = 0; u < k.N * k.G; ++u) {

@@ -453,60 +453,82 @@ TEST(Cuda, ShiftSumFamilyMatchesCpu) {
   }
 }
 
-// Channels-last instance norm, and group norm with few large groups, run on Hopper as a
-// cluster of blocks per sample (the cluster plan of cuda/norm_math.h): rows cached in
-// shared memory or not (1x128x96x96 caches part of each block's rows), 3 float4 columns
-// (C = 12), pivots far from the mean (outliers
-// on every element the pivots read, so the blocks sum again), in place, and x 4 bytes
-// off 16 (the flat plan instead). The plan here must be the one the library makes on an
-// H100 (227 KiB of shared memory a block, 132 multiprocessors) for the outliers to land
-// on the pivots; elsewhere the test still checks the results.
-TEST(Cuda, ChannelsLastClusterPlan) {
+// Adds `offset` to every element the cluster plans' pivots read, for the plans the
+// library makes on an H100 (227 KiB of shared memory a block, 132 multiprocessors); on
+// another GPU the outliers land elsewhere and the test still checks the results.
+void OffsetClusterPivots(const std::vector<int64_t>& shape, int64_t groups, bool channels_last,
+                         float offset, std::vector<float>* x) {
+  namespace nc = normkit::cuda;
+  const int64_t N = shape[0], C = shape[1], S = Numel(shape) / (N * C);
+  const nc::NormShape s = nc::NormShape::ForGroups(N, C, S, groups, channels_last);
+  const int64_t shared = 227 * 1024 - 1024;
+  if (channels_last) {
+    nc::ClusterUnits p;
+    ASSERT_TRUE(nc::ClusterUnits::Of(s, true, shared, 132, 16, &p));
+    for (uint32_t n = 0; n < p.samples; ++n)
+      for (uint32_t r = 0; r < p.blocks; ++r)
+        for (uint32_t i = 0; i < nc::ClusterPivotRows(p, p.RowsOf(r)); ++i)
+          for (uint32_t g = 0; g < p.groups; ++g)
+            for (uint32_t c = 0; c < nc::ClusterPivotChannels(p); ++c)
+              (*x)[(static_cast<size_t>(n) * p.positions + r * p.rows + i) * p.C + g * p.Cg + c] +=
+                  offset;
+  } else {
+    const nc::FlatUnits f = nc::FlatUnits::Of(s, true);
+    nc::ClusterRuns c;
+    ASSERT_TRUE(nc::ClusterRuns::Of(s, f, shared, 132, 16, &c));
+    for (uint32_t unit = 0; unit < c.units; ++unit)
+      for (uint32_t r = 0; r < c.blocks; ++r)
+        for (uint32_t e = 0; e < std::min(32u, 4 * c.ItemsOf(r)); ++e)
+          (*x)[f.Offset(unit, 4 * r * c.run_items + e)] += offset;
+  }
+}
+
+// Group norm with few large groups, and channels-last instance norm, run on Hopper as a
+// cluster of blocks per sample (channels-last) or per group (channels-first): the
+// cluster plans of cuda/norm_math.h. Rows cached in shared memory or not (1x128x96x96
+// NHWC caches part of each block's rows), 3 float4 columns (C = 12), channel boundaries
+// inside items (HW = 9999), pivots far from the mean (outliers on every element the
+// pivots read, so the blocks sum again), in place, and x 4 bytes off 16 (other plans).
+TEST(Cuda, ClusterPlans) {
   SKIP_WITHOUT_GPU();
   struct Case {
     std::vector<int64_t> shape;
     int64_t groups;
+    bool channels_last;
   };
-  for (const Case& k : std::vector<Case>{{{2, 64, 64, 64}, 64},
-                                         {{1, 32, 112, 112}, 8},
-                                         {{1, 128, 96, 96}, 8},
-                                         {{3, 12, 17, 5}, 12}}) {
+  for (const Case& k : std::vector<Case>{{{2, 64, 64, 64}, 64, true},
+                                         {{1, 32, 112, 112}, 8, true},
+                                         {{1, 128, 96, 96}, 8, true},
+                                         {{3, 12, 17, 5}, 12, true},
+                                         {{1, 32, 112, 112}, 8, false},
+                                         {{1, 128, 96, 96}, 8, false},
+                                         {{1, 8, 99, 101}, 2, false}}) {
     const int64_t n = Numel(k.shape), N = k.shape[0], C = k.shape[1], S = n / (N * C);
-    normkit::cuda::ClusterUnits p;
-    ASSERT_TRUE(normkit::cuda::ClusterUnits::Of(
-        normkit::cuda::NormShape::ForGroups(N, C, S, k.groups, true), true, 227 * 1024 - 1024, 132,
-        16, &p));
+    const auto layout =
+        k.channels_last ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
     for (int variant = 0; variant < 4; ++variant) {
       const bool outliers = variant == 1, in_place = variant == 2, misaligned = variant == 3;
-      SCOPED_TRACE("C=" + std::to_string(C) + " G=" + std::to_string(k.groups) + " variant " +
-                   std::to_string(variant));
+      SCOPED_TRACE("C=" + std::to_string(C) + " G=" + std::to_string(k.groups) +
+                   (k.channels_last ? " NHWC" : " NCHW") + " variant " + std::to_string(variant));
       std::vector<float> x = RandomVector(n, 17);
       for (auto& v : x) v = 1000.0f + 0.1f * v;  // mean 1e4 x std
-      if (outliers) {  // every element the blocks' pivots read, 500 standard deviations off
-        for (uint32_t s = 0; s < p.samples; ++s)
-          for (uint32_t r = 0; r < p.blocks; ++r)
-            for (uint32_t i = 0; i < normkit::cuda::ClusterPivotRows(p, p.RowsOf(r)); ++i)
-              for (uint32_t g = 0; g < p.groups; ++g)
-                for (uint32_t c = 0; c < normkit::cuda::ClusterPivotChannels(p); ++c)
-                  x[(static_cast<size_t>(s) * p.positions + r * p.rows + i) * p.C + g * p.Cg + c] +=
-                      50.0f;
-      }
+      if (outliers) OffsetClusterPivots(k.shape, k.groups, k.channels_last, 50.0f, &x);
       const std::vector<float> gamma = RandomVector(C, 18), beta = RandomVector(C, 19);
       const size_t off = misaligned ? 1 : 0;
       std::vector<float> padded(n + 1, 0.0f);
       std::copy(x.begin(), x.end(), padded.begin() + off);
       DeviceArray<float> dx(padded), dy{std::vector<float>(n + 1)}, dgamma(gamma), dbeta(beta),
           dmean{std::vector<float>(N * k.groups)}, drstd{std::vector<float>(N * k.groups)};
-      normkit_tensor xt =
-          OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_LAST, k.shape), dx.get() + off);
-      normkit_tensor yt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_LAST, k.shape),
-                                   (in_place ? dx.get() : dy.get()) + off);
+      normkit_tensor xt = OnDevice(Desc(nullptr, layout, k.shape), dx.get() + off);
+      normkit_tensor yt =
+          OnDevice(Desc(nullptr, layout, k.shape), (in_place ? dx.get() : dy.get()) + off);
       ASSERT_EQ(normkit_group_norm(nullptr, &xt, k.groups, dgamma.get(), dbeta.get(), 1e-5f,
                                    NORMKIT_ACTIVATION_SILU, &yt, dmean.get(), drstd.get()),
                 NORMKIT_SUCCESS)
           << normkit_last_error();
-      const NormReference want = ReferenceGroupNorm(x, N, C, S, k.groups, true, gamma.data(),
-                                                    beta.data(), 1e-5, NORMKIT_ACTIVATION_SILU);
+      const NormReference want =
+          ReferenceGroupNorm(x, N, C, S, k.groups, k.channels_last, gamma.data(), beta.data(), 1e-5,
+                             NORMKIT_ACTIVATION_SILU);
       const std::vector<float> out = (in_place ? dx : dy).Download();
       ExpectNormNear(std::vector<float>(out.begin() + off, out.begin() + off + n), want,
                      "group norm", 2e-5);
