@@ -262,15 +262,16 @@ __device__ void ClusterPass(const ClusterUnits& p, const float* x, const float* 
 }
 #endif
 
-// The cluster plan (norm_math.h): cluster blockIdx.y is sample n, its block of rank r
-// the positions [r * rows, (r + 1) * rows).
+// The cluster plan (norm_math.h): cluster blockIdx.y is slice blockIdx.y % slices of
+// sample blockIdx.y / slices, its block of rank r the positions [r * rows, (r + 1) * rows).
 __global__ void ClusterNormKernel(NormKernelArgs a, ClusterUnits p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   __shared__ uint64_t barrier;
   cg::cluster_group cluster = cg::this_cluster();
-  const uint32_t rank = cluster.block_rank(), n = blockIdx.y;
+  const uint32_t rank = cluster.block_rank(), n = blockIdx.y / p.slices;
+  const uint32_t c0 = blockIdx.y % p.slices * p.C;  // the slice's first channel
   float* cache = reinterpret_cast<float*>(shared_bytes);
   double* lane_sums = reinterpret_cast<double*>(shared_bytes + p.LaneSumsOffset());
   double* group_sums = reinterpret_cast<double*>(shared_bytes + p.GroupSumsOffset());
@@ -279,15 +280,24 @@ __global__ void ClusterNormKernel(NormKernelArgs a, ClusterUnits p) {
   float* pivots = reinterpret_cast<float*>(shared_bytes + p.PivotsOffset());
   bool* retry = reinterpret_cast<bool*>(shared_bytes + p.RetryOffset());
 
-  const size_t first = (static_cast<size_t>(n) * p.positions + rank * p.rows) * p.C;
+  const size_t first = (static_cast<size_t>(n) * p.positions + rank * p.rows) * p.stride + c0;
   const float* x = a.x + first;
   float* y = a.y + first;
   const uint32_t rows = p.RowsOf(rank);
   const uint32_t cached = rows < p.cached_rows ? rows : p.cached_rows;
-  const uint32_t cached_bytes = cached * p.C * static_cast<uint32_t>(sizeof(float));
-  const BulkCopies copies(&barrier, cached_bytes);
-  if (threadIdx.x == 0 && cached_bytes > 0) copies.Copy(cache, x, cached_bytes);
-  copies.Wait();
+  if (p.slices == 1) {  // contiguous rows: one bulk copy
+    const uint32_t cached_bytes = cached * p.C * static_cast<uint32_t>(sizeof(float));
+    const BulkCopies copies(&barrier, cached_bytes);
+    if (threadIdx.x == 0 && cached_bytes > 0) copies.Copy(cache, x, cached_bytes);
+    copies.Wait();
+  } else {  // a segment of each row: 16 bytes a thread at a time
+    for (uint32_t q = threadIdx.x; q < cached * p.cols; q += blockDim.x) {
+      const uint32_t r = q / p.cols, col = q % p.cols;
+      AsyncCopy16(cache + r * p.C + 4 * col, x + static_cast<size_t>(r) * p.stride + 4 * col);
+    }
+    AsyncCopyWaitAll();
+    __syncthreads();
+  }
 
   // The block's moments of each group. x is only read until the cluster barrier below,
   // which every block passes before it writes y (x may be y).
@@ -318,8 +328,9 @@ __global__ void ClusterNormKernel(NormKernelArgs a, ClusterUnits p) {
     const UnitAffine ua = UnitAffine::From(m.mean, m.m2 / m.count, a.eps, false);
     affine[g] = ua;
     if (rank == 0) {
-      if (a.mean_out != nullptr) a.mean_out[n * p.groups + g] = static_cast<float>(m.mean);
-      if (a.rstd_out != nullptr) a.rstd_out[n * p.groups + g] = ua.rstd;
+      const uint32_t unit = blockIdx.y * p.groups + g;  // n * G + the slice's groups + g
+      if (a.mean_out != nullptr) a.mean_out[unit] = static_cast<float>(m.mean);
+      if (a.rstd_out != nullptr) a.rstd_out[unit] = ua.rstd;
     }
   }
   // This block's moments stay in place until the whole cluster has read them: arrive
@@ -334,8 +345,8 @@ __global__ void ClusterNormKernel(NormKernelArgs a, ClusterUnits p) {
       const uint32_t c = 4 * col + l;
       const UnitAffine ua = affine[c / p.Cg];
       mean_f[l] = ua.mean_f;
-      scale[l] = ua.Scale(a.gamma != nullptr ? a.gamma[c] : 1.0f);
-      shift[l] = ua.Shift(scale[l], a.beta != nullptr ? a.beta[c] : 0.0f);
+      scale[l] = ua.Scale(a.gamma != nullptr ? a.gamma[c0 + c] : 1.0f);
+      shift[l] = ua.Shift(scale[l], a.beta != nullptr ? a.beta[c0 + c] : 0.0f);
     }
     ClusterThreadApply(x, cache, y, p, rows, col, lane, mean_f, scale, shift, a.activation);
   }
@@ -445,7 +456,7 @@ bool LaunchClusterNorm(const NormKernelArgs& a, const NormShape& s, bool aligned
         return false;
       }
       blocks = p.blocks;
-      launched = LaunchOnClusters(ClusterNormKernel, p.blocks, p.samples, p.threads,
+      launched = LaunchOnClusters(ClusterNormKernel, p.blocks, p.samples * p.slices, p.threads,
                                   p.SharedBytes(), stream, error, a, p);
     } else {
       const FlatUnits f = FlatUnits::Of(s, aligned);

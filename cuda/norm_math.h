@@ -379,6 +379,9 @@ inline int FlatThreads(const FlatUnits& f) {
 // shared memory; rows beyond that are read again (from L2) by the later passes.
 // Thread t owns the float4 column t % cols (4 channels) of the rows t / cols,
 // t / cols + lanes, ...: its 4 channels never change.
+// Few samples (batch 1) would leave most of the GPU idle with a cluster per sample
+// (16 blocks), so a sample's channels split into `slices` of whole groups, a cluster
+// each: a block then reads a 64-byte or longer segment of every row.
 // A block sums each group about a pivot of its own (ClusterPivot); where the pivot
 // turns out far from the block's mean (FlatMoments' test), the block sums again about
 // that mean, from shared memory for its cached rows. ----
@@ -392,7 +395,11 @@ constexpr int64_t kClusterRowTarget = 64 * 1024;
 constexpr uint32_t kClusterBatch = 4;
 
 struct ClusterUnits {
-  uint32_t C = 0, groups = 0, Cg = 0, positions = 0, samples = 0;
+  // C and groups: a slice's channels and groups; stride: the floats between rows in
+  // memory (the tensor's C).
+  uint32_t C = 0, groups = 0, Cg = 0, positions = 0, samples = 0, stride = 0;
+  uint32_t slices = 1;  // clusters per sample, each C channels
+
   uint32_t blocks = 1;       // per sample: the size of the cluster
   uint32_t rows = 0;         // positions per block; the last blocks may have fewer
   uint32_t cached_rows = 0;  // of a block's rows, the first ones held in shared memory
@@ -434,9 +441,11 @@ struct ClusterUnits {
   // The plan for a channels-last group norm of `s`, or false where it does not apply
   // (16-byte aligned x and y, C a multiple of 4 up to 2048, the fixed parts within
   // `max_shared`). C = 2048 gives blocks of 512 threads; the kernel's 80 registers a
-  // thread leave no room for blocks of more than 768. Blocks hold about kClusterRowTarget bytes of
-  // rows, at most `max_blocks` a sample; with few samples, more blocks (of 8 KiB of rows at least)
-  // fill the `multiprocessors`.
+  // thread leave no room for blocks of more than 768. With few samples, each splits into
+  // slices of whole groups (of 16 channels at least) while the clusters still fit the
+  // `multiprocessors` side by side. Blocks hold about kClusterRowTarget bytes of rows,
+  // at most `max_blocks` a cluster; with few clusters, more blocks (of 8 KiB of rows at
+  // least) fill the `multiprocessors`.
   static bool Of(const NormShape& s, bool aligned, int64_t max_shared, int64_t multiprocessors,
                  uint32_t max_blocks, ClusterUnits* out) {
     if (!s.channels_last || !aligned || s.C % 4 != 0 || s.C > 2048 || s.groups > s.C ||
@@ -444,17 +453,24 @@ struct ClusterUnits {
       return false;
     }
     ClusterUnits p;
-    p.C = static_cast<uint32_t>(s.C);
-    p.groups = static_cast<uint32_t>(s.groups);
     p.Cg = static_cast<uint32_t>(s.Cg);
     p.positions = static_cast<uint32_t>(s.spatial);
     p.samples = static_cast<uint32_t>(s.units / s.groups);
+    p.stride = static_cast<uint32_t>(s.C);
+    const auto slice_fits = [&](int64_t slices) {
+      return s.groups % slices == 0 && (s.C / slices) % 4 == 0 && s.C / slices >= 16 &&
+             p.samples * slices * max_blocks <= multiprocessors;
+    };
+    while (slice_fits(2 * p.slices)) p.slices *= 2;
+    p.C = static_cast<uint32_t>(s.C) / p.slices;
+    p.groups = static_cast<uint32_t>(s.groups) / p.slices;
     p.cols = p.C / 4;
-    const int64_t row_bytes = s.C * static_cast<int64_t>(sizeof(float));
+    const int64_t clusters = static_cast<int64_t>(p.samples) * p.slices;
+    const int64_t row_bytes = p.C * static_cast<int64_t>(sizeof(float));
     const auto rows_for = [&](int64_t blocks) { return (s.spatial + blocks - 1) / blocks; };
     int64_t blocks = 1;
     while (blocks < max_blocks && rows_for(blocks) * row_bytes > kClusterRowTarget) blocks *= 2;
-    while (blocks < max_blocks && p.samples * blocks < 2 * multiprocessors &&
+    while (blocks < max_blocks && clusters * blocks < 2 * multiprocessors &&
            rows_for(2 * blocks) * row_bytes >= 8 * 1024) {
       blocks *= 2;
     }
@@ -495,14 +511,20 @@ NORMKIT_HOST_DEVICE inline uint32_t ClusterPivotRows(const ClusterUnits& p, uint
   const uint32_t want = (32 + p.Cg - 1) / p.Cg;
   return want < rows ? want : rows;
 }
-// Rows r < cached_rows of the block are at cache + r * C, the others at x + r * C.
+// Row r of a block's slice: in shared memory (`cache`, rows of C) for r < cached, else
+// in memory (`x`, rows `stride` apart).
+NORMKIT_HOST_DEVICE inline const float* ClusterRow(const float* x, const float* cache,
+                                                   const ClusterUnits& p, uint32_t cached,
+                                                   uint32_t r) {
+  return r < cached ? cache + static_cast<size_t>(r) * p.C : x + static_cast<size_t>(r) * p.stride;
+}
 NORMKIT_HOST_DEVICE inline float ClusterPivot(const float* x, const float* cache,
                                               const ClusterUnits& p, uint32_t rows, uint32_t g) {
   const uint32_t k = ClusterPivotRows(p, rows), channels = ClusterPivotChannels(p);
   if (k == 0) return 0.0f;
   float sum = 0.0f;
   for (uint32_t r = 0; r < k; ++r) {
-    const float* row = (r < p.cached_rows ? cache : x) + static_cast<size_t>(r) * p.C + g * p.Cg;
+    const float* row = ClusterRow(x, cache, p, p.cached_rows, r) + g * p.Cg;
     for (uint32_t c = 0; c < channels; ++c) sum += row[c];
   }
   return sum / static_cast<float>(k * channels);
@@ -535,15 +557,14 @@ NORMKIT_HOST_DEVICE inline float LaneOf(const Float4& v, int l) {
 }
 
 // Loads rows r0, r0 + lanes, ... (at most kClusterBatch, below `rows`) of column `col`
-// into v; returns how many. Row r of a cluster block is at x + r * C, or at cache + r * C
-// for r < cached.
+// into v (ClusterRow); returns how many.
 NORMKIT_HOST_DEVICE inline uint32_t ClusterLoadRows(const float* x, const float* cache,
                                                     const ClusterUnits& p, uint32_t rows,
                                                     uint32_t cached, uint32_t col, uint32_t r0,
                                                     Float4 v[kClusterBatch]) {
   uint32_t n = 0;
   for (uint32_t r = r0; n < kClusterBatch && r < rows; r += p.lanes, ++n) {
-    v[n] = LoadFloat4((r < cached ? cache : x) + static_cast<size_t>(r) * p.C + 4 * col);
+    v[n] = LoadFloat4(ClusterRow(x, cache, p, cached, r) + 4 * col);
   }
   return n;
 }
@@ -587,7 +608,7 @@ NORMKIT_HOST_DEVICE inline void ClusterThreadApply(const float* x, const float* 
     const uint32_t n = ClusterLoadRows(x, cache, p, rows, cached, col, r0, v);
     for (uint32_t j = 0; j < n; ++j) {
       const uint32_t r = r0 + j * p.lanes;
-      StoreFloat4(y + static_cast<size_t>(r) * p.C + 4 * col,
+      StoreFloat4(y + static_cast<size_t>(r) * p.stride + 4 * col,
                   {Activate(fmaf(v[j].x - mean_f[0], a[0], b[0]), activation),
                    Activate(fmaf(v[j].y - mean_f[1], a[1], b[1]), activation),
                    Activate(fmaf(v[j].z - mean_f[2], a[2], b[2]), activation),

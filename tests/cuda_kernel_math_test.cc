@@ -277,26 +277,31 @@ TEST(CudaKernelMath, FlatPlanRetriesAboutTheMeanAfterAnOutlierPivot) {
   }
 }
 
-// The cluster plan's grid: for each sample, every block takes its groups' moments (its
-// threads' sums about the block's pivots, again about the block's means where a pivot
-// was far off), the moments are merged in rank order, then every thread writes its rows.
-// Each block sees its cached rows only in its own copy (`cache`): in the copy of x it
-// reads, they are NaN, so a block that read a cached row from memory would spoil its
-// group.
+// The cluster plan's grid: for each cluster (a slice of a sample's channels), every
+// block takes its groups' moments (its threads' sums about the block's pivots, again
+// about the block's means where a pivot was far off), the moments are merged in rank
+// order, then every thread writes its rows. Each block sees its cached rows only in its
+// own copy (`cache`, rows of the slice's C channels): in the copy of x it reads (rows of
+// the tensor's channels, `stride`), the slice's part of them is NaN, so a block that
+// read a cached row from memory would spoil its group.
 void ReplayCluster(const std::vector<float>& x, std::vector<float>* y, const ClusterUnits& p,
                    const float* gamma, const float* beta, float eps, int32_t activation,
                    std::vector<float>* mean_out, std::vector<float>* rstd_out, int* retries) {
-  const uint32_t C = p.C, G = p.groups;
-  for (uint32_t n = 0; n < p.samples; ++n) {
-    const size_t sample = static_cast<size_t>(n) * p.positions * C;
+  const uint32_t C = p.C, G = p.groups, stride = p.stride;
+  for (uint32_t cl = 0; cl < p.samples * p.slices; ++cl) {
+    const uint32_t n = cl / p.slices, c0 = cl % p.slices * C;
+    const size_t sample = static_cast<size_t>(n) * p.positions * stride;
     std::vector<Moments> merged(G);
     std::vector<std::vector<float>> memory(p.blocks), cache(p.blocks);
     for (uint32_t r = 0; r < p.blocks; ++r) {
       const uint32_t rows = p.RowsOf(r), cached = std::min(rows, p.cached_rows);
-      const float* first = x.data() + sample + static_cast<size_t>(r) * p.rows * C;
-      memory[r].assign(first, first + static_cast<size_t>(rows) * C);
-      cache[r].assign(first, first + static_cast<size_t>(cached) * C);
-      std::fill(memory[r].begin(), memory[r].begin() + cache[r].size(), NAN);
+      const float* first = x.data() + sample + static_cast<size_t>(r) * p.rows * stride;
+      memory[r].assign(first, first + static_cast<size_t>(rows) * stride);
+      for (uint32_t i = 0; i < cached; ++i) {
+        cache[r].insert(cache[r].end(), first + i * stride + c0, first + i * stride + c0 + C);
+        std::fill(memory[r].begin() + i * stride + c0, memory[r].begin() + i * stride + c0 + C,
+                  NAN);
+      }
       const auto group_sums = [&](const std::vector<float>& pivots) {
         std::vector<ShiftedSums> sums(G);
         for (uint32_t t = 0; t < p.Active(); ++t) {
@@ -304,7 +309,7 @@ void ReplayCluster(const std::vector<float>& x, std::vector<float>* y, const Clu
           float pivot[4];
           for (int l = 0; l < 4; ++l) pivot[l] = pivots[(4 * col + l) / p.Cg];
           const normkit::cuda::LaneSums s = normkit::cuda::ClusterThreadSums(
-              memory[r].data(), cache[r].data(), p, rows, col, lane, pivot);
+              memory[r].data() + c0, cache[r].data(), p, rows, col, lane, pivot);
           for (int l = 0; l < 4; ++l) {
             sums[(4 * col + l) / p.Cg].s1 += s.s1[l];
             sums[(4 * col + l) / p.Cg].s2 += s.s2[l];
@@ -314,7 +319,7 @@ void ReplayCluster(const std::vector<float>& x, std::vector<float>* y, const Clu
       };
       std::vector<float> pivots(G);
       for (uint32_t g = 0; g < G; ++g)
-        pivots[g] = normkit::cuda::ClusterPivot(memory[r].data(), cache[r].data(), p, rows, g);
+        pivots[g] = normkit::cuda::ClusterPivot(memory[r].data() + c0, cache[r].data(), p, rows, g);
       const double count = static_cast<double>(p.Cg) * rows;
       const std::vector<ShiftedSums> first_sums = group_sums(pivots);
       std::vector<Moments> block(G);
@@ -335,11 +340,11 @@ void ReplayCluster(const std::vector<float>& x, std::vector<float>* y, const Clu
     std::vector<UnitAffine> affine(G);
     for (uint32_t g = 0; g < G; ++g) {
       affine[g] = UnitAffine::From(merged[g].mean, merged[g].m2 / merged[g].count, eps, false);
-      (*mean_out)[n * G + g] = static_cast<float>(merged[g].mean);
-      (*rstd_out)[n * G + g] = affine[g].rstd;
+      (*mean_out)[cl * G + g] = static_cast<float>(merged[g].mean);
+      (*rstd_out)[cl * G + g] = affine[g].rstd;
     }
     for (uint32_t r = 0; r < p.blocks; ++r) {
-      float* out = y->data() + sample + static_cast<size_t>(r) * p.rows * C;
+      float* out = y->data() + sample + static_cast<size_t>(r) * p.rows * stride + c0;
       for (uint32_t t = 0; t < p.Active(); ++t) {
         const uint32_t col = t % p.cols, lane = t / p.cols;
         float mean_f[4], scale[4], shift[4];
@@ -347,11 +352,11 @@ void ReplayCluster(const std::vector<float>& x, std::vector<float>* y, const Clu
           const uint32_t c = 4 * col + l;
           const UnitAffine& ua = affine[c / p.Cg];
           mean_f[l] = ua.mean_f;
-          scale[l] = ua.Scale(gamma != nullptr ? gamma[c] : 1.0f);
-          shift[l] = ua.Shift(scale[l], beta != nullptr ? beta[c] : 0.0f);
+          scale[l] = ua.Scale(gamma != nullptr ? gamma[c0 + c] : 1.0f);
+          shift[l] = ua.Shift(scale[l], beta != nullptr ? beta[c0 + c] : 0.0f);
         }
-        normkit::cuda::ClusterThreadApply(memory[r].data(), cache[r].data(), out, p, p.RowsOf(r),
-                                          col, lane, mean_f, scale, shift, activation);
+        normkit::cuda::ClusterThreadApply(memory[r].data() + c0, cache[r].data(), out, p,
+                                          p.RowsOf(r), col, lane, mean_f, scale, shift, activation);
       }
     }
   }
@@ -362,10 +367,10 @@ void OffsetClusterPivots(const ClusterUnits& p, float offset, std::vector<float>
   for (uint32_t n = 0; n < p.samples; ++n)
     for (uint32_t r = 0; r < p.blocks; ++r)
       for (uint32_t i = 0; i < normkit::cuda::ClusterPivotRows(p, p.RowsOf(r)); ++i)
-        for (uint32_t g = 0; g < p.groups; ++g)
+        for (uint32_t g = 0; g < p.groups * p.slices; ++g)
           for (uint32_t c = 0; c < normkit::cuda::ClusterPivotChannels(p); ++c)
-            (*x)[(static_cast<size_t>(n) * p.positions + r * p.rows + i) * p.C + g * p.Cg + c] +=
-                offset;
+            (*x)[(static_cast<size_t>(n) * p.positions + r * p.rows + i) * p.stride + g * p.Cg +
+                 c] += offset;
 }
 
 // The plan the GPU gets for the seed shapes: clusters of 16 blocks, rows that fit in
@@ -394,8 +399,25 @@ TEST(CudaKernelMath, ClusterPlanForTheSeedShapes) {
   EXPECT_LT(p.cached_rows, p.rows);
   ASSERT_TRUE(ClusterUnits::Of(NormShape::ForGroups(1, 64, 3136, 32, true), true, kH100SharedBytes,
                                132, 16, &p));
-  EXPECT_EQ(p.blocks, 16u);  // N = 1: the cluster fills 16 multiprocessors
+  EXPECT_EQ(p.blocks, 16u);
   EXPECT_EQ(p.samples, 1u);
+  EXPECT_EQ(p.slices, 4u);  // N = 1: four clusters of 16 channels fill 64 multiprocessors
+  // The VAE decoder's batch-1 group norms: eight clusters of 64 and of 16 channels.
+  ASSERT_TRUE(ClusterUnits::Of(NormShape::ForGroups(1, 512, 4096, 32, true), true, kH100SharedBytes,
+                               132, 16, &p));
+  EXPECT_EQ(p.slices, 8u);
+  EXPECT_EQ(p.blocks, 16u);
+  EXPECT_EQ(p.cached_rows, p.rows);  // 256 rows of 256 bytes
+  ASSERT_TRUE(ClusterUnits::Of(NormShape::ForGroups(1, 128, 65536, 32, true), true,
+                               kH100SharedBytes, 132, 16, &p));
+  EXPECT_EQ(p.slices, 8u);
+  EXPECT_EQ(p.C, 16u);
+  EXPECT_LT(p.cached_rows, p.rows);  // 4096 rows of 64 bytes: most of them
+  EXPECT_GT(4 * p.cached_rows, 3 * p.rows);
+  // The seed shapes' batches fill the GPU without slices.
+  ASSERT_TRUE(ClusterUnits::Of(NormShape::ForGroups(8, 64, 16384, 64, true), true, kH100SharedBytes,
+                               132, 16, &p));
+  EXPECT_EQ(p.slices, 1u);
   // Channels-first, few large groups: 16 runs of 784 items (12.25 KiB) a group.
   ClusterRuns c;
   const NormShape edge = NormShape::ForGroups(1, 32, 12544, 8, false);
@@ -423,7 +445,7 @@ TEST(CudaKernelMath, ClusterPlanGridMatchesReference) {
   for (const Case& k :
        {Case{2, 64, 49, 32, 4, 13}, Case{1, 16, 300, 16, 16, 19}, Case{3, 12, 37, 3, 8, 5},
         Case{2, 4, 101, 1, 16, 0}, Case{1, 256, 30, 1, 7, 30}, Case{2, 8, 5, 2, 4, 1},
-        Case{1, 1024, 9, 4, 2, 3}}) {
+        Case{1, 1024, 9, 4, 2, 3}, Case{1, 128, 50, 32, 16, 2}, Case{2, 48, 20, 12, 4, 3}}) {
     for (bool outlier : {false, true}) {
       SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) +
                    " S=" + std::to_string(k.S) + " G=" + std::to_string(k.G) +
@@ -434,6 +456,13 @@ TEST(CudaKernelMath, ClusterPlanGridMatchesReference) {
       ClusterUnits p;
       ASSERT_TRUE(ClusterUnits::Of(NormShape::ForGroups(k.N, k.C, k.S, k.G, true), true,
                                    kH100SharedBytes, 132, 16, &p));
+      // Few samples: slices of whole groups, 16 channels at least, 132 multiprocessors.
+      SCOPED_TRACE("slices=" + std::to_string(p.slices));
+      if (k.C == 64 || k.C == 1024) EXPECT_EQ(p.slices, 4u);
+      if (k.C == 128) EXPECT_EQ(p.slices, 8u);
+      if (k.C == 48) EXPECT_EQ(p.slices, 2u);
+      EXPECT_EQ(p.C * p.slices, static_cast<uint32_t>(k.C));
+      EXPECT_EQ(p.stride, static_cast<uint32_t>(k.C));
       p.blocks = k.blocks;
       p.rows = static_cast<uint32_t>((k.S + k.blocks - 1) / k.blocks);
       p.cached_rows = std::min(k.cached_rows, p.rows);

@@ -468,10 +468,10 @@ void OffsetClusterPivots(const std::vector<int64_t>& shape, int64_t groups, bool
     for (uint32_t n = 0; n < p.samples; ++n)
       for (uint32_t r = 0; r < p.blocks; ++r)
         for (uint32_t i = 0; i < nc::ClusterPivotRows(p, p.RowsOf(r)); ++i)
-          for (uint32_t g = 0; g < p.groups; ++g)
+          for (uint32_t g = 0; g < p.groups * p.slices; ++g)
             for (uint32_t c = 0; c < nc::ClusterPivotChannels(p); ++c)
-              (*x)[(static_cast<size_t>(n) * p.positions + r * p.rows + i) * p.C + g * p.Cg + c] +=
-                  offset;
+              (*x)[(static_cast<size_t>(n) * p.positions + r * p.rows + i) * p.stride + g * p.Cg +
+                   c] += offset;
   } else {
     const nc::FlatUnits f = nc::FlatUnits::Of(s, true);
     nc::ClusterRuns c;
@@ -484,11 +484,13 @@ void OffsetClusterPivots(const std::vector<int64_t>& shape, int64_t groups, bool
 }
 
 // Group norm with few large groups, and channels-last instance norm, run on Hopper as a
-// cluster of blocks per sample (channels-last) or per group (channels-first): the
-// cluster plans of cuda/norm_math.h. Rows cached in shared memory or not (1x128x96x96
-// NHWC caches part of each block's rows), 3 float4 columns (C = 12), channel boundaries
-// inside items (HW = 9999), pivots far from the mean (outliers on every element the
-// pivots read, so the blocks sum again), in place, and x 4 bytes off 16 (other plans).
+// cluster of blocks per sample or slice of a sample's channels (channels-last) or per
+// group (channels-first): the cluster plans of cuda/norm_math.h. Rows cached in shared
+// memory or not (1x128x96x96 NHWC caches part of each block's rows), 3 float4 columns
+// (C = 12), batch-1 samples in 2 to 8 slices (of 6 float4 columns at 1x48x100x100),
+// channel boundaries inside items (HW = 9999), pivots far from the mean (outliers on
+// every element the pivots read, so the blocks sum again), in place, and x 4 bytes off
+// 16 (other plans).
 TEST(Cuda, ClusterPlans) {
   SKIP_WITHOUT_GPU();
   struct Case {
@@ -500,6 +502,9 @@ TEST(Cuda, ClusterPlans) {
                                          {{1, 32, 112, 112}, 8, true},
                                          {{1, 128, 96, 96}, 8, true},
                                          {{3, 12, 17, 5}, 12, true},
+                                         {{1, 256, 72, 72}, 32, true},
+                                         {{1, 48, 100, 100}, 12, true},
+                                         {{2, 64, 160, 160}, 32, true},
                                          {{1, 32, 112, 112}, 8, false},
                                          {{1, 128, 96, 96}, 8, false},
                                          {{1, 8, 99, 101}, 2, false}}) {
