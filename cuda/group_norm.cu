@@ -512,6 +512,67 @@ __global__ void ApplyKernel(NormKernelArgs a, NormShape s, int64_t chunks, int64
   }
 }
 
+// A lane's float, summed over the warp in double by a fixed butterfly: every lane gets
+// the same bits (each step adds the same two values in every pair of lanes).
+__device__ double WarpSum(float v) {
+  double s = v;
+  for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+  return s;
+}
+
+// The warp-per-row plan (norm_math.h): warp w of the grid takes rows w, w + warps, ...
+// A lane's channels are the same in every row, so its gamma and beta (16-byte aligned,
+// or null: 1 and 0) are loaded once, as float4 items.
+template <uint32_t kItems>
+__global__ void WarpRowsKernel(NormKernelArgs a, uint32_t rows, uint32_t D) {
+  const uint32_t lane = threadIdx.x % 32, warps_per_block = blockDim.x / 32;
+  const uint32_t n = WarpRowLaneItems(D, lane);
+  const double count = D;
+  Float4 gamma[kItems], beta[kItems];
+#pragma unroll
+  for (uint32_t i = 0; i < kItems; ++i) {
+    if (i >= n) break;
+    const uint32_t c = 4 * (lane + 32 * i);
+    gamma[i] = a.gamma != nullptr ? LoadFloat4(a.gamma + c) : Float4{1.0f, 1.0f, 1.0f, 1.0f};
+    beta[i] = a.beta != nullptr ? LoadFloat4(a.beta + c) : Float4{0.0f, 0.0f, 0.0f, 0.0f};
+  }
+  for (uint32_t row = blockIdx.x * warps_per_block + threadIdx.x / 32; row < rows;
+       row += gridDim.x * warps_per_block) {
+    const size_t first = static_cast<size_t>(row) * D;
+    Float4 v[kItems];
+#pragma unroll
+    for (uint32_t i = 0; i < kItems; ++i) {
+      if (i < n) v[i] = LoadFloat4(a.x + first + 4 * (lane + 32 * i));
+    }
+    float m1 = 0.0f, s1, s2;
+    if (!a.rms) {
+      const float pivot = __shfl_sync(0xffffffffu, v[0].x, 0);  // the row's first element
+      WarpRowLaneSums(v, n, pivot, false, &s1, &s2);
+      m1 = WarpRowFirstMean(pivot, WarpSum(s1), count);
+    }
+    WarpRowLaneSums(v, n, m1, true, &s1, &s2);
+    const double c1 = a.rms ? 0.0 : WarpSum(s1), q = WarpSum(s2);
+    double mean, var;
+    WarpRowMoments(a.rms, m1, c1, q, count, &mean, &var);
+    const UnitAffine ua = UnitAffine::From(mean, var, a.eps, a.rms);
+    if (lane == 0) {
+      Moments m;
+      m.count = count, m.mean = mean, m.m2 = var * count;
+      WriteStats(a, row, m, ua);
+    }
+#pragma unroll
+    for (uint32_t i = 0; i < kItems; ++i) {
+      if (i >= n) break;
+      const uint32_t c = 4 * (lane + 32 * i);
+      const int32_t act = a.activation;
+      StoreFloat4(a.y + first + c, {ua.Apply(v[i].x, gamma[i].x, beta[i].x, act),
+                                    ua.Apply(v[i].y, gamma[i].y, beta[i].y, act),
+                                    ua.Apply(v[i].z, gamma[i].z, beta[i].z, act),
+                                    ua.Apply(v[i].w, gamma[i].w, beta[i].w, act)});
+    }
+  }
+}
+
 constexpr int64_t kMaxGrid = 1 << 30;
 
 unsigned Blocks(int64_t work) {
@@ -541,6 +602,19 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
 
   const bool aligned =
       (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(y.data)) % 16 == 0;
+  const bool params_aligned =
+      (reinterpret_cast<uintptr_t>(args.gamma) | reinterpret_cast<uintptr_t>(args.beta)) % 16 == 0;
+  if (rows && UseWarpRows(s, aligned && params_aligned)) {
+    const uint32_t items = static_cast<uint32_t>((s.count / 4 + 31) / 32);
+    const auto kernel = items <= 4   ? WarpRowsKernel<4>
+                        : items <= 8 ? WarpRowsKernel<8>
+                                     : WarpRowsKernel<kWarpRowItems>;
+    constexpr int64_t kWarpsPerBlock = kBlockThreads / 32;
+    const unsigned blocks = Blocks((s.units + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    kernel<<<blocks, kBlockThreads, 0, stream>>>(a, static_cast<uint32_t>(s.units),
+                                                 static_cast<uint32_t>(s.count));
+    return LaunchStatus(op);
+  }
   const DeviceLimits device{ComputeCapabilityMajor(), MultiprocessorCount(), MaxDynamicShared()};
   const NormPlan plan = PlanNorm(s, device.multiprocessors);
   const bool flat = UseFlatNorm(s, plan, device.max_shared);

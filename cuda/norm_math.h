@@ -368,6 +368,71 @@ inline int FlatThreads(const FlatUnits& f) {
   return static_cast<int>(want < 64 ? 64 : (want > 1024 ? 1024 : want));
 }
 
+// ---- Rows of a [rows, D] layer / RMS norm in registers: a warp per row. Lane l holds
+// the float4 items l, l + 32, ... of its row (kWarpRowItems at most: D up to 2048), so
+// the statistics take two passes over registers and the row is read from memory once,
+// with no shared memory and no block barrier. The mean comes from sums about a pivot
+// (the row's first element), then is corrected by sums of the deviations from it (the
+// corrected two-pass algorithm: exact when the mean is 1e4 standard deviations, and
+// when the pivot is an outlier); the variance from the squares of those deviations.
+// A lane sums in float (at most 64 values), the warp in double over a fixed butterfly
+// (offsets 16, 8, 4, 2, 1), which leaves every lane the same bits. ----
+
+constexpr uint32_t kWarpRowItems = 16;
+
+// Whether a [rows, D] norm takes the warp-per-row kernel: whole float4 items (D a
+// multiple of 4; x, y, gamma and beta 16-byte aligned: `aligned`), D up to
+// 32 * 4 * kWarpRowItems, 32-bit indices.
+inline bool UseWarpRows(const NormShape& s, bool aligned) {
+  return aligned && s.count % 4 == 0 && s.count <= 32 * 4 * kWarpRowItems &&
+         s.units * s.count < kMaxIndex32;
+}
+
+// The items of a row lane `lane` holds.
+NORMKIT_HOST_DEVICE inline uint32_t WarpRowLaneItems(uint32_t D, uint32_t lane) {
+  const uint32_t items = D / 4;
+  return items > lane ? (items - lane + 31) / 32 : 0;
+}
+
+// A lane's float sums over its first n of kItems items (registers: the loop unrolls):
+// of (x - pivot) (s1) and, with `squares`, of (x - pivot)^2 (s2).
+template <uint32_t kItems>
+NORMKIT_HOST_DEVICE inline void WarpRowLaneSums(const Float4 (&v)[kItems], uint32_t n, float pivot,
+                                                bool squares, float* s1, float* s2) {
+  float a = 0.0f, b = 0.0f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (uint32_t i = 0; i < kItems; ++i) {
+    if (i >= n) break;
+    const float d[4] = {v[i].x - pivot, v[i].y - pivot, v[i].z - pivot, v[i].w - pivot};
+    for (int l = 0; l < 4; ++l) {
+      a += d[l];
+      if (squares) b = fmaf(d[l], d[l], b);
+    }
+  }
+  *s1 = a;
+  *s2 = b;
+}
+
+// The row's mean and (biased) variance from the warp's totals: S1 = sum(x - pivot),
+// C1 = sum(x - m1) and Q = sum((x - m1)^2), where m1 = the float nearest
+// pivot + S1 / count (WarpRowFirstMean). RMS norm: Q = sum(x^2) (m1 = 0); mean = var =
+// Q / count, as FlatMoments gives it.
+NORMKIT_HOST_DEVICE inline float WarpRowFirstMean(float pivot, double s1, double count) {
+  return static_cast<float>(static_cast<double>(pivot) + s1 / count);
+}
+NORMKIT_HOST_DEVICE inline void WarpRowMoments(bool rms, float m1, double c1, double q,
+                                               double count, double* mean, double* var) {
+  if (rms) {
+    *mean = *var = q / count;
+    return;
+  }
+  *mean = static_cast<double>(m1) + c1 / count;
+  const double v = (q - c1 * c1 / count) / count;
+  *var = v > 0.0 ? v : 0.0;
+}
+
 // ---- The cluster plan (Hopper, channels-last group norm): a cluster of `blocks` thread
 // blocks per sample. A channels-last group is strided by C, so a block per (n, group)
 // reads Cg floats out of every C (32 bytes per position at C / G = 8, 4 bytes for

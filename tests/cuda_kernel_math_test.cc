@@ -234,6 +234,98 @@ TEST(CudaKernelMath, RowNormGridMatchesReference) {
   }
 }
 
+// The warp-per-row plan: each row's 32 lanes (their items in registers), the float lane
+// sums, the double butterfly, the corrected mean and the output, replayed lane by lane.
+void ReplayWarpRows(const std::vector<float>& x, std::vector<float>* y, int64_t rows, uint32_t D,
+                    const float* gamma, const float* beta, float eps, bool rms,
+                    std::vector<float>* mean_out, std::vector<float>* rstd_out) {
+  using normkit::cuda::Float4;
+  constexpr uint32_t K = normkit::cuda::kWarpRowItems;
+  const auto butterfly = [](std::vector<float> lane) {
+    std::vector<double> s(lane.begin(), lane.end());
+    for (uint32_t offset = 16; offset > 0; offset /= 2) {
+      std::vector<double> next(32);
+      for (uint32_t l = 0; l < 32; ++l) next[l] = s[l] + s[l ^ offset];
+      s = next;
+    }
+    for (uint32_t l = 1; l < 32; ++l) EXPECT_EQ(s[l], s[0]);  // every lane the same bits
+    return s[0];
+  };
+  for (int64_t row = 0; row < rows; ++row) {
+    const float* xr = x.data() + row * D;
+    std::vector<std::vector<Float4>> v(32, std::vector<Float4>(K));
+    std::vector<uint32_t> n(32);
+    for (uint32_t l = 0; l < 32; ++l) {
+      n[l] = normkit::cuda::WarpRowLaneItems(D, l);
+      for (uint32_t i = 0; i < n[l]; ++i)
+        v[l][i] = normkit::cuda::LoadFloat4(xr + 4 * (l + 32 * i));
+    }
+    const auto lane_sums = [&](float pivot, bool squares, std::vector<float>* s1,
+                               std::vector<float>* s2) {
+      s1->assign(32, 0.0f), s2->assign(32, 0.0f);
+      for (uint32_t l = 0; l < 32; ++l) {
+        Float4 regs[K];
+        std::copy(v[l].begin(), v[l].end(), regs);
+        normkit::cuda::WarpRowLaneSums(regs, n[l], pivot, squares, &(*s1)[l], &(*s2)[l]);
+      }
+    };
+    std::vector<float> s1, s2;
+    float m1 = 0.0f;
+    if (!rms) {
+      lane_sums(xr[0], false, &s1, &s2);
+      m1 = normkit::cuda::WarpRowFirstMean(xr[0], butterfly(s1), D);
+    }
+    lane_sums(m1, true, &s1, &s2);
+    double mean, var;
+    normkit::cuda::WarpRowMoments(rms, m1, rms ? 0.0 : butterfly(s1), butterfly(s2), D, &mean,
+                                  &var);
+    const UnitAffine ua = UnitAffine::From(mean, var, eps, rms);
+    (*mean_out)[row] = static_cast<float>(mean);
+    (*rstd_out)[row] = ua.rstd;
+    for (uint32_t c = 0; c < D; ++c)
+      (*y)[row * D + c] = ua.Apply(xr[c], gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f, 0);
+  }
+}
+
+// Rows of 1 to 16 items a lane, some lanes with one item fewer (D = 132, 1028) or none
+// (D = 4, 12), the mean 1e4 standard deviations, and first elements (the pivots) 500
+// standard deviations off: the corrected mean keeps every output within 1e-5.
+TEST(CudaKernelMath, WarpRowsGridMatchesReference) {
+  using normkit::cuda::NormShape;
+  EXPECT_TRUE(normkit::cuda::UseWarpRows(NormShape::ForRows(4096, 768), true));
+  EXPECT_TRUE(normkit::cuda::UseWarpRows(NormShape::ForRows(3, 2048), true));
+  EXPECT_FALSE(normkit::cuda::UseWarpRows(NormShape::ForRows(3, 2052), true));
+  EXPECT_FALSE(normkit::cuda::UseWarpRows(NormShape::ForRows(3, 766), true));
+  EXPECT_FALSE(normkit::cuda::UseWarpRows(NormShape::ForRows(3, 768), false));
+  for (uint32_t D : {4u, 12u, 132u, 768u, 1028u, 2048u}) {
+    for (bool rms : {false, true}) {
+      for (bool outlier : {false, true}) {
+        SCOPED_TRACE("D=" + std::to_string(D) + (rms ? " rms" : " layer") +
+                     (outlier ? " outlier pivots" : ""));
+        const int64_t rows = 3;
+        std::vector<float> x = RandomVector(rows * D, 14);
+        if (!rms) {
+          for (auto& v : x) v = 1000.0f + 0.1f * v;
+        }
+        if (outlier) {
+          for (int64_t r = 0; r < rows; ++r) x[r * D] += 50.0f;
+        }
+        const std::vector<float> gamma = RandomVector(D, 15), beta = RandomVector(D, 16);
+        std::vector<float> y(x.size(), NAN), mean(rows), rstd(rows);
+        ReplayWarpRows(x, &y, rows, D, gamma.data(), rms ? nullptr : beta.data(), 1e-5f, rms, &mean,
+                       &rstd);
+        const NormReference want =
+            ReferenceRowNorm(x, rows, D, gamma.data(), rms ? nullptr : beta.data(), 1e-5, rms);
+        ExpectNormNear(y, want, "y");
+        for (int64_t r = 0; r < rows; ++r) {
+          EXPECT_NEAR(rstd[r], want.rstd[r], 1e-5 * want.rstd[r]);
+          if (!rms) EXPECT_NEAR(mean[r], want.mean[r], 1e-7 * std::fabs(want.mean[r]));
+        }
+      }
+    }
+  }
+}
+
 TEST(CudaKernelMath, ConstantGroupGivesBeta) {
   const std::vector<float> x(2 * 4 * 9, 3.25f), beta = {0.5f, -1.0f, 2.0f, 0.0f};
   for (int64_t max_shared : {int64_t{0}, kH100SharedBytes}) {

@@ -313,6 +313,60 @@ TEST(Cuda, NormsMatchReference) {
   }
 }
 
+// Layer / RMS norm rows of whole float4 items up to 2048 floats go a warp a row
+// (cuda/norm_math.h): 37 rows (blocks of 8 warps, the last one partly idle), lanes with
+// one item fewer (D = 132) or none (D = 12), the mean 1e4 standard deviations, some rows'
+// first elements (the pivots) 500 standard deviations off, every activation the API has
+// for rows (none), mean / rstd outputs, the same bits from run to run, and a gamma
+// off a 16-byte boundary (another plan).
+TEST(Cuda, WarpRowPlan) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t D : {12, 132, 768, 1028, 2048}) {
+    for (bool rms : {false, true}) {
+      SCOPED_TRACE("D=" + std::to_string(D) + (rms ? " rms" : " layer"));
+      const int64_t rows = 37;
+      std::vector<float> x = RandomVector(rows * D, 21);
+      if (!rms) {
+        for (auto& v : x) v = 1000.0f + 0.1f * v;
+      }
+      for (int64_t r = 0; r < rows; r += 3) x[r * D] += 50.0f;
+      const std::vector<float> gamma = RandomVector(D, 22), beta = RandomVector(D, 23);
+      DeviceArray<float> dx(x), dy{std::vector<float>(x.size())}, dgamma(gamma), dbeta(beta),
+          dmean{std::vector<float>(rows)}, drstd{std::vector<float>(rows)};
+      normkit_tensor xt =
+          OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), dx.get());
+      normkit_tensor yt =
+          OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), dy.get());
+      const auto run = [&] {
+        return rms ? normkit_rms_norm(nullptr, &xt, dgamma.get(), 1e-5f, &yt, drstd.get())
+                   : normkit_layer_norm(nullptr, &xt, dgamma.get(), dbeta.get(), 1e-5f, &yt,
+                                        dmean.get(), drstd.get());
+      };
+      ASSERT_EQ(run(), NORMKIT_SUCCESS) << normkit_last_error();
+      const NormReference want =
+          ReferenceRowNorm(x, rows, D, gamma.data(), rms ? nullptr : beta.data(), 1e-5, rms);
+      const std::vector<float> y = dy.Download();
+      ExpectNormNear(y, want, "row norm", 2e-5);
+      const std::vector<float> mean = dmean.Download(), rstd = drstd.Download();
+      for (int64_t r = 0; r < rows; ++r) {
+        EXPECT_NEAR(rstd[r], want.rstd[r], 1e-5 * want.rstd[r]);
+        if (!rms) EXPECT_NEAR(mean[r], want.mean[r], 1e-6 * std::fabs(want.mean[r]));
+      }
+      ASSERT_EQ(run(), NORMKIT_SUCCESS);
+      EXPECT_EQ(dy.Download(), y) << "second run differs";
+    }
+  }
+  // gamma 4 bytes off 16: the other plans (the warp plan loads gamma as float4 items).
+  const int64_t rows = 9, D = 768;
+  const std::vector<float> x = RandomVector(rows * D, 24), gamma = RandomVector(D + 1, 25);
+  DeviceArray<float> dx(x), dy{std::vector<float>(x.size())}, dgamma(gamma);
+  normkit_tensor xt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), dx.get());
+  normkit_tensor yt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), dy.get());
+  ASSERT_EQ(normkit_rms_norm(nullptr, &xt, dgamma.get() + 1, 1e-5f, &yt, nullptr), NORMKIT_SUCCESS);
+  ExpectNormNear(dy.Download(), ReferenceRowNorm(x, rows, D, gamma.data() + 1, nullptr, 1e-5, true),
+                 "rms norm, gamma misaligned");
+}
+
 template <class T>
 void CheckShiftSumAgainstCpu(int64_t B, int64_t C, int64_t H, int64_t W, int64_t S, bool along_h,
                              int32_t mask_kind, normkit_layout layout) {
