@@ -529,6 +529,34 @@ TEST(CudaKernelMath, ClusterPlanForTheSeedShapes) {
                                 132, 16, &p));
 }
 
+// The cluster plans' test cases: their name, and data whose mean is 1e4 times its
+// standard deviation.
+std::string ClusterCaseName(int64_t N, int64_t C, int64_t S, int64_t G, uint32_t blocks,
+                            bool outlier) {
+  return "N=" + std::to_string(N) + " C=" + std::to_string(C) + " S=" + std::to_string(S) +
+         " G=" + std::to_string(G) + " blocks=" + std::to_string(blocks) +
+         (outlier ? " outlier pivots" : "");
+}
+std::vector<float> MeanFarFromSpread(int64_t n, uint32_t seed) {
+  std::vector<float> x = RandomVector(n, seed);
+  for (auto& v : x) v = 1000.0f + 0.1f * v;
+  return x;
+}
+
+// A cluster plan's y (SiLU, eps 1e-5), mean and rstd against the double reference.
+void ExpectClusterCaseNear(const std::vector<float>& x, const std::vector<float>& y,
+                           const std::vector<float>& mean, const std::vector<float>& rstd,
+                           int64_t N, int64_t C, int64_t S, int64_t G, bool channels_last,
+                           const std::vector<float>& gamma, const std::vector<float>& beta) {
+  const NormReference want = ReferenceGroupNorm(x, N, C, S, G, channels_last, gamma.data(),
+                                                beta.data(), 1e-5, NORMKIT_ACTIVATION_SILU);
+  ExpectNormNear(y, want, "y", 2e-5);
+  for (int64_t u = 0; u < N * G; ++u) {
+    EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
+    EXPECT_NEAR(rstd[u], want.rstd[u], 1e-5 * want.rstd[u]);
+  }
+}
+
 TEST(CudaKernelMath, ClusterPlanGridMatchesReference) {
   struct Case {
     int64_t N, C, S, G;
@@ -539,11 +567,8 @@ TEST(CudaKernelMath, ClusterPlanGridMatchesReference) {
         Case{2, 4, 101, 1, 16, 0}, Case{1, 256, 30, 1, 7, 30}, Case{2, 8, 5, 2, 4, 1},
         Case{1, 1024, 9, 4, 2, 3}, Case{1, 128, 50, 32, 16, 2}, Case{2, 48, 20, 12, 4, 3}}) {
     for (bool outlier : {false, true}) {
-      SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) +
-                   " S=" + std::to_string(k.S) + " G=" + std::to_string(k.G) +
-                   " blocks=" + std::to_string(k.blocks) + (outlier ? " outlier pivots" : ""));
-      std::vector<float> x = RandomVector(k.N * k.C * k.S, 31);
-      for (auto& v : x) v = 1000.0f + 0.1f * v;  // mean 1e4 x std
+      SCOPED_TRACE(ClusterCaseName(k.N, k.C, k.S, k.G, k.blocks, outlier));
+      std::vector<float> x = MeanFarFromSpread(k.N * k.C * k.S, 31);
       const std::vector<float> gamma = RandomVector(k.C, 32), beta = RandomVector(k.C, 33);
       ClusterUnits p;
       ASSERT_TRUE(ClusterUnits::Of(NormShape::ForGroups(k.N, k.C, k.S, k.G, true), true,
@@ -571,13 +596,7 @@ TEST(CudaKernelMath, ClusterPlanGridMatchesReference) {
           p.Cg * p.rows;
       if (!outlier) EXPECT_EQ(retries, 0);
       if (outlier && few) EXPECT_GT(retries, 0);
-      const NormReference want = ReferenceGroupNorm(x, k.N, k.C, k.S, k.G, true, gamma.data(),
-                                                    beta.data(), 1e-5, NORMKIT_ACTIVATION_SILU);
-      ExpectNormNear(y, want, "y", 2e-5);
-      for (int64_t u = 0; u < k.N * k.G; ++u) {
-        EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
-        EXPECT_NEAR(rstd[u], want.rstd[u], 1e-5 * want.rstd[u]);
-      }
+      ExpectClusterCaseNear(x, y, mean, rstd, k.N, k.C, k.S, k.G, true, gamma, beta);
     }
   }
 }
@@ -635,11 +654,8 @@ TEST(CudaKernelMath, ClusterRunsGridMatchesReference) {
   for (const Case& k : {Case{1, 8, 9999, 2, 16}, Case{2, 6, 64, 3, 5}, Case{1, 4, 12, 1, 5},
                         Case{3, 16, 100, 4, 7}}) {
     for (bool outlier : {false, true}) {
-      SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) +
-                   " S=" + std::to_string(k.S) + " G=" + std::to_string(k.G) +
-                   " blocks=" + std::to_string(k.blocks) + (outlier ? " outlier pivots" : ""));
-      std::vector<float> x = RandomVector(k.N * k.C * k.S, 41);
-      for (auto& v : x) v = 1000.0f + 0.1f * v;  // mean 1e4 x std
+      SCOPED_TRACE(ClusterCaseName(k.N, k.C, k.S, k.G, k.blocks, outlier));
+      std::vector<float> x = MeanFarFromSpread(k.N * k.C * k.S, 41);
       const std::vector<float> gamma = RandomVector(k.C, 42), beta = RandomVector(k.C, 43);
       const NormShape s = NormShape::ForGroups(k.N, k.C, k.S, k.G, false);
       const FlatUnits f = FlatUnits::Of(s, true);
@@ -659,13 +675,7 @@ TEST(CudaKernelMath, ClusterRunsGridMatchesReference) {
                         &mean, &rstd, &retries);
       if (!outlier) EXPECT_EQ(retries, 0);
       if (outlier && 4 * 32 < 4 * c.run_items) EXPECT_GT(retries, 0);
-      const NormReference want = ReferenceGroupNorm(x, k.N, k.C, k.S, k.G, false, gamma.data(),
-                                                    beta.data(), 1e-5, NORMKIT_ACTIVATION_SILU);
-      ExpectNormNear(y, want, "y", 2e-5);
-      for (int64_t u = 0; u < k.N * k.G; ++u) {
-        EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
-        EXPECT_NEAR(rstd[u], want.rstd[u], 1e-5 * want.rstd[u]);
-      }
+      ExpectClusterCaseNear(x, y, mean, rstd, k.N, k.C, k.S, k.G, false, gamma, beta);
     }
   }
 }
