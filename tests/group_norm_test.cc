@@ -442,14 +442,15 @@ TEST(GroupNorm, ChainedGroupsGiveTheSameBitsWhereverChainsStart) {
 // the same groups go statistics-then-output. Both, for 1, 2, 3 and 8 threads and into a
 // y one float off a vector (no streaming stores there), must give the same bits, and
 // the double reference's values; the mean / rstd outputs too. Groups of 392 KiB (four
-// blocks, the last short) and of 24.5 KiB (one block); +40 on every 7th value sends
+// blocks, the last short) and of 24.5 KiB (one block), and of 6 KiB in a 24.5 MiB
+// tensor (small groups chain, streamed, from 24 MiB on); +40 on every 7th value sends
 // some groups' statistics through their second pass.
 TEST(GroupNorm, ChainedFromMemoryGivesTheSameBitsAsStatisticsThenOutput) {
-  const std::vector<std::pair<std::vector<int64_t>, int64_t>> cases = {{{16, 64, 112, 112}, 8},
-                                                                       {{64, 256, 28, 28}, 32}};
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> cases = {
+      {{16, 64, 112, 112}, 8}, {{64, 256, 28, 28}, 32}, {{128, 256, 14, 14}, 32}};
   for (const auto& [shape, G] : cases) {
     const int64_t N = shape[0], C = shape[1], numel = Numel(shape), S = numel / (N * C);
-    ASSERT_GE(numel * 4, normkit::cpu::kChainedFromMemoryBytes);
+    ASSERT_GE(numel * 4, int64_t{24} << 20);  // streamed (cpu::kStreamingStoreBytes)
     std::vector<float> x = RandomVector(numel, 61);
     for (int64_t i = 0; i < numel; i += 7) x[i] += 40.0f;
     const std::vector<float> gamma = RandomVector(C, 62), beta = RandomVector(C, 63);

@@ -361,7 +361,7 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
                                    args.activation != NORMKIT_ACTIVATION_SILU &&
                                    unit_bytes <= kChainedFromMemoryUnitBytes;
   const bool chained = !p.channels_last && p.units >= 2 * ctx.num_threads &&
-                       ((!p.stream && unit_bytes <= kChainedUnitBytes) || chained_from_memory);
+                       (unit_bytes <= kChainedUnitBytes || chained_from_memory);
   const bool fused =
       !chained && unit_bytes <= kFusedUnitBytes && (p.units >= ctx.num_threads || p.blocks == 1);
   // Runs: each thread's contiguous share of the units (fused) or of a unit's blocks.

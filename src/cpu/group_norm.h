@@ -125,6 +125,10 @@ constexpr int64_t kChainedUnitBytes = int64_t{8} << 10;
 // is bound by arithmetic (128x256x28x28 1.07-1.09, 32x512x56x56 0.97-1.04), nor in
 // place (bench, one thread, ratio to the in-place reference 0.79-0.82 -> 0.67-0.69 at
 // 128x256x28x28: the output's write-backs compete with the next group's reads).
+// Groups up to kChainedUnitBytes chain from memory too, whatever the tensor's size and
+// activation, their output streamed (kernels::ApplyNormPlanesThenMoments): one thread,
+// time chained / statistics-then-output, 128x256x14x14 G=32 (6 KiB groups, 25 MiB) 0.83,
+// with SiLU 0.80; 256x256x14x14 G=32 (49 MiB) 0.75.
 constexpr int64_t kChainedFromMemoryBytes = int64_t{48} << 20;
 constexpr int64_t kChainedFromMemoryUnitBytes = kFusedUnitBytes;
 
