@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA group norm (and instance / channel layer norm) and the row-wise layer / RMS norm.
 //
-// Plans (both deterministic: every sum has a fixed thread assignment and reduction tree,
+// Plans (all deterministic: every sum has a fixed thread assignment and reduction tree,
 // no atomics):
 //  - fused: one block per unit (an (n, group) or a row). Sum in double, then the squared
 //    deviations about that mean in double (two passes: exact, never E[x^2] - E[x]^2),
@@ -11,9 +11,11 @@
 //    takes the moments of a fixed chunk of a unit, one thread per unit merges its chunks
 //    in order (Chan), and a third kernel writes the output.
 //  - flat (norm_math.h): one block per unit, the unit in shared memory.
-//  - cluster (Hopper, channels-last; norm_math.h): a cluster of blocks per sample, each
-//    block a contiguous run of positions; the blocks merge their groups' moments through
-//    distributed shared memory in rank order.
+//  - cluster (Hopper; norm_math.h): channels-last, a cluster of blocks per sample (or per
+//    slice of a sample's channels at small batch), each block a contiguous run of
+//    positions; channels-first, a cluster per (n, group), each block a contiguous run of
+//    it. The blocks merge their moments through distributed shared memory in rank order.
+//  - warp rows (norm_math.h): [rows, D] layer / RMS norm, a warp per row in registers.
 #include <cooperative_groups.h>
 
 #include <algorithm>

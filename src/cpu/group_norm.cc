@@ -212,12 +212,18 @@ void InstanceNormSampleRows(GroupNormPlan& p, int64_t u, int64_t run) {
 
 // Merges unit u's block moments in block order and finishes its groups: unit u is
 // sample n's group g (channels-first), or sample u's groups (channels-last).
+// The moments of group j of unit u: its blocks' merged in block order.
+Moments MergedBlocks(GroupNormPlan& p, int64_t u, int64_t j) {
+  Moments m;
+  for (int64_t k = 0; k < p.blocks; ++k) m = kernels::MergeMoments(m, PartialOf(p, u, k)[j]);
+  return m;
+}
+
 void FinishUnit(GroupNormPlan& p, int64_t u) {
   const int64_t n = p.channels_last ? u : u / p.G;
   const size_t row = static_cast<size_t>(n * p.C);
   for (int64_t j = 0; j < p.unit_groups; ++j) {
-    Moments m;
-    for (int64_t k = 0; k < p.blocks; ++k) m = kernels::MergeMoments(m, PartialOf(p, u, k)[j]);
+    const Moments m = MergedBlocks(p, u, j);
     const int64_t g = p.channels_last ? j : u % p.G;
     GroupParameters(m, p.args, n * p.G + g, g * p.Cg, (g + 1) * p.Cg, &p.mean[row], &p.scale[row],
                     &p.shift[row]);
@@ -387,11 +393,9 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
       const int64_t first = t * p.units / chains, end = (t + 1) * p.units / chains;
       for (int64_t k = 0; k < p.blocks; ++k) BlockStats(p, first, k, 0);
       for (int64_t u = first, n = first / p.G, g = first % p.G; u < end; ++u) {
-        Moments m = *PartialOf(p, u, 0);
-        for (int64_t k = 1; k < p.blocks; ++k) m = kernels::MergeMoments(m, *PartialOf(p, u, k));
         const size_t row = static_cast<size_t>(n * p.C);
-        GroupParameters(m, p.args, u, g * p.Cg, (g + 1) * p.Cg, &p.mean[row], &p.scale[row],
-                        &p.shift[row]);
+        GroupParameters(MergedBlocks(p, u, 0), p.args, u, g * p.Cg, (g + 1) * p.Cg, &p.mean[row],
+                        &p.scale[row], &p.shift[row]);
         if (++g == p.G) g = 0, ++n;
         if (u + 1 == end) {
           ApplyRange(p, u, 0, p.unit_elems);
