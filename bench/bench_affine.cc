@@ -71,7 +71,7 @@ void Run(benchmark::State& state, Op op, std::vector<int64_t> shape, normkit_lay
   };
   // Read x once, write y once.
   RunAgainstCopy(state, run_op, threads, x.get(), numel, in_place,
-                 2 * numel * static_cast<int64_t>(sizeof(float)));
+                 2 * numel * static_cast<int64_t>(sizeof(float)), y.get());
   normkit_context_destroy(ctx);
 }
 

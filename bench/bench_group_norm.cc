@@ -53,7 +53,7 @@ void RunNorm(benchmark::State& state, Norm op, std::vector<int64_t> shape, int64
     if (st != NORMKIT_SUCCESS) std::abort();
   };
   RunAgainstCopy(state, run_op, threads, x.get(), numel, in_place,
-                 2 * numel * static_cast<int64_t>(sizeof(float)));
+                 2 * numel * static_cast<int64_t>(sizeof(float)), y.get());
   normkit_context_destroy(ctx);
 }
 

@@ -17,20 +17,31 @@ namespace normkit_bench {
 
 // `bytes`: what the op must move (x read once, y written once). The reference moves
 // `ref_elems` floats: memcpy out of place (and ratio_to_loop: a plain vector loop
-// y = x + 0), x = a*x + b in place. With read_elems > 0,
-// also ratio_to_read: the time of a plain parallel sum over read_src, over the op's.
+// y = x + 0), x = a*x + b in place. `y`: where the out-of-place references write, the
+// op's own output when it has ref_elems floats (nullptr: a buffer of their own). With
+// read_elems > 0, also ratio_to_read: the time of a plain parallel sum over read_src,
+// over the op's.
+//
+// Why the op's y: with a buffer of their own, the op's y was the coldest destination
+// of the three (memcpy wrote where the loop had just written, the loop where memcpy
+// had), which on cache-sized tensors charged the op for it: 1x64x56x56 affine, 2
+// threads, read 0.63 of memcpy that way against 0.83 when memcpy, a plain loop and the
+// op alternate on one x and one y (2026-11-27). Writing y, each finds x and y where the
+// one before left them.
 inline void RunAgainstCopy(benchmark::State& state, const std::function<void()>& run_op,
                            int threads, const float* x, int64_t ref_elems, bool in_place,
-                           int64_t bytes, const float* read_src = nullptr, int64_t read_elems = 0) {
+                           int64_t bytes, float* y = nullptr, const float* read_src = nullptr,
+                           int64_t read_elems = 0) {
   Buffer ref = MakeBuffer(ref_elems, 3);
+  float* const dst = in_place || !y ? ref.get() : y;
   const auto run_ref = [&] {
     if (in_place) {
       ParallelScaleInPlace(threads, ref.get(), ref_elems);
     } else {
-      ParallelCopy(threads, ref.get(), x, ref_elems);
+      ParallelCopy(threads, dst, x, ref_elems);
     }
   };
-  const auto run_loop = [&] { ParallelLoopCopy(threads, ref.get(), x, ref_elems); };
+  const auto run_loop = [&] { ParallelLoopCopy(threads, dst, x, ref_elems); };
   volatile float sink = 0;
   const auto run_read = [&] { sink = sink + ParallelReadSum(threads, read_src, read_elems); };
   run_op();

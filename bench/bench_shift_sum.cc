@@ -66,7 +66,7 @@ void RunShift(benchmark::State& state, ShiftOp op, int64_t B, int64_t C, int64_t
   const int64_t bytes = (gap ? 2 * nx : nx + ny) * static_cast<int64_t>(sizeof(float));
   // The forward mostly reads: also against a plain read of x (ratio_to_read).
   const bool fwd = op == ShiftOp::kForward;
-  RunAgainstCopy(state, run_op, threads, x.get(), gap ? nx : (nx + ny) / 2, false, bytes,
+  RunAgainstCopy(state, run_op, threads, x.get(), gap ? nx : (nx + ny) / 2, false, bytes, nullptr,
                  fwd ? x.get() : nullptr, fwd ? nx : 0);
   normkit_context_destroy(ctx);
 }
