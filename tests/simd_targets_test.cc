@@ -455,6 +455,35 @@ TEST(SimdTargets, SpanRmsEachMatchesReferenceOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// RowMoments (layer norm rows): spans that end in every way its walk has (whole runs,
+// quads, a last pair, a whole vector, a masked last vector, shorter than a vector),
+// around a mean 1e4 times their spread, against a double reference (shifted by the
+// exact mean, so the reference itself is exact); a NaN makes the mean NaN (the row's
+// outputs then are: FromShiftedSums clamps the NaN m2 to 0).
+TEST(SimdTargets, RowMomentsMatchReferenceOnEveryTarget) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (int64_t n : {1, 3, 15, 17, 33, 64, 100, 127, 768, 1024, 1030, 4099, 5000}) {
+      SCOPED_TRACE("n=" + std::to_string(n));
+      std::vector<float> x = RandomVector(n, 131 + static_cast<uint32_t>(n));
+      for (auto& v : x) v = 1.0e4f + v;
+      double mean = 0.0;
+      for (float v : x) mean += v;
+      mean /= static_cast<double>(n);
+      double m2 = 0.0;
+      for (float v : x) m2 += (v - mean) * (v - mean);
+      const normkit::Moments got = normkit::kernels::RowMoments(x.data(), n);
+      EXPECT_EQ(got.count, static_cast<double>(n));
+      EXPECT_NEAR(got.mean, mean, 1e-9 * std::abs(mean));
+      EXPECT_NEAR(got.m2, m2, 1e-5 * m2 + 1e-12);
+      x[static_cast<size_t>(n / 2)] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_TRUE(std::isnan(normkit::kernels::RowMoments(x.data(), n).mean));
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(SimdTargets, NormalizationsMatchReferenceOnEveryTarget) {
   const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   for (int64_t target : targets) {

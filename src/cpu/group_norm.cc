@@ -517,8 +517,8 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
       } else {
         Moments m;
         for (int64_t b = 0; b < D; b += kStatsBlockElems) {
-          m = kernels::MergeMoments(
-              m, kernels::SpanMoments(xr + b, std::min(kStatsBlockElems, D - b)));
+          m = kernels::MergeMoments(m,
+                                    kernels::RowMoments(xr + b, std::min(kStatsBlockElems, D - b)));
         }
         ms = m.m2 / m.count;
         mean = m.mean;

@@ -34,6 +34,11 @@ inline int64_t SampledSpanOffset(size_t j, int64_t n) {
 // sum depends only on n, the data and the SIMD target.
 Moments SpanMoments(const float* x, int64_t n);
 
+// As exact as SpanMoments but not its bits (four float chains where it has two): the
+// statistics of a [rows, D] layer norm row. Its bits depend only on n, the data and
+// the SIMD target.
+Moments RowMoments(const float* x, int64_t n);
+
 // 1 / sqrt(variance + eps) of a normalization, the variance biased (m2 / count).
 inline double ReciprocalStd(const Moments& m, float eps) {
   return 1.0 / std::sqrt(m.m2 / m.count + static_cast<double>(eps));
