@@ -229,8 +229,8 @@ Moments SpanMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
 // SpanMoments with the span fed in quads to four chains (then its last pair, if any):
 // the statistics of a layer norm row, which depend on the row alone and need match no
 // other walk. A row's sums, from L1, were bound by the latency of two chains: against
-// SpanMoments, one thread, same-process A/B, [4096, 768] took 0.90 of the time,
-// [256, 768] 0.95.
+// SpanMoments, one thread, same-process A/B, [4096, 768] took 0.89-0.90 of the time,
+// [256, 768] 0.94-0.95.
 Moments RowMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
   if (count <= 0) return Moments();
   const DF d;
@@ -582,8 +582,8 @@ double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
   auto lo = hn::Zero(dd), hi = hn::Zero(dd);
   size_t i = 0;
   // Four chains (quads, then a last pair): with two, the sums of a row in L1 waited on
-  // the chains' latency (RMS norm [4096, 768], one thread, same-process A/B: 0.91 of
-  // the time with four).
+  // the chains' latency (RMS norm, one thread, same-process A/B, time with four: [256,
+  // 768] 0.93, [2048, 768] 0.94; [4096, 768], from L3, 0.99).
   while (i + 2 * N <= n) {
     auto a = hn::Zero(d), b = hn::Zero(d), c = hn::Zero(d), e = hn::Zero(d);
     const size_t run_end = std::min(n, i + kFlushVectors * N);
