@@ -178,21 +178,41 @@ class ShiftedSumsAcc {
               s2hi_ = hn::Zero(DD());
 };
 
+// kQuads: the span fed four vectors at a time to four chains (then its last pair), the
+// layer-norm rows' walk; otherwise in pairs, the walk every group-norm statistic takes.
+template <bool kQuads = false>
 HWY_INLINE void SpanShiftedSums(const float* HWY_RESTRICT x, size_t n, float p, double* s1_out,
                                 double* s2_out) {
   const DF d;
   const size_t N = hn::Lanes(d);
+  constexpr size_t kStep = kQuads ? 4 : 2;  // vectors a step
   ShiftedSumsAcc acc(p);
+  const auto add_steps = [&](size_t i, size_t end) {
+    for (; i < end; i += kStep * N) {
+      if constexpr (kQuads) {
+        acc.AddQuad(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N), hn::LoadU(d, x + i + 2 * N),
+                    hn::LoadU(d, x + i + 3 * N));
+      } else {
+        acc.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N));
+      }
+    }
+  };
+  // Whole runs, each flushed; then the steps (and a quad walk's last pair) of the last
+  // run, which Finish flushes. (A step counter in one loop, as the chained hook and
+  // TwoSpansMoments need, cost 1x64x56x56 G=32 about 3%: a branch per pair in the loop
+  // of all its statistics.)
   size_t i = 0;
-  // Whole runs, each flushed; then the pairs of the last run, which Finish flushes.
-  // (A pair counter in one loop, as the chained hook and TwoSpansMoments need, cost
-  // 1x64x56x56 G=32 about 3%: a branch per pair in the loop of all its statistics.)
-  for (; i + kFlushVectors * N <= n;) {
-    const size_t run_end = i + kFlushVectors * N;
-    for (; i < run_end; i += 2 * N) acc.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N));
+  for (; i + kFlushVectors * N <= n; i += kFlushVectors * N) {
+    add_steps(i, i + kFlushVectors * N);
     acc.Flush();
   }
-  for (; i + 2 * N <= n; i += 2 * N) acc.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N));
+  const size_t steps_end = i + (n - i) / (kStep * N) * (kStep * N);
+  add_steps(i, steps_end);
+  i = steps_end;
+  if (kQuads && i + 2 * N <= n) {
+    acc.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N));
+    i += 2 * N;
+  }
   acc.Finish(x, n, i, s1_out, s2_out);
 }
 
@@ -217,13 +237,18 @@ HWY_INLINE Moments MomentsAbout(const float* HWY_RESTRICT x, size_t n, float p, 
 }
 
 // One pass of shifted sums about a sampled pivot (and the second when needed).
-Moments SpanMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
+template <bool kQuads>
+HWY_INLINE Moments SpanMomentsT(const float* HWY_RESTRICT x, int64_t count) {
   if (count <= 0) return Moments();
   const size_t n = static_cast<size_t>(count);
   const float p = SamplePivot(x, n);
   double s1, s2;
-  SpanShiftedSums(x, n, p, &s1, &s2);
+  SpanShiftedSums<kQuads>(x, n, p, &s1, &s2);
   return MomentsAbout(x, n, p, s1, s2);
+}
+
+Moments SpanMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
+  return SpanMomentsT<false>(x, count);
 }
 
 // SpanMoments with the span fed in quads to four chains (then its last pair, if any):
@@ -232,34 +257,7 @@ Moments SpanMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
 // SpanMoments, one thread, same-process A/B, [4096, 768] took 0.89-0.90 of the time,
 // [256, 768] 0.94-0.95.
 Moments RowMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
-  if (count <= 0) return Moments();
-  const DF d;
-  const size_t N = hn::Lanes(d);
-  const size_t n = static_cast<size_t>(count);
-  const float p = SamplePivot(x, n);
-  ShiftedSumsAcc acc(p);
-  const auto add_quads = [&](size_t i, size_t end) {
-    for (; i < end; i += 4 * N) {
-      acc.AddQuad(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N), hn::LoadU(d, x + i + 2 * N),
-                  hn::LoadU(d, x + i + 3 * N));
-    }
-  };
-  // Whole runs, each flushed; then the last run's quads and pair, which Finish flushes.
-  size_t i = 0;
-  for (; i + kFlushVectors * N <= n; i += kFlushVectors * N) {
-    add_quads(i, i + kFlushVectors * N);
-    acc.Flush();
-  }
-  const size_t quads_end = i + (n - i) / (4 * N) * (4 * N);
-  add_quads(i, quads_end);
-  i = quads_end;
-  if (i + 2 * N <= n) {
-    acc.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N));
-    i += 2 * N;
-  }
-  double s1, s2;
-  acc.Finish(x, n, i, &s1, &s2);
-  return MomentsAbout(x, n, p, s1, s2);
+  return SpanMomentsT<true>(x, count);
 }
 
 // SpanMoments of the two spans x[0, n) and x[n, 2n), their instructions
