@@ -4,11 +4,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <new>
 #include <numeric>
 #include <vector>
 
+#include "core/aligned_array.h"
 #include "core/parallel.h"
 #include "cpu/kernels/affine.h"
 
@@ -17,13 +16,6 @@ namespace cpu {
 namespace {
 
 using kernels::AffineTerms;
-
-// Parameter rows on the heap, aligned for any vector load of their lanes.
-constexpr size_t kRepRowAlign = 64;
-struct AlignedFloatsDelete {
-  void operator()(float* p) const { ::operator delete[](p, std::align_val_t{kRepRowAlign}); }
-};
-using AlignedFloats = std::unique_ptr<float[], AlignedFloatsDelete>;
 
 AffineTerms TermsOf(const AffineParams& p) {
   if (p.scale && p.shift) return AffineTerms::kScaleShift;
@@ -258,15 +250,10 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
     return;
   }
   const int64_t rows = params.per_sample ? N : 1;
-  // Through operator new, as every other CPU allocation (hwy::AllocateAligned is
-  // malloc): it throws bad_alloc, and normkit_oom_tests can make it fail.
+  // Parameter rows aligned for any vector load of their lanes.
   const auto alloc = [&](bool needed) {
-    AlignedFloats p;
-    if (needed) {
-      const size_t bytes = static_cast<size_t>(rows * row_len) * sizeof(float);
-      p.reset(static_cast<float*>(::operator new[](bytes, std::align_val_t{kRepRowAlign})));
-    }
-    return p;
+    return needed ? AllocateAligned<float>(static_cast<size_t>(rows * row_len))
+                  : AlignedArray<float>();
   };
   auto scale_rep = alloc(params.scale != nullptr);
   auto shift_rep = alloc(params.shift != nullptr);

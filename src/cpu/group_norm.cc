@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/aligned_array.h"
 #include "core/parallel.h"
 #include "cpu/memory_plan.h"
 
@@ -41,12 +42,17 @@ struct GroupNormPlan {
   // Groups' means, then their rstds: batched units' ([unit]), channels-last instance
   // norm's ([N][C]).
   std::unique_ptr<double[]> unit_stats;
-  std::vector<float> mean, scale, shift;  // [N][C]: the apply pass's parameters
+  // The apply pass's parameters, [N][C] each, each array from a cache line (the
+  // channels-last output pass loads three a vector: see core/aligned_array.h).
+  AlignedArray<float> parameters;
+  float* mean;
+  float* scale;
+  float* shift;
   // Channels-last statistics scratch of each run when C is too large for the stack,
   // allocated here so that no parallel loop allocates (an exception may not leave an
   // OpenMP region).
-  std::unique_ptr<float[]> scratch_floats;
-  std::unique_ptr<double[]> scratch_doubles;
+  AlignedArray<float> scratch_floats;
+  AlignedArray<double> scratch_doubles;
 };
 
 // Scratch of the channels-last statistics (C values each; run: 2C): on the stack of
@@ -260,7 +266,7 @@ void BatchOfUnits(GroupNormPlan& p, int64_t u0, int64_t u1) {
   // took a third of the instructions of 1x1024x7x7 instance norm).
   const GroupNormArgs args = p.args;
   const int64_t C = p.C, Cg = p.Cg, G = p.G;
-  float *mean = p.mean.data(), *scale = p.scale.data(), *shift = p.shift.data();
+  float *mean = p.mean, *scale = p.scale, *shift = p.shift;
   if (Cg == 1) {
     // Instance norm: unit u is channel u of the [N][C] parameters; vectorized per
     // sample (one ChannelParameters call a channel took a sixth of 1x1024x7x7's time).
@@ -332,9 +338,12 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
     p.unit_groups = 1;
   }
   const size_t nc = static_cast<size_t>(p.N * p.C);
-  p.mean.resize(nc);
-  p.scale.resize(nc);
-  p.shift.resize(nc);
+  const size_t stride = (nc + kArrayAlign / sizeof(float) - 1) / (kArrayAlign / sizeof(float)) *
+                        (kArrayAlign / sizeof(float));
+  p.parameters = AllocateAligned<float>(3 * stride);
+  p.mean = p.parameters.get();
+  p.scale = p.mean + stride;
+  p.shift = p.scale + stride;
 
   // A fused SiLU costs several times the memory traffic in arithmetic (its
   // exponential), so a second thread pays off at a quarter of the bytes: 1x256x14x14
@@ -380,8 +389,8 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   };
   if (p.channels_last && p.C > kStackScratchChannels) {
     const size_t floats = static_cast<size_t>(runs * p.C);
-    p.scratch_floats.reset(new float[3 * floats]);
-    p.scratch_doubles.reset(new double[2 * floats]);
+    p.scratch_floats = AllocateAligned<float>(3 * floats);
+    p.scratch_doubles = AllocateAligned<double>(2 * floats);
   }
   if (chained) {
     // A chain's first group has statistics of its own; each other group's come from
