@@ -834,6 +834,14 @@ HWY_INLINE void ShiftedSumsRowStreams(const float* HWY_RESTRICT x, size_t R, siz
   }
 }
 
+// From cache too, rows of at least this many floats: the column walk's loads, strided
+// by a row, found their lines in L2 more slowly than the streams' (their sums in L1,
+// not registers). Same-process A/B, one thread, channels-last G=32, time streams /
+// columns: 1x192x14x14 0.93, 1x256x14x14 0.91-0.92, 1x384x14x14 0.93, 1x1024x7x7
+// 0.92-0.96, 1x2048x7x7 0.96-0.99; but 1x160x14x14 1.00, 1x128x28x28 1.03-1.07 and
+// 1x96x28x28 1.08-1.10.
+constexpr size_t kCachedRowStreamsMinFloats = 192;
+
 void ChannelShiftedSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
                             const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
                             double* HWY_RESTRICT s2, float* HWY_RESTRICT scratch,
@@ -841,9 +849,9 @@ void ChannelShiftedSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t c
   const size_t R = static_cast<size_t>(rows), C = static_cast<size_t>(channels);
   const size_t N = hn::Lanes(DF());
   size_t c = 0;
-  if (C > 4 * N && from_memory) {
-    // Rows wider than four vectors, from DRAM: a column walk would interleave them.
-    // From cache the column walk is faster (its sums stay in registers).
+  if (C > 4 * N && (from_memory || C >= kCachedRowStreamsMinFloats)) {
+    // Rows wider than four vectors, from DRAM (or wide ones from cache): a column
+    // walk would interleave them.
     c = C / (4 * N) * (4 * N);
     ShiftedSumsRowStreams(x, R, C, c, pivot, s1, s2, scratch, scratch + C);
   }
