@@ -267,6 +267,35 @@ TEST(OutOfMemory, NormsWriteAllOrNothing) {
             });
       }
     }
+    // Layer norm with gamma and beta off a cache line: RowNorm allocates aligned copies.
+    const int64_t rows = 64, D = 768;
+    const std::vector<float> x0 = RandomVector(rows * D, 9), params = RandomVector(2 * D + 2, 10);
+    const float* gamma = params.data() + 1;  // 4 bytes past the vector's (16-byte) alignment
+    const float* beta = params.data() + D + 2;
+    std::vector<float> x, y, mean, rstd;
+    normkit_tensor xt = Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), yt = xt;
+    ExpectAllOrNothing(
+        "layer norm, gamma and beta misaligned, threads " + std::to_string(threads),
+        [&] {
+          x = x0;
+          y.assign(x0.size(), -7.0f);
+          mean.assign(static_cast<size_t>(rows), -7.0f);
+          rstd = mean;
+          xt.data = x.data();
+          yt.data = y.data();
+        },
+        [&] {
+          return normkit_layer_norm(ctx.ctx, &xt, gamma, beta, 1e-5f, &yt, mean.data(),
+                                    rstd.data());
+        },
+        [&] {
+          Bytes b;
+          Append(b, x);
+          Append(b, y);
+          Append(b, mean);
+          Append(b, rstd);
+          return b;
+        });
   }
 }
 

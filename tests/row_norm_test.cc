@@ -2,7 +2,11 @@
 // Layer norm and RMS norm over the last dimension of [rows, D] against the double
 // reference: row lengths around the vector width and the statistics block, absent
 // gamma / beta, in place, a large mean, and bitwise determinism across threads.
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "norm_reference.h"
@@ -84,6 +88,45 @@ TEST(RowNorm, BitwiseIdenticalAcrossThreadCounts) {
                                          nullptr),
                 NORMKIT_SUCCESS);
       ExpectSameBitsAsFirst(&first, y, threads);
+    }
+  }
+}
+
+// gamma and beta wherever the caller's arrays start: on a cache line, or 4 or 16 bytes
+// past one (NumPy's small arrays), each on its own (RowNorm then loads aligned copies).
+// The same bits in every placement, and the double reference's values.
+TEST(RowNorm, GammaAndBetaAtAnyAlignment) {
+  const int64_t rows = 33, D = 200;
+  const std::vector<float> x = RandomVector(rows * D, 81), gamma = RandomVector(D, 82),
+                           beta = RandomVector(D, 83);
+  // 64-byte aligned room for both arrays at any of the offsets below.
+  std::unique_ptr<float, decltype(&std::free)> room(
+      static_cast<float*>(std::aligned_alloc(64, 64 * sizeof(float) + 2 * 4096)), &std::free);
+  for (bool rms : {false, true}) {
+    std::vector<float> first;
+    for (const auto& [gamma_at, beta_at] : std::vector<std::pair<int64_t, int64_t>>{
+             {0, 512}, {1, 512}, {0, 516}, {4, 513}, {7, 519}}) {
+      SCOPED_TRACE(testing::Message() << "rms=" << rms << " gamma at float " << gamma_at
+                                      << ", beta at float " << beta_at);
+      float* g = std::copy(gamma.begin(), gamma.end(), room.get() + gamma_at) - D;
+      float* b = std::copy(beta.begin(), beta.end(), room.get() + beta_at) - D;
+      std::vector<float> y(x.size());
+      Context ctx(2);
+      normkit_tensor xt = Desc(const_cast<float*>(x.data()), NORMKIT_LAYOUT_CHANNELS_FIRST,
+                               {rows, D}),
+                     yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D});
+      ASSERT_EQ(rms ? normkit_rms_norm(ctx.ctx, &xt, g, 1e-5f, &yt, nullptr)
+                    : normkit_layer_norm(ctx.ctx, &xt, g, b, 1e-5f, &yt, nullptr, nullptr),
+                NORMKIT_SUCCESS)
+          << normkit_last_error();
+      ExpectNormNear(
+          y, ReferenceRowNorm(x, rows, D, gamma.data(), rms ? nullptr : beta.data(), 1e-5, rms),
+          rms ? "rms_norm" : "layer_norm");
+      if (first.empty()) {
+        first = y;
+      } else {
+        EXPECT_EQ(std::memcmp(first.data(), y.data(), sizeof(float) * y.size()), 0);
+      }
     }
   }
 }
