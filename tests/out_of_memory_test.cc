@@ -170,6 +170,33 @@ void ExpectXyAllOrNothing(const std::string& what, const std::vector<float>& x0,
       });
 }
 
+// ExpectXyAllOrNothing for a norm that also writes `stats` means and rstds (-7s at the
+// start); call(mean, rstd) makes the call.
+void ExpectNormAllOrNothing(const std::string& what, const std::vector<float>& x0,
+                            normkit_tensor& xt, normkit_tensor& yt, bool in_place, int64_t stats,
+                            const std::function<normkit_status(float*, float*)>& call) {
+  std::vector<float> x, y, mean, rstd;
+  ExpectAllOrNothing(
+      what + (in_place ? " in place" : ""),
+      [&] {
+        x = x0;
+        y.assign(x0.size(), -7.0f);
+        mean.assign(static_cast<size_t>(stats), -7.0f);
+        rstd = mean;
+        xt.data = x.data();
+        yt.data = in_place ? x.data() : y.data();
+      },
+      [&] { return call(mean.data(), rstd.data()); },
+      [&] {
+        Bytes b;
+        Append(b, x);
+        Append(b, y);
+        Append(b, mean);
+        Append(b, rstd);
+        return b;
+      });
+}
+
 // Affine over channels-last rows too long for a thread's stack: their parameter rows
 // are built once on the heap, before the loop.
 TEST(OutOfMemory, AffineWritesAllOrNothing) {
@@ -239,31 +266,13 @@ TEST(OutOfMemory, NormsWriteAllOrNothing) {
           c.channels_last ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
       const std::vector<float> x0 = RandomVector(n, 6);
       const std::vector<float> gamma = RandomVector(C, 7), beta = RandomVector(C, 8);
-      std::vector<float> x, y, mean, rstd;
       normkit_tensor xt = Desc(nullptr, layout, c.shape), yt = xt;
       for (bool in_place : {false, true}) {
-        ExpectAllOrNothing(
-            "group norm " + std::to_string(C) + " channels, threads " + std::to_string(threads) +
-                (in_place ? " in place" : ""),
-            [&] {
-              x = x0;
-              y.assign(x0.size(), -7.0f);
-              mean.assign(static_cast<size_t>(c.shape[0] * c.groups), -7.0f);
-              rstd = mean;
-              xt.data = x.data();
-              yt.data = in_place ? x.data() : y.data();
-            },
-            [&] {
+        ExpectNormAllOrNothing(
+            "group norm " + std::to_string(C) + " channels, threads " + std::to_string(threads), x0,
+            xt, yt, in_place, c.shape[0] * c.groups, [&](float* mean, float* rstd) {
               return normkit_group_norm(ctx.ctx, &xt, c.groups, gamma.data(), beta.data(), 1e-5f,
-                                        NORMKIT_ACTIVATION_NONE, &yt, mean.data(), rstd.data());
-            },
-            [&] {
-              Bytes b;
-              Append(b, x);
-              Append(b, y);
-              Append(b, mean);
-              Append(b, rstd);
-              return b;
+                                        NORMKIT_ACTIVATION_NONE, &yt, mean, rstd);
             });
       }
     }
@@ -272,29 +281,11 @@ TEST(OutOfMemory, NormsWriteAllOrNothing) {
     const std::vector<float> x0 = RandomVector(rows * D, 9), params = RandomVector(2 * D + 2, 10);
     const float* gamma = params.data() + 1;  // 4 bytes past the vector's (16-byte) alignment
     const float* beta = params.data() + D + 2;
-    std::vector<float> x, y, mean, rstd;
     normkit_tensor xt = Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), yt = xt;
-    ExpectAllOrNothing(
-        "layer norm, gamma and beta misaligned, threads " + std::to_string(threads),
-        [&] {
-          x = x0;
-          y.assign(x0.size(), -7.0f);
-          mean.assign(static_cast<size_t>(rows), -7.0f);
-          rstd = mean;
-          xt.data = x.data();
-          yt.data = y.data();
-        },
-        [&] {
-          return normkit_layer_norm(ctx.ctx, &xt, gamma, beta, 1e-5f, &yt, mean.data(),
-                                    rstd.data());
-        },
-        [&] {
-          Bytes b;
-          Append(b, x);
-          Append(b, y);
-          Append(b, mean);
-          Append(b, rstd);
-          return b;
+    ExpectNormAllOrNothing(
+        "layer norm, gamma and beta misaligned, threads " + std::to_string(threads), x0, xt, yt,
+        false, rows, [&](float* mean, float* rstd) {
+          return normkit_layer_norm(ctx.ctx, &xt, gamma, beta, 1e-5f, &yt, mean, rstd);
         });
   }
 }

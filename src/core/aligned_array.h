@@ -26,6 +26,14 @@ struct AlignedArrayDelete {
 template <class T>
 using AlignedArray = std::unique_ptr<T[], AlignedArrayDelete<T>>;
 
+// `count` rounded up to whole cache lines of T: where the next of several arrays
+// carved from one allocation starts.
+template <class T>
+constexpr size_t AlignedCount(size_t count) {
+  constexpr size_t kPerLine = kArrayAlign / sizeof(T);
+  return (count + kPerLine - 1) / kPerLine * kPerLine;
+}
+
 // `count` uninitialized values, through operator new (as every CPU allocation: it
 // throws std::bad_alloc, and normkit_oom_tests can make it fail).
 template <class T>

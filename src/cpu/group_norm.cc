@@ -338,8 +338,7 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
     p.unit_groups = 1;
   }
   const size_t nc = static_cast<size_t>(p.N * p.C);
-  const size_t stride = (nc + kArrayAlign / sizeof(float) - 1) / (kArrayAlign / sizeof(float)) *
-                        (kArrayAlign / sizeof(float));
+  const size_t stride = AlignedCount<float>(nc);
   p.parameters = AllocateAligned<float>(3 * stride);
   p.mean = p.parameters.get();
   p.scale = p.mean + stride;
@@ -482,9 +481,7 @@ RowParameters AlignedRowParameters(const float* gamma, const float* beta, int64_
   };
   RowParameters r{gamma, beta, {}};
   if (aligned(gamma) && aligned(beta)) return r;
-  // Each copy from a cache line: D rounded up to whole lines.
-  const size_t stride = static_cast<size_t>((D * int64_t{sizeof(float)} + kArrayAlign - 1) /
-                                            kArrayAlign * kArrayAlign / sizeof(float));
+  const size_t stride = AlignedCount<float>(static_cast<size_t>(D));  // beta's copy: a new line
   r.storage = AllocateAligned<float>(2 * stride);
   if (gamma) r.gamma = std::copy(gamma, gamma + D, r.storage.get()) - D;
   if (beta) r.beta = std::copy(beta, beta + D, r.storage.get() + stride) - D;
