@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/aligned_array.h"
+#include "core/exact_stats.h"
 #include "core/parallel.h"
 #include "cpu/memory_plan.h"
 
@@ -181,10 +182,36 @@ inline void ChannelParameters(double group_mean, double rstd, const GroupNormArg
   }
 }
 
-inline void GroupParameters(const Moments& m, const GroupNormArgs& args, int64_t at, int64_t c0,
-                            int64_t c1, float* mean, float* scale, float* shift) {
-  ChannelParameters(m.mean, kernels::ReciprocalStd(m, args.eps), args, at, c0, c1, mean, scale,
+// Group g of sample n's mean and rstd: the fast ones, or where they do not hold (a sum
+// past FLT_MAX, a NaN or Inf: core/exact_stats.h) the exact ones, from x, which no
+// plan has overwritten when its group's parameters are made.
+MeanRstd GroupMeanRstd(const GroupNormPlan& p, int64_t n, int64_t g, double mean, double rstd) {
+  if (FastStatisticsHold(mean, rstd)) return {mean, rstd};
+  if (p.channels_last) {
+    return ExactMeanRstd(p.x + n * p.S * p.C + g * p.Cg, p.S, p.Cg, p.C, p.args.eps, false);
+  }
+  return ExactMeanRstd(p.x + (n * p.C + g * p.Cg) * p.S, 1, p.Cg * p.S, 0, p.args.eps, false);
+}
+
+// Group g of sample n's parameters (in the sample's rows mean / scale / shift) from its
+// merged moments.
+inline void GroupParameters(const GroupNormPlan& p, const Moments& m, int64_t n, int64_t g,
+                            float* mean, float* scale, float* shift) {
+  const MeanRstd s = GroupMeanRstd(p, n, g, m.mean, kernels::ReciprocalStd(m, p.args.eps));
+  ChannelParameters(s.mean, s.rstd, p.args, n * p.G + g, g * p.Cg, (g + 1) * p.Cg, mean, scale,
                     shift);
+}
+
+// Instance norm's `count` channels from flat channel nc on (within one sample): their
+// statistics made exact where the fast ones do not hold.
+void CheckChannelStats(const GroupNormPlan& p, int64_t nc, int64_t count, double* mean,
+                       double* rstd) {
+  for (int64_t i = 0; i < count; ++i) {
+    if (FastStatisticsHold(mean[i], rstd[i])) continue;
+    const MeanRstd s = GroupMeanRstd(p, (nc + i) / p.C, (nc + i) % p.C, mean[i], rstd[i]);
+    mean[i] = s.mean;
+    rstd[i] = s.rstd;
+  }
 }
 
 // Instance norm (groups of one channel): the parameters of the `count` channels from
@@ -213,6 +240,7 @@ void InstanceNormSampleRows(GroupNormPlan& p, int64_t u, int64_t run) {
   double* rstd = mean + p.N * p.C;
   kernels::ColumnMeanRstd(p.x + u * p.unit_elems, p.S, p.C, PivotSamples(p.S, 1, p.from_memory),
                           p.args.eps, p.from_memory, s.pivot, s.s1, s.s2, s.run, mean, rstd);
+  CheckChannelStats(p, u * p.C, p.C, mean, rstd);
   InstanceNormParameters(p, u * p.C, p.C, mean, rstd);
 }
 
@@ -229,10 +257,8 @@ void FinishUnit(GroupNormPlan& p, int64_t u) {
   const int64_t n = p.channels_last ? u : u / p.G;
   const size_t row = static_cast<size_t>(n * p.C);
   for (int64_t j = 0; j < p.unit_groups; ++j) {
-    const Moments m = MergedBlocks(p, u, j);
     const int64_t g = p.channels_last ? j : u % p.G;
-    GroupParameters(m, p.args, n * p.G + g, g * p.Cg, (g + 1) * p.Cg, &p.mean[row], &p.scale[row],
-                    &p.shift[row]);
+    GroupParameters(p, MergedBlocks(p, u, j), n, g, &p.mean[row], &p.scale[row], &p.shift[row]);
   }
 }
 
@@ -262,6 +288,15 @@ void BatchOfUnits(GroupNormPlan& p, int64_t u0, int64_t u1) {
   double* group_rstd = group_mean + p.units;
   kernels::SpanMeanRstdEach(p.x + u0 * p.unit_elems, p.unit_elems, u1 - u0, p.args.eps, group_mean,
                             group_rstd);
+  if (p.Cg == 1) {
+    CheckChannelStats(p, u0, u1 - u0, group_mean, group_rstd);
+  } else {
+    for (int64_t u = u0; u < u1; ++u) {
+      const MeanRstd s = GroupMeanRstd(p, u / p.G, u % p.G, group_mean[u - u0], group_rstd[u - u0]);
+      group_mean[u - u0] = s.mean;
+      group_rstd[u - u0] = s.rstd;
+    }
+  }
   // The plan's fields in locals and n, g counted along (FinishUnit's general loops
   // took a third of the instructions of 1x1024x7x7 instance norm).
   const GroupNormArgs args = p.args;
@@ -402,8 +437,8 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
       for (int64_t k = 0; k < p.blocks; ++k) BlockStats(p, first, k, 0);
       for (int64_t u = first, n = first / p.G, g = first % p.G; u < end; ++u) {
         const size_t row = static_cast<size_t>(n * p.C);
-        GroupParameters(MergedBlocks(p, u, 0), p.args, u, g * p.Cg, (g + 1) * p.Cg, &p.mean[row],
-                        &p.scale[row], &p.shift[row]);
+        GroupParameters(p, MergedBlocks(p, u, 0), n, g, &p.mean[row], &p.scale[row],
+                        &p.shift[row]);
         if (++g == p.G) g = 0, ++n;
         if (u + 1 == end) {
           ApplyRange(p, u, 0, p.unit_elems);
@@ -501,6 +536,11 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   const normkit_context& ctx = ContextForBytes(context, x.bytes * 2);
   // Row r's outputs (and optional mean / rstd) from its mean (0 for RMS norm) and rstd.
   const auto apply_row = [&](int64_t r, double mean, double rstd) {
+    if (!FastStatisticsHold(mean, rstd)) {
+      const MeanRstd exact = ExactMeanRstd(xd + r * D, 1, D, 0, args.eps, args.rms);
+      mean = exact.mean;
+      rstd = exact.rstd;
+    }
     if (args.mean && !args.rms) args.mean[r] = static_cast<float>(mean);
     if (args.rstd) args.rstd[r] = static_cast<float>(rstd);
     // As in group norm: subtract the float nearest the mean, fold the residual
