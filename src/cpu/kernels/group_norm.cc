@@ -969,6 +969,16 @@ HWY_INLINE V ExpOfNegClamped(D d, V v) {
   return p * hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, biased)));
 }
 
+// SiLU of v < kSiluTailFrom: v * e^v / (1 + e^v) in double, rounded once (down to
+// subnormal results and -0), -0 for -Inf (the limit).
+constexpr float kSiluTailFrom = -80.0f;
+inline float SiluTail(float v) {
+  if (!(v < kSiluTailFrom)) return v;  // a lane the caller does not keep
+  if (std::isinf(v)) return -0.0f;
+  const double e = std::exp(static_cast<double>(v));
+  return static_cast<float>(static_cast<double>(v) * e / (1.0 + e));
+}
+
 template <Activation kAct, class D, class V>
 HWY_INLINE V Activate(D d, V v) {
   if constexpr (kAct == Activation::kRelu) {
@@ -991,7 +1001,16 @@ HWY_INLINE V Activate(D d, V v) {
     const auto a = hn::Set(d, 1.0f) + ExpOfNegClamped(d, v);
     const auto r0 = hn::ApproximateReciprocal(a);
     const auto r = r0 * hn::NegMulAdd(a, r0, hn::Set(d, 2.0f));
-    return v * r;
+    const auto silu = v * r;
+    // Below kSiluTailFrom 1 / (1 + e^-v) nears FLT_MIN, where the reciprocal estimate
+    // flushes and the clamp bites: those lanes (never in ordinary data) take the
+    // scalar double formula. One compare and test a vector on the common path.
+    const auto tail = v < hn::Set(d, kSiluTailFrom);
+    if (HWY_LIKELY(hn::AllFalse(d, tail))) return silu;
+    alignas(64) float lanes[hn::MaxLanes(D())];
+    hn::Store(v, d, lanes);
+    for (size_t i = 0; i < hn::Lanes(d); ++i) lanes[i] = SiluTail(lanes[i]);
+    return hn::IfThenElse(tail, hn::Load(d, lanes), silu);
   } else {
     return v;
   }
