@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "core/batch_norm_math.h"
 #include "cuda/affine_math.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
@@ -23,11 +24,17 @@ __device__ float Param(const float* p, uint32_t i, float absent) {
   return p != nullptr ? p[i] : absent;
 }
 
+// (x - center) * scale + shift, one FMA (x - 0 is x: the same bits without a center).
+__device__ float AffineOf(float x, const float* center, const float* scale, const float* shift,
+                          uint32_t p) {
+  return fmaf(x - Param(center, p, 0.0f), Param(scale, p, 1.0f), Param(shift, p, 0.0f));
+}
+
 // Items (float4 vectors, or floats) [block * kFlatBlockItems, +kFlatBlockItems), thread t
 // taking t, t + kBlockThreads, ...; `count` items in the tensor.
 template <bool kVector>
-__global__ void AffineFlatKernel(const float* x, float* y, const float* scale, const float* shift,
-                                 AffineIndex ix, uint32_t count) {
+__global__ void AffineFlatKernel(const float* x, float* y, const float* center, const float* scale,
+                                 const float* shift, AffineIndex ix, uint32_t count) {
   const uint32_t first = blockIdx.x * kFlatBlockItems + threadIdx.x;
   if constexpr (kVector) {
     const auto* xv = reinterpret_cast<const float4*>(x);
@@ -45,10 +52,10 @@ __global__ void AffineFlatKernel(const float* x, float* y, const float* scale, c
       const uint32_t p = ix.Param(4 * i);
       const uint32_t step = ix.channels_last ? 1 : 0;  // lanes are channels c..c+3, or one
       float4 r;
-      r.x = fmaf(v[j].x, Param(scale, p, 1.0f), Param(shift, p, 0.0f));
-      r.y = fmaf(v[j].y, Param(scale, p + step, 1.0f), Param(shift, p + step, 0.0f));
-      r.z = fmaf(v[j].z, Param(scale, p + 2 * step, 1.0f), Param(shift, p + 2 * step, 0.0f));
-      r.w = fmaf(v[j].w, Param(scale, p + 3 * step, 1.0f), Param(shift, p + 3 * step, 0.0f));
+      r.x = AffineOf(v[j].x, center, scale, shift, p);
+      r.y = AffineOf(v[j].y, center, scale, shift, p + step);
+      r.z = AffineOf(v[j].z, center, scale, shift, p + 2 * step);
+      r.w = AffineOf(v[j].w, center, scale, shift, p + 3 * step);
       yv[i] = r;
     }
   } else {
@@ -63,7 +70,7 @@ __global__ void AffineFlatKernel(const float* x, float* y, const float* scale, c
       const uint32_t i = first + j * kBlockThreads;
       if (i >= count) break;
       const uint32_t p = ix.Param(i);
-      y[i] = fmaf(v[j], Param(scale, p, 1.0f), Param(shift, p, 0.0f));
+      y[i] = AffineOf(v[j], center, scale, shift, p);
     }
   }
 }
@@ -71,28 +78,30 @@ __global__ void AffineFlatKernel(const float* x, float* y, const float* scale, c
 // scale = gamma / sqrt(var + eps), shift = beta - mean * scale in float:
 // fold::BatchNormScaleShift's formula, with the _rn intrinsics so that nvcc cannot
 // contract it into an FMA the CPU does not use (same bits as the CPU fold).
+// Centered (running means far from the spread, FoldsExactly false): shift = beta, for
+// (x - mean) * scale + beta.
 __global__ void BatchNormFoldKernel(const float* gamma, const float* beta, const float* mean,
-                                    const float* var, float eps, int64_t C, float* scale,
-                                    float* shift) {
+                                    const float* var, float eps, int64_t C, bool centered,
+                                    float* scale, float* shift) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const float g = gamma != nullptr ? gamma[c] : 1.0f;
   const float b = beta != nullptr ? beta[c] : 0.0f;
   const float s = __fdiv_rn(g, __fsqrt_rn(__fadd_rn(var[c], eps)));
   scale[c] = s;
-  shift[c] = __fsub_rn(b, __fmul_rn(mean[c], s));
+  shift[c] = centered ? b : __fsub_rn(b, __fmul_rn(mean[c], s));
 }
 
-__global__ void AffineKernel(const float* x, float* y, const float* scale, const float* shift,
-                             AffineShape shape) {
-  AffineThread(x, y, scale, shift, shape, blockIdx.x, threadIdx.x, blockDim.x);
+__global__ void AffineKernel(const float* x, float* y, const float* center, const float* scale,
+                             const float* shift, AffineShape shape) {
+  AffineThread(x, y, scale, shift, shape, blockIdx.x, threadIdx.x, blockDim.x, center);
 }
 
 }  // namespace
 
 normkit_status Affine(const char* op, const normkit_context* ctx, const TensorView& x,
                       const TensorView& y, const float* scale, const float* shift,
-                      bool per_sample) {
+                      bool per_sample, const float* center) {
   DeviceScope scope(x.device_index);
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
   const int64_t numel = x.batch * x.channels * x.spatial;
@@ -105,16 +114,17 @@ normkit_status Affine(const char* op, const normkit_context* ctx, const TensorVi
     const auto count = static_cast<uint32_t>(vector ? numel / 4 : numel);
     const unsigned blocks = (count + kFlatBlockItems - 1) / kFlatBlockItems;
     if (vector) {
-      AffineFlatKernel<true><<<blocks, kBlockThreads, 0, stream>>>(xd, yd, scale, shift, ix, count);
+      AffineFlatKernel<true>
+          <<<blocks, kBlockThreads, 0, stream>>>(xd, yd, center, scale, shift, ix, count);
     } else {
       AffineFlatKernel<false>
-          <<<blocks, kBlockThreads, 0, stream>>>(xd, yd, scale, shift, ix, count);
+          <<<blocks, kBlockThreads, 0, stream>>>(xd, yd, center, scale, shift, ix, count);
     }
     return LaunchStatus(op);
   }
   const AffineShape shape = AffineShape::Of(x.channels, x.spatial, per_sample, x.channels_last());
   AffineKernel<<<static_cast<unsigned>(x.batch * shape.chunks), kBlockThreads, 0, stream>>>(
-      xd, yd, scale, shift, shape);
+      xd, yd, center, scale, shift, shape);
   return LaunchStatus(op);
 }
 
@@ -130,15 +140,21 @@ normkit_status BatchNormInference(const char* op, const normkit_context* ctx, co
   void* buffer = nullptr;
   NORMKIT_RETURN_IF_ERROR(scratch.Allocate(op, 2 * C * sizeof(float), &buffer));
   auto* params = static_cast<float*>(buffer);
-  BatchNormFoldKernel<<<static_cast<unsigned>((C + kBlockThreads - 1) / kBlockThreads),
-                        kBlockThreads, 0, stream>>>(gamma, beta, mean, var, eps, C, params,
-                                                    params + C);
-  NORMKIT_RETURN_IF_ERROR(LaunchStatus(op));
-  std::vector<float> host_var(static_cast<size_t>(C));
+  std::vector<float> host_var(static_cast<size_t>(C)), host_mean(static_cast<size_t>(C));
   NORMKIT_RETURN_IF_ERROR(
       CopyToHost(op, ctx, x.device_index, var, C * sizeof(float), host_var.data()));
   NORMKIT_RETURN_IF_ERROR(validate(host_var.data()));
-  return Affine(op, ctx, x, y, params, params + C, false);
+  NORMKIT_RETURN_IF_ERROR(
+      CopyToHost(op, ctx, x.device_index, mean, C * sizeof(float), host_mean.data()));
+  bool centered = false;
+  for (int64_t c = 0; c < C && !centered; ++c) {
+    centered = !FoldsExactly(host_mean[c], host_var[c], eps);
+  }
+  BatchNormFoldKernel<<<static_cast<unsigned>((C + kBlockThreads - 1) / kBlockThreads),
+                        kBlockThreads, 0, stream>>>(gamma, beta, mean, var, eps, C, centered,
+                                                    params, params + C);
+  NORMKIT_RETURN_IF_ERROR(LaunchStatus(op));
+  return Affine(op, ctx, x, y, params, params + C, false, centered ? mean : nullptr);
 }
 
 }  // namespace cuda

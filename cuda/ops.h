@@ -38,14 +38,17 @@ normkit_status CheckCall(const char* op, int32_t device_index,
 normkit_status CopyToHost(const char* op, const normkit_context* ctx, int32_t device_index,
                           const void* src, int64_t bytes, void* dst);
 
-// y = x * scale + shift; scale / shift are device arrays (or NULL) of C or N x C floats.
+// y = (x - center) * scale + shift; scale / shift are device arrays (or NULL) of C or
+// N x C floats; center (NULL: 0) is used by batch norm only.
 normkit_status Affine(const char* op, const normkit_context* ctx, const TensorView& x,
-                      const TensorView& y, const float* scale, const float* shift, bool per_sample);
+                      const TensorView& y, const float* scale, const float* shift, bool per_sample,
+                      const float* center = nullptr);
 
 // Batch-norm inference on CUDA tensors (every parameter a device array; gamma, beta may
 // be NULL). Folds into scale / shift on the device with the CPU's float formula (the
-// same bits), copies running_var to the host and calls validate(host_var) while the fold
-// runs; only if it succeeds is y written. That one wait on the stream is the price of
+// same bits), after copying running_var to the host and calling validate(host_var);
+// only if it succeeds is y written. Running means far from the spread (FoldsExactly,
+// checked on a host copy) are subtracted first, as on CPU. That one wait on the stream is the price of
 // validating before writing.
 normkit_status BatchNormInference(const char* op, const normkit_context* ctx, const TensorView& x,
                                   const TensorView& y, const float* gamma, const float* beta,

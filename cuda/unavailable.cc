@@ -31,7 +31,7 @@ normkit_status CopyToHost(const char* op, const normkit_context*, int32_t, const
 }
 
 normkit_status Affine(const char* op, const normkit_context*, const TensorView&, const TensorView&,
-                      const float*, const float*, bool) {
+                      const float*, const float*, bool, const float*) {
   return NoCuda(op);
 }
 

@@ -5,6 +5,7 @@
 // the shapes select (small / batched / blocked / chained groups, rows).
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -152,6 +153,16 @@ TEST(FloatEdges, BatchNormLargeRunningMeanEveryPath) {
           }
           EXPECT_LE(worst, 1e-5) << "mean/std " << ratio << " C=" << C << " layout " << layout
                                  << " in_place " << in_place;
+          for (int threads : {2, 3}) {  // the same bits on any thread count
+            Context ctx(threads);
+            std::vector<float> again = in_place ? x : std::vector<float>(x.size());
+            normkit_tensor xa = Desc(in_place ? again.data() : x.data(), layout, shape);
+            normkit_tensor ya = Desc(again.data(), layout, shape);
+            ASSERT_EQ(normkit_batch_norm_inference(ctx.ctx, &xa, gamma.data(), beta.data(),
+                                                   mean.data(), var.data(), 1e-5f, &ya),
+                      NORMKIT_SUCCESS);
+            ASSERT_EQ(std::memcmp(again.data(), y.data(), y.size() * sizeof(float)), 0) << threads;
+          }
         }
       }
     }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPU batch-norm inference: fold the statistics, then one affine pass.
+// CPU batch-norm inference: fold the statistics, then one affine pass; or, for running
+// means far from the spread, subtract the mean first (see kernels::FoldIsExact).
 #ifndef NORMKIT_CPU_BATCH_NORM_H_
 #define NORMKIT_CPU_BATCH_NORM_H_
 

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <limits>
 
+#include "core/batch_norm_math.h"
+
 // clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/kernels/batch_norm_fold.cc"
@@ -25,11 +27,13 @@ namespace hn = hwy::HWY_NAMESPACE;
 // One channel, the same operations as a vector lane (no FMA: the build turns
 // contraction off, and Highway's Mul / Sub round each on every target).
 inline void FoldOne(const BatchNormFoldJob& job, int64_t c) {
+  // Every input read before an output is written (outputs may equal any input array).
   const float gamma = job.gamma ? job.gamma[c] : 1.0f;
   const float beta = job.beta ? job.beta[c] : 0.0f;
+  const float mean = job.mean[c];
   const float scale = gamma / std::sqrt(job.var[c] + job.eps);
   job.scale[c] = scale;
-  job.shift[c] = beta - job.mean[c] * scale;
+  job.shift[c] = beta - mean * scale;
 }
 
 void BatchNormFoldImpl(const BatchNormFoldJob& job, int64_t channels) {
@@ -71,6 +75,23 @@ int64_t FirstInvalidVarianceImpl(const float* var, int64_t channels) {
   return channels;
 }
 
+bool FoldIsExactImpl(const float* mean, const float* var, float eps, int64_t channels) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const auto bound = hn::Set(d, kExactFoldRatio * kExactFoldRatio);
+  const auto veps = hn::Set(d, eps);
+  int64_t c = 0;
+  for (; c + lanes <= channels; c += lanes) {
+    const auto m = hn::LoadU(d, mean + c);
+    const auto ok = hn::Mul(m, m) <= hn::Mul(bound, hn::Add(hn::LoadU(d, var + c), veps));
+    if (!hn::AllTrue(d, ok)) return false;
+  }
+  for (; c < channels; ++c) {
+    if (!FoldsExactly(mean[c], var[c], eps)) return false;
+  }
+  return true;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
@@ -82,6 +103,11 @@ namespace kernels {
 
 HWY_EXPORT(BatchNormFoldImpl);
 HWY_EXPORT(FirstInvalidVarianceImpl);
+HWY_EXPORT(FoldIsExactImpl);
+
+bool FoldIsExact(const float* mean, const float* var, float eps, int64_t channels) {
+  return HWY_DYNAMIC_DISPATCH(FoldIsExactImpl)(mean, var, eps, channels);
+}
 
 void BatchNormFold(const BatchNormFoldJob& job, int64_t channels) {
   HWY_DYNAMIC_DISPATCH(BatchNormFoldImpl)(job, channels);

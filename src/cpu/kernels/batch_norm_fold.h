@@ -17,11 +17,14 @@ struct BatchNormFoldJob {
   const float* mean;
   const float* var;
   float eps;
-  float* scale;  // may alias gamma / beta element for element
+  float* scale;  // may equal any input array (all of a channel's inputs are read first)
   float* shift;
 };
 
 void BatchNormFold(const BatchNormFoldJob& job, int64_t channels);
+
+// Whether FoldsExactly (core/batch_norm_math.h) holds for every channel. Vectorized: it runs on every batch-norm call.
+bool FoldIsExact(const float* mean, const float* var, float eps, int64_t channels);
 
 // The first c with var[c] not in [0, FLT_MAX] (negative, infinite or NaN), or
 // `channels` when there is none. Vectorized: it runs on every batch-norm call.

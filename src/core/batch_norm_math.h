@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+// When batch-norm inference may apply its folded form, shared by the CPU and CUDA paths.
+#ifndef NORMKIT_CORE_BATCH_NORM_MATH_H_
+#define NORMKIT_CORE_BATCH_NORM_MATH_H_
+
+#include "core/host_device.h"
+
+namespace normkit {
+
+// The folded form x * scale + (beta - mean * scale) rounds the shift to a float ulp of
+// mean * scale, so its error in units of the output's scale |gamma| grows with
+// |mean| / std. Up to kExactFoldRatio it stays under about 40 * 2^-24 (2.4e-6); beyond,
+// batch norm subtracts the mean first: (x - mean) * scale + beta.
+constexpr float kExactFoldRatio = 16.0f;
+
+// |mean| <= kExactFoldRatio * sqrt(var + eps), as mean^2 <= ratio^2 * (var + eps): no
+// square root, and a mean past 1.8e19 (its square overflows) or a NaN mean fails it.
+NORMKIT_HOST_DEVICE inline bool FoldsExactly(float mean, float var, float eps) {
+  return mean * mean <= kExactFoldRatio * kExactFoldRatio * (var + eps);
+}
+
+}  // namespace normkit
+
+#endif  // NORMKIT_CORE_BATCH_NORM_MATH_H_
