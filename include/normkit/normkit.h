@@ -86,15 +86,22 @@ NORMKIT_API const char* normkit_threading_backend(void);
 /* Contexts                                                                  */
 /* ------------------------------------------------------------------------- */
 
+/* The most threads a context may have. Each is an OS thread (OpenMP, pool backends)
+ * or a TBB arena slot: more than the machine's hardware threads oversubscribe it. */
+#define NORMKIT_MAX_THREADS 4096
+
 /* A context caps the threads normkit uses for calls made with it. Every op takes
- * a `const normkit_context*`; NULL means the process default, which uses the
- * NORMKIT_NUM_THREADS environment variable if set, else every hardware thread.
+ * a `const normkit_context*`; NULL means the process default: the NORMKIT_NUM_THREADS
+ * environment variable, read once at the first call, when it is a decimal integer in
+ * [1, NORMKIT_MAX_THREADS] (spaces around it allowed); else (unset, empty, "0", "-3",
+ * "4x", out of range) every hardware thread.
  * A context may be used by many threads at once; destroy it only when no call
  * using it is running. */
 typedef struct normkit_context normkit_context;
 
 /* Creates a context using at most `num_threads` threads (0 = the process
- * default). Errors: INVALID_ARGUMENT if `out` is NULL or num_threads < 0. */
+ * default). Errors: INVALID_ARGUMENT if `out` is NULL or num_threads is not in
+ * [0, NORMKIT_MAX_THREADS]. */
 NORMKIT_API normkit_status normkit_context_create(int32_t num_threads, normkit_context** out);
 
 /* Destroys a context. NULL is accepted and ignored. */
@@ -126,7 +133,7 @@ typedef enum normkit_dtype {
   NORMKIT_DTYPE_FLOAT32 = 1,
   NORMKIT_DTYPE_FLOAT16 = 2,  /* reserved: not supported by any op yet */
   NORMKIT_DTYPE_BFLOAT16 = 3, /* reserved: not supported by any op yet */
-  NORMKIT_DTYPE_FLOAT64 = 4   /* reserved: not supported by any op yet */
+  NORMKIT_DTYPE_FLOAT64 = 4   /* the shift-sum family only */
 } normkit_dtype;
 
 typedef enum normkit_layout {
@@ -169,7 +176,10 @@ typedef enum normkit_device {
  * (normkit_tensor_init sets it). Later versions only append fields and read
  * them only when struct_size shows the caller has them, so binaries built
  * against this header keep working. A struct_size of 0 (a zeroed struct) is
- * rejected, which catches descriptors nobody initialized. */
+ * rejected, which catches descriptors nobody initialized.
+ * `data` (and every parameter array of a call) must be aligned to its element size
+ * (4 bytes for float32, 8 for float64); any other offset is fine. A misaligned pointer
+ * is rejected with INVALID_ARGUMENT naming it. */
 typedef struct normkit_tensor {
   uint32_t struct_size;
   int32_t dtype;        /* normkit_dtype */
@@ -180,6 +190,16 @@ typedef struct normkit_tensor {
   int64_t shape[NORMKIT_MAX_RANK];
   void* data;
 } normkit_tensor;
+
+/* The same as normkit_tensor_init below, as exported functions, for callers that cannot
+ * use a static inline function or mirror the struct's layout (ctypes, C#, Java's FFM, Go,
+ * Rust): allocate normkit_tensor_struct_size() bytes (8-byte aligned) and fill them with
+ * normkit_tensor_set. `t` holds room for the whole struct; nothing is validated here
+ * (the ops do that). normkit_tensor_set_device makes it a CUDA tensor. */
+NORMKIT_API size_t normkit_tensor_struct_size(void);
+NORMKIT_API void normkit_tensor_set(void* t, void* data, int32_t dtype, int32_t layout,
+                                    int32_t rank, const int64_t* shape);
+NORMKIT_API void normkit_tensor_set_device(void* t, int32_t device, int32_t device_index);
 
 /* Fills a CPU tensor descriptor; shape has `rank` entries in logical order. */
 static inline void normkit_tensor_init(normkit_tensor* t, void* data, normkit_dtype dtype,
@@ -233,8 +253,12 @@ NORMKIT_API normkit_status normkit_affine(const normkit_context* context, const 
  * is within 2.5 * 2^-24 relative of the exact value. (normkit_batch_norm_inference
  * applies exactly these scale / shift.)
  * gamma / beta may be NULL (1 / 0: BatchNorm without affine). mean and var are
- * required. scale and shift are outputs of `channels` floats; they may alias
- * gamma / beta respectively (in place) but no other input.
+ * required. scale and shift are outputs of `channels` floats; each may be the very
+ * same array as any input (all of a channel's inputs are read before its outputs are
+ * written), but must not partially overlap one. The folded form cancels when a running
+ * mean is large next to its standard deviation: shift carries a float ulp of
+ * mean * scale, so x * scale + shift is off by about 2^-24 * |mean| / sqrt(var + eps)
+ * in units of |gamma| (normkit_batch_norm_inference avoids this; see there).
  * Errors: INVALID_ARGUMENT (channels < 1, NULL mean / var / scale / shift, eps not
  *   finite or <= 0, a negative or non-finite var[c], scale overlapping shift). */
 NORMKIT_API normkit_status normkit_batch_norm_fold(int64_t channels, const float* gamma,
@@ -242,10 +266,15 @@ NORMKIT_API normkit_status normkit_batch_norm_fold(int64_t channels, const float
                                                    const float* running_var, float eps,
                                                    float* scale, float* shift);
 
-/* y = (x - mean[c]) / sqrt(var[c] + eps) * gamma[c] + beta[c], computed as the
- * folded affine (see normkit_batch_norm_fold) in one pass over x.
+/* y = (x - mean[c]) / sqrt(var[c] + eps) * gamma[c] + beta[c], in one pass over x.
+ * When every channel has |mean| <= 16 * sqrt(var + eps) this is the folded affine (the
+ * scale / shift of normkit_batch_norm_fold, one FMA per element); otherwise the mean
+ * is subtracted first, y = (x - mean) * scale + beta, at the same speed. Either way
+ * the result is within 1e-5 of the output's scale (|gamma| + |beta|) of the exact
+ * value, for any ratio of mean to standard deviation.
  * x, y: as for normkit_affine (float32, rank 2..5, either layout, in place
- *   allowed). gamma / beta may be NULL; mean / var are C floats.
+ *   allowed). gamma / beta may be NULL; mean / var are C floats; none of them may
+ *   overlap y.
  * CUDA tensors: the parameters are device arrays, folded on the device; this call waits
  *   once for the context's stream, to check running_var on the host before y is written.
  *   To apply the same batch norm many times without that wait, fold it once with
@@ -277,10 +306,12 @@ typedef enum normkit_conv_weight_order {
  * receives out_channels floats and may equal `bias`.
  * kernel_elems is the product of the kernel's spatial dims (1 for 1x1 or linear).
  * groups divides in_channels and out_channels (groups == in_channels ==
- * out_channels is depthwise).
+ * out_channels is depthwise). folded_bias may also be the very same array as gamma,
+ * beta, running_mean or running_var (all are read before anything is written).
  * Errors: INVALID_ARGUMENT (NULL weight / folded_bias / mean / var, dims < 1, groups
  *   not dividing the channels, bad weight_order, bad eps or var, overflowing sizes,
- *   folded_bias overlapping weight or a BN parameter). Nothing is written on error. */
+ *   folded_bias partially overlapping bias or a BN parameter, weight overlapping any
+ *   other array). Nothing is written on error. */
 NORMKIT_API normkit_status normkit_fold_batch_norm_into_conv(
     float* weight, int64_t out_channels, int64_t in_channels, int64_t groups, int64_t kernel_elems,
     int32_t weight_order, const float* bias, float* folded_bias, const float* gamma,
@@ -394,11 +425,17 @@ typedef enum normkit_mask_kind {
 typedef struct normkit_shift_sum_params {
   uint32_t struct_size; /* sizeof(normkit_shift_sum_params) of the caller's header */
   int32_t axis;         /* normkit_shift_axis */
-  int64_t step;         /* S, any integer (negative allowed) */
+  int64_t step;         /* S, negative allowed; (C-1)*|S| must fit int64 (C = 1: any S) */
   double scale;         /* s, multiplies A and A^T (1 by default; 2/C is common) */
   int32_t mask_kind;    /* normkit_mask_kind */
   const void* mask;     /* mask data of x's dtype, NULL for NORMKIT_MASK_NONE */
 } normkit_shift_sum_params;
+
+/* Exported equivalents for callers that cannot mirror the struct (see
+ * normkit_tensor_set): normkit_shift_sum_params_set fills every field. */
+NORMKIT_API size_t normkit_shift_sum_params_struct_size(void);
+NORMKIT_API void normkit_shift_sum_params_set(void* p, int64_t step, int32_t axis, double scale,
+                                              int32_t mask_kind, const void* mask);
 
 static inline void normkit_shift_sum_params_init(normkit_shift_sum_params* p, int64_t step) {
   p->struct_size = (uint32_t)sizeof(normkit_shift_sum_params);
@@ -430,8 +467,8 @@ NORMKIT_API normkit_status normkit_shift_sum_adjoint(const normkit_context* cont
 
 /* Normalizer Phi_s[h, w'] = sum_c Phi_c[h, w']^2 over the positions channel c covers
  * (the diagonal of A A^T is s^2 Phi_s); without a mask, the count of channels covering
- * each position (seed 003's alpha). x gives the shape only: its data must be non-NULL but
- * is not read.
+ * each position (seed 003's alpha). x gives the shape only: its data is not read and may
+ * be NULL.
  * phi_s: [H', W'] values of x's dtype, or [B, H', W'] for per-sample masks. */
 NORMKIT_API normkit_status normkit_shift_sum_normalizer(const normkit_context* context,
                                                         const normkit_tensor* x,
@@ -448,8 +485,8 @@ typedef enum normkit_pinv_mode {
 } normkit_pinv_mode;
 
 /* Pseudo-inverse of A (see normkit_pinv_mode). normalizer: Phi_s as returned by
- * normkit_shift_sum_normalizer, or NULL to compute it on the fly (MOORE_PENROSE only;
- * ignored by DIVIDE_BY_MASK). */
+ * normkit_shift_sum_normalizer, or NULL to compute it on the fly (MOORE_PENROSE); must
+ * be NULL with DIVIDE_BY_MASK (INVALID_ARGUMENT otherwise). */
 NORMKIT_API normkit_status normkit_shift_sum_pinv(const normkit_context* context,
                                                   const normkit_tensor* y,
                                                   const normkit_shift_sum_params* params,

@@ -2,6 +2,8 @@
 // C entry points of batch-norm inference and of folding it into scale / shift,
 // convolutions and linear layers.
 
+#include <utility>
+
 #include "api/guard.h"
 #include "core/context.h"
 #include "core/tensor.h"
@@ -25,6 +27,10 @@ normkit_status ValidateBatchNormParams(const char* op, int64_t channels,
                                        const fold::BatchNormParams& bn) {
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_mean", bn.mean));
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_var", bn.var));
+  NORMKIT_RETURN_IF_ERROR(CheckElementAligned(op, "gamma", bn.gamma, sizeof(float)));
+  NORMKIT_RETURN_IF_ERROR(CheckElementAligned(op, "beta", bn.beta, sizeof(float)));
+  NORMKIT_RETURN_IF_ERROR(CheckElementAligned(op, "running_mean", bn.mean, sizeof(float)));
+  NORMKIT_RETURN_IF_ERROR(CheckElementAligned(op, "running_var", bn.var, sizeof(float)));
   NORMKIT_RETURN_IF_ERROR(CheckEps(op, bn.eps));
   return ValidateVariance(op, channels, bn.var);
 }
@@ -38,6 +44,12 @@ normkit_status BatchNormInferenceCuda(const char* op, const normkit_context* con
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_mean", bn.mean));
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_var", bn.var));
   NORMKIT_RETURN_IF_ERROR(CheckEps(op, bn.eps));
+  for (const auto& [name, p] : {std::pair<const char*, const float*>{"gamma", bn.gamma},
+                                {"beta", bn.beta},
+                                {"running_mean", bn.mean},
+                                {"running_var", bn.var}}) {
+    NORMKIT_RETURN_IF_ERROR(CheckElementAligned(op, name, p, sizeof(float)));
+  }
   NORMKIT_RETURN_IF_ERROR(cuda::CheckCall(op, x.device_index,
                                           {{"x", x.data},
                                            {"y", y.data},
@@ -59,8 +71,9 @@ normkit_status CheckChannels(const char* op, const char* name, int64_t value) {
   return NORMKIT_SUCCESS;
 }
 
-// An output array must not partially overlap any BN input (the very same array is
-// fine: each channel's inputs are read before its outputs are written).
+// An output array must not partially overlap any BN input; the very same array is
+// fine: each channel's inputs are all read before its outputs are written (the fold
+// kernel, and the double scale / shift of FoldBatchNormIntoConv, made before any write).
 normkit_status CheckOutputVsBatchNorm(const char* op, const char* name, const float* out,
                                       int64_t count, const fold::BatchNormParams& bn) {
   NORMKIT_RETURN_IF_ERROR(
@@ -161,6 +174,12 @@ NORMKIT_API normkit_status normkit_batch_norm_inference(
     TensorView xv, yv;
     NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(kOp, x, y, &xv, &yv));
     const fold::BatchNormParams bn{gamma, beta, running_mean, running_var, eps};
+    // y is written while the parameters are read (folded per range, on other threads).
+    const int64_t C = xv.channels;
+    NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(kOp, "gamma", gamma, C, yv));
+    NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(kOp, "beta", beta, C, yv));
+    NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(kOp, "running_mean", running_mean, C, yv));
+    NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(kOp, "running_var", running_var, C, yv));
     if (xv.on_cuda()) return BatchNormInferenceCuda(kOp, context, xv, yv, bn);
     NORMKIT_RETURN_IF_ERROR(ValidateBatchNormParams(kOp, xv.channels, bn));
     cpu::BatchNormInference(ResolveContext(context), xv, yv, bn);

@@ -41,10 +41,12 @@ inline normkit_status CheckEps(const char* op, float eps) {
 }
 
 // Two float arrays either are the same array (element-wise aliasing the op allows)
-// or share no byte. Null arrays pass.
+// or share no byte; each is float-aligned. Null arrays pass.
 inline normkit_status CheckSameOrDisjoint(const char* op, const char* a_name, const float* a,
                                           int64_t a_count, const char* b_name, const float* b,
                                           int64_t b_count, bool allow_same) {
+  NORMKIT_RETURN_IF_ERROR(CheckElementAligned(op, a_name, a, sizeof(float)));
+  NORMKIT_RETURN_IF_ERROR(CheckElementAligned(op, b_name, b, sizeof(float)));
   if (a == nullptr || b == nullptr) return NORMKIT_SUCCESS;
   if (allow_same && a == b) return NORMKIT_SUCCESS;
   const auto size = static_cast<int64_t>(sizeof(float));

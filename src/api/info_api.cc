@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Status strings, last error, version, dispatch target and contexts.
+#include <algorithm>
+#include <cstring>
 #include <new>
 
 #include "api/guard.h"
@@ -52,9 +54,10 @@ NORMKIT_API normkit_status normkit_context_create(int32_t num_threads, normkit_c
   constexpr const char* kOp = "context_create";
   return normkit::Guarded(kOp, [&] {
     NORMKIT_RETURN_IF_ERROR(normkit::CheckNotNull(kOp, "out", out));
-    if (num_threads < 0) {
+    if (num_threads < 0 || num_threads > NORMKIT_MAX_THREADS) {
       return normkit::Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
-                           "%s: num_threads = %d, must be >= 0 (0 = default)", kOp, num_threads);
+                           "%s: num_threads = %d, must be in [0, %d] (0 = default)", kOp,
+                           num_threads, NORMKIT_MAX_THREADS);
     }
     *out = normkit::MakeContext(num_threads).release();
     return NORMKIT_SUCCESS;
@@ -84,6 +87,52 @@ NORMKIT_API void* normkit_context_cuda_stream(const normkit_context* context) {
 
 NORMKIT_API int32_t normkit_cuda_device_count(void) {
   return normkit::cuda::DeviceCount();
+}
+
+}  // extern "C"
+
+// Descriptor helpers for callers that cannot use the header's static inline ones.
+extern "C" {
+
+NORMKIT_API size_t normkit_tensor_struct_size(void) {
+  return sizeof(normkit_tensor);
+}
+
+NORMKIT_API void normkit_tensor_set(void* t, void* data, int32_t dtype, int32_t layout,
+                                    int32_t rank, const int64_t* shape) {
+  if (t == nullptr) return;
+  auto* d = static_cast<normkit_tensor*>(t);
+  // A rank the ops reject is kept as given (they say why); only the shape copy is capped.
+  const int32_t copied = shape == nullptr ? 0 : (rank < 0 ? 0 : std::min(rank, NORMKIT_MAX_RANK));
+  std::memset(d, 0, sizeof(*d));  // padding too: callers may compare bytes
+  normkit_tensor_init(d, data, static_cast<normkit_dtype>(dtype),
+                      static_cast<normkit_layout>(layout), copied, shape);
+  d->dtype = dtype;
+  d->layout = layout;
+  d->rank = rank;
+}
+
+NORMKIT_API void normkit_tensor_set_device(void* t, int32_t device, int32_t device_index) {
+  if (t == nullptr) return;
+  auto* d = static_cast<normkit_tensor*>(t);
+  d->device = device;
+  d->device_index = device_index;
+}
+
+NORMKIT_API size_t normkit_shift_sum_params_struct_size(void) {
+  return sizeof(normkit_shift_sum_params);
+}
+
+NORMKIT_API void normkit_shift_sum_params_set(void* p, int64_t step, int32_t axis, double scale,
+                                              int32_t mask_kind, const void* mask) {
+  if (p == nullptr) return;
+  auto* d = static_cast<normkit_shift_sum_params*>(p);
+  std::memset(d, 0, sizeof(*d));
+  normkit_shift_sum_params_init(d, step);
+  d->axis = axis;
+  d->scale = scale;
+  d->mask_kind = mask_kind;
+  d->mask = mask;
 }
 
 }  // extern "C"

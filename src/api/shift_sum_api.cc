@@ -89,8 +89,8 @@ normkit_status ValidateParams(const char* op, const normkit_shift_sum_params* pa
 // x: a valid rank-4 float32 / float64 CPU tensor; fills the geometry of `call`.
 normkit_status ValidateX(const char* op, const char* name, const normkit_tensor* x,
                          const normkit_shift_sum_params* params, TensorView* xv,
-                         ShiftSumCall* call) {
-  NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, name, x, xv));
+                         ShiftSumCall* call, bool shape_only = false) {
+  NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, name, x, xv, shape_only));
   if (xv->dtype != NORMKIT_DTYPE_FLOAT32 && xv->dtype != NORMKIT_DTYPE_FLOAT64) {
     return Fail(NORMKIT_ERROR_UNSUPPORTED,
                 "%s: %s->dtype = %s is not supported (float32 and float64 only)", op, name,
@@ -107,14 +107,16 @@ normkit_status ValidateX(const char* op, const char* name, const normkit_tensor*
   call->W = xv->shape[3];
   call->channels_last = xv->channels_last();
   call->params = params;
-  // |INT64_MIN| does not exist: that step is rejected below, before anything uses it.
+  // One rule for every step: (C - 1) * |step| and the sizes it makes must fit int64. With
+  // C = 1 nothing moves and any step passes, INT64_MIN too (whose magnitude does not
+  // exist: taken as 0 here, and it only passes with C = 1, where the geometry drops it).
   const int64_t abs_step =
       params->step == INT64_MIN ? 0 : (params->step < 0 ? -params->step : params->step);
   int64_t spread = 0, out = 0;
   const int64_t along = params->axis == NORMKIT_SHIFT_ALONG_H ? call->H : call->W;
   const int64_t across = params->axis == NORMKIT_SHIFT_ALONG_H ? call->W : call->H;
   int64_t y_elems = 0;
-  if (params->step == INT64_MIN || !CheckedMul(call->C - 1, abs_step, &spread) ||
+  if ((params->step == INT64_MIN && call->C > 1) || !CheckedMul(call->C - 1, abs_step, &spread) ||
       __builtin_add_overflow(along, spread, &out) || !CheckedMul(out, across, &y_elems) ||
       !CheckedMul(y_elems, call->B, &y_elems) || !CheckedMul(y_elems, call->C, &y_elems) ||
       !CheckedMul(y_elems, call->elem_size(), &y_elems)) {
@@ -170,6 +172,7 @@ normkit_status ValidateY(const char* op, const normkit_tensor* y, const ShiftSum
 normkit_status CheckDisjoint(const char* op, const char* name, const void* p, int64_t elems,
                              const TensorView& out, const char* out_name,
                              const ShiftSumCall& call) {
+  NORMKIT_RETURN_IF_ERROR(CheckElementAligned(op, name, p, call.elem_size()));
   if (p != nullptr && RangesOverlap(p, elems * call.elem_size(), out.data, out.bytes)) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the output %s", op, name,
                 out_name);
@@ -262,8 +265,11 @@ normkit_shift_sum_normalizer(const normkit_context* context, const normkit_tenso
     TensorView xv;
     ShiftSumCall call;
     NORMKIT_RETURN_IF_ERROR(normkit::ValidateParams(kOp, params));
-    NORMKIT_RETURN_IF_ERROR(normkit::ValidateX(kOp, "x", x, params, &xv, &call));
+    NORMKIT_RETURN_IF_ERROR(normkit::ValidateX(kOp, "x", x, params, &xv, &call, true));
     NORMKIT_RETURN_IF_ERROR(normkit::CheckNotNull(kOp, "phi_s", phi_s));
+    NORMKIT_RETURN_IF_ERROR(normkit::CheckElementAligned(kOp, "phi_s", phi_s, call.elem_size()));
+    NORMKIT_RETURN_IF_ERROR(
+        normkit::CheckElementAligned(kOp, "params->mask", params->mask, call.elem_size()));
     if (params->mask && normkit::RangesOverlap(params->mask, call.mask_elems * call.elem_size(),
                                                phi_s, call.normalizer_elems * call.elem_size())) {
       return normkit::Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
@@ -297,6 +303,12 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum_pinv(const normkit_conte
     if (mode != NORMKIT_PINV_MOORE_PENROSE && mode != NORMKIT_PINV_DIVIDE_BY_MASK) {
       return normkit::Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
                            "%s: mode = %d is not a normkit_pinv_mode", kOp, mode);
+    }
+    if (mode == NORMKIT_PINV_DIVIDE_BY_MASK && normalizer != nullptr) {
+      return normkit::Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                           "%s: normalizer must be NULL with NORMKIT_PINV_DIVIDE_BY_MASK (it "
+                           "divides by the count of covering channels, not by Phi_s)",
+                           kOp);
     }
     NORMKIT_RETURN_IF_ERROR(normkit::CheckDisjoint(kOp, "normalizer", normalizer,
                                                    call.normalizer_elems, xv, "x", call));

@@ -1,17 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/context.h"
 
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <thread>
 
 namespace normkit {
 
+int32_t ParseNumThreads(const char* text) {
+  if (text == nullptr) return 0;
+  while (std::isspace(static_cast<unsigned char>(*text))) ++text;
+  if (!std::isdigit(static_cast<unsigned char>(*text))) return 0;  // no sign, no garbage
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(text, &end, 10);
+  while (std::isspace(static_cast<unsigned char>(*end))) ++end;
+  if (errno != 0 || *end != '\0' || n < 1 || n > NORMKIT_MAX_THREADS) return 0;
+  return static_cast<int32_t>(n);
+}
+
 int32_t DefaultNumThreads() {
-  if (const char* env = std::getenv("NORMKIT_NUM_THREADS")) {
-    char* end = nullptr;
-    const long n = std::strtol(env, &end, 10);
-    if (end != env && *end == '\0' && n > 0 && n <= 4096) return static_cast<int32_t>(n);
-  }
+  if (const int32_t n = ParseNumThreads(std::getenv("NORMKIT_NUM_THREADS"))) return n;
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : static_cast<int32_t>(hw);
 }

@@ -27,6 +27,11 @@ namespace normkit {
 // NORMKIT_NUM_THREADS if set to a positive integer, else the hardware threads.
 int32_t DefaultNumThreads();
 
+// NORMKIT_NUM_THREADS's value: a decimal integer in [1, NORMKIT_MAX_THREADS], spaces
+// around it allowed; 0 for anything else (unset, empty, a sign, garbage, out of range),
+// which means every hardware thread.
+int32_t ParseNumThreads(const char* text);
+
 // Builds a context for `num_threads` (0 = default). Throws std::bad_alloc.
 std::unique_ptr<normkit_context> MakeContext(int32_t num_threads);
 

@@ -43,8 +43,18 @@ const char* DtypeName(int32_t dtype) {
   return "unknown";
 }
 
+normkit_status CheckElementAligned(const char* op, const char* name, const void* p,
+                                   int64_t elem_size) {
+  if (p != nullptr && reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(elem_size) != 0) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: %s = %p is not aligned to its %lld-byte elements", op, name, p,
+                static_cast<long long>(elem_size));
+  }
+  return NORMKIT_SUCCESS;
+}
+
 normkit_status ValidateTensor(const char* op, const char* name, const normkit_tensor* t,
-                              TensorView* out) {
+                              TensorView* out, bool shape_only) {
   if (t == nullptr) return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", op, name);
   if (t->struct_size < kTensorV1Size) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
@@ -52,12 +62,17 @@ normkit_status ValidateTensor(const char* op, const char* name, const normkit_te
                 "normkit_tensor_init)",
                 op, name, t->struct_size, kTensorV1Size);
   }
-  if (t->data == nullptr)
+  if (t->data == nullptr && !shape_only)
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->data is NULL", op, name);
   const int64_t elem = DtypeSize(t->dtype);
   if (elem == 0) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->dtype = %d is not a normkit_dtype", op,
                 name, t->dtype);
+  }
+  if (reinterpret_cast<uintptr_t>(t->data) % static_cast<uintptr_t>(elem) != 0) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: %s->data = %p is not aligned to its %lld-byte elements (%s)", op, name,
+                t->data, static_cast<long long>(elem), DtypeName(t->dtype));
   }
   if (t->layout != NORMKIT_LAYOUT_CHANNELS_FIRST && t->layout != NORMKIT_LAYOUT_CHANNELS_LAST) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->layout = %d is not a normkit_layout", op,
@@ -168,6 +183,7 @@ normkit_status CheckFloat32(const char* op, const char* name, const TensorView& 
 
 normkit_status CheckParamDisjoint(const char* op, const char* name, const float* p, int64_t count,
                                   const TensorView& y) {
+  NORMKIT_RETURN_IF_ERROR(CheckElementAligned(op, name, p, sizeof(float)));
   if (p != nullptr &&
       RangesOverlap(p, count * static_cast<int64_t>(sizeof(float)), y.data, y.bytes)) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the output y", op, name);

@@ -33,9 +33,16 @@ struct TensorView {
 int64_t DtypeSize(int32_t dtype);
 const char* DtypeName(int32_t dtype);
 
-// Checks the descriptor `t` (named `name` in messages of `op`) and fills `out`.
+// Checks the descriptor `t` (named `name` in messages of `op`) and fills `out`. Its
+// data must be aligned to its element size; shape_only: a descriptor that only gives
+// a shape (its data is never read) may have NULL data.
 normkit_status ValidateTensor(const char* op, const char* name, const normkit_tensor* t,
-                              TensorView* out);
+                              TensorView* out, bool shape_only = false);
+
+// An array (NULL passes) must start on a multiple of its element size: kernels load
+// whole elements, and a misaligned one is undefined behaviour in C and C++.
+normkit_status CheckElementAligned(const char* op, const char* name, const void* p,
+                                   int64_t elem_size);
 
 // y must have x's dtype, layout, rank and shape.
 normkit_status CheckSameTensorShape(const char* op, const TensorView& x, const TensorView& y);
@@ -50,7 +57,8 @@ normkit_status CheckInPlaceOrDisjoint(const char* op, const TensorView& x, const
 // Only float32 (the dtype of every op but the shift-sum family).
 normkit_status CheckFloat32(const char* op, const char* name, const TensorView& t);
 
-// A float array of `count` values must not overlap the output `y`.
+// A float array of `count` values (NULL passes) must be float-aligned and must not
+// overlap the output `y`.
 normkit_status CheckParamDisjoint(const char* op, const char* name, const float* p, int64_t count,
                                   const TensorView& y);
 
