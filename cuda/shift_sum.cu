@@ -137,7 +137,7 @@ struct ForwardFlat {
   __device__ void Store(uint32_t i, T value) const { y[i] = value; }
 };
 
-// The GAP residual (y - A x) / (Phi_s + gamma), element i of y.
+// The GAP residual (y - A x) / (s^2 Phi_s + gamma), element i of y.
 template <class T>
 struct ResidualFlat {
   ShiftSumMath<T> m;

@@ -187,12 +187,19 @@ struct ShiftSumMath {
     if (m == T(0)) return T(0);
     return y[YOffset(b, r, v)] / (p.scale * Normalizer(b, r, v, true)) / m;
   }
-  // GAP residual (y - A x) / (Phi_s + gamma), 0 where the denominator is 0; `forward` is
-  // (A x) at (b, r, v).
+  // GAP residual (y - A x) / (s^2 Phi_s + gamma), 0 where the denominator is 0 (s^2 Phi_s:
+  // the diagonal of A A^T, as the pinv divides by); `forward` is (A x) at (b, r, v). The
+  // denominator is one FMA, as the CPU's.
   NORMKIT_HOST_DEVICE T GapResidualOf(const T* y, const T* phi_s, T gamma, int64_t b, int64_t r,
                                       int64_t v, T forward) const {
     const T n = phi_s != nullptr ? phi_s[NormalizerOffset(b, r, v)] : Normalizer(b, r, v, false);
-    const T d = n + gamma;
+    const T s2 = p.scale * p.scale;
+    T d;
+    if constexpr (sizeof(T) == sizeof(float)) {
+      d = fmaf(s2, n, gamma);
+    } else {
+      d = fma(s2, n, gamma);
+    }
     if (d == T(0)) return T(0);
     return (y[YOffset(b, r, v)] - forward) / d;
   }

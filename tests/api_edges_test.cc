@@ -226,6 +226,47 @@ TEST(ApiEdges, ShiftSumShapeOnlyXAndPinvNormalizer) {
   EXPECT_EQ(out, std::vector<float>(60, 9.0f));
 }
 
+// One GAP step from x = 0 with lambda = 1, gamma = 0 is the Moore-Penrose pinv, for any
+// scale s, mask and layout: A^T(y / (s^2 Phi_s)).
+TEST(ApiEdges, GapStepFromZeroIsThePinv) {
+  const int64_t B = 2, C = 3, H = 4, W = 5, Wo = W + (C - 1) * 2;
+  const int64_t xs[4] = {B, C, H, W}, ys[4] = {B, 1, H, Wo};
+  const std::vector<double> mask = [] {
+    std::vector<float> m = RandomVector(H * W, 20, 0.0f, 1.0f);
+    return std::vector<double>(m.begin(), m.end());
+  }();
+  const std::vector<float> yf = RandomVector(B * H * Wo, 21);
+  const std::vector<double> y(yf.begin(), yf.end());
+  for (double s : {0.5, 1.0, 2.0 / 3.0, -1.5}) {
+    for (normkit_layout layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      for (bool masked : {false, true}) {
+        normkit_shift_sum_params p;
+        normkit_shift_sum_params_init(&p, 2);
+        p.scale = s;
+        if (masked) {
+          p.mask_kind = NORMKIT_MASK_HW;
+          p.mask = mask.data();
+        }
+        std::vector<double> pinv(B * C * H * W, -1.0), step(B * C * H * W, 0.0);
+        normkit_tensor yt, pt, st;
+        normkit_tensor_init(&yt, const_cast<double*>(y.data()), NORMKIT_DTYPE_FLOAT64,
+                            NORMKIT_LAYOUT_CHANNELS_FIRST, 4, ys);
+        normkit_tensor_init(&pt, pinv.data(), NORMKIT_DTYPE_FLOAT64, layout, 4, xs);
+        normkit_tensor_init(&st, step.data(), NORMKIT_DTYPE_FLOAT64, layout, 4, xs);
+        ASSERT_EQ(normkit_shift_sum_pinv(nullptr, &yt, &p, NORMKIT_PINV_MOORE_PENROSE, nullptr, &pt),
+                  NORMKIT_SUCCESS);
+        ASSERT_EQ(normkit_shift_sum_gap_step(nullptr, &st, &yt, &p, 1.0, 0.0, nullptr),
+                  NORMKIT_SUCCESS)
+            << normkit_last_error();
+        for (size_t i = 0; i < pinv.size(); ++i) {
+          ASSERT_NEAR(step[i], pinv[i], 1e-12 * (1.0 + std::fabs(pinv[i])))
+              << "s=" << s << " layout " << layout << " masked " << masked << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
 // --- exported descriptor helpers ------------------------------------------------------------
 
 TEST(ApiEdges, ExportedDescriptorHelpersFillTheInlineBytes) {

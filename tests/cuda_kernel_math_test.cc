@@ -858,7 +858,8 @@ void CheckShiftSum(const Geometry& g, bool cl) {
                               axmag = RefForward(ga, Abs(x), Abs(mask), cl);
     std::vector<double> res(ny), resmag(ny);
     for (int64_t k = 0; k < ny; ++k) {
-      const double d = phi_s[(g.PerSample() ? k : k % (g.Hout() * g.Wout()))] + gamma;
+      const double d =
+          g.scale * g.scale * phi_s[(g.PerSample() ? k : k % (g.Hout() * g.Wout()))] + gamma;
       res[k] = (yd[k] - ax[k]) / d;
       resmag[k] = (std::fabs(yd[k]) + axmag[k]) / d;
     }

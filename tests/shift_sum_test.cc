@@ -137,7 +137,7 @@ void CheckAllOps(const Geometry& g, bool cl, int threads) {
     ExpectClose(xo, want, mag, 4, "pinv divide-by-mask");
   }
 
-  // GAP step: x + lambda * A^T((y - A x) / (Phi_s + gamma)).
+  // GAP step: x + lambda * A^T((y - A x) / (s^2 Phi_s + gamma)).
   {
     const double lambda = 0.7, gamma = 0.25;
     const std::vector<double> ax = RefForward(g, x.d(), md, cl);
@@ -146,10 +146,11 @@ void CheckAllOps(const Geometry& g, bool cl, int threads) {
       for (int64_t i = 0; i < g.Hout() * g.Wout(); ++i) {
         const int64_t k = b * g.Hout() * g.Wout() + i;
         const double p = phi_s[(g.PerSample() ? b * g.Hout() * g.Wout() : 0) + i];
-        r[k] = (static_cast<double>(y.v[k]) - ax[k]) / (p + gamma);
+        const double den = g.scale * g.scale * p + gamma;
+        r[k] = (static_cast<double>(y.v[k]) - ax[k]) / den;
         absr[k] = (std::fabs(static_cast<double>(y.v[k])) + RefForward(ga, absx, absm, cl)[k] * 0 +
                    std::fabs(ax[k])) /
-                  (p + gamma);
+                  den;
       }
     const std::vector<double> upd = RefAdjoint(g, r, md, cl);
     const std::vector<double> updmag = RefAdjoint(ga, absr, absm, cl);

@@ -481,7 +481,13 @@ TEST(Validation, ShiftSumParamsAndXRules) {
        NORMKIT_ERROR_INVALID_ARGUMENT, "makes the shifted sizes overflow"},
   };
   for (const auto& [name, op] : ShiftOps()) {
-    for (const ShiftRule& rule : rules) ExpectShiftRejected(name, op, rule);
+    for (const ShiftRule& rule : rules) {
+      // The normalizer's x only gives a shape: NULL data is fine there (ApiEdges tests it).
+      if (std::string(name) == "shift_sum_normalizer" && std::string(rule.name) == "x NULL data") {
+        continue;
+      }
+      ExpectShiftRejected(name, op, rule);
+    }
   }
 }
 

@@ -494,10 +494,11 @@ NORMKIT_API normkit_status normkit_shift_sum_pinv(const normkit_context* context
                                                   const normkit_tensor* x);
 
 /* Fused GAP / ADMM data-consistency step, in place on x:
- *   x <- x + lambda * A^T((y - A x) / (Phi_s + gamma))
- * (positions where Phi_s + gamma = 0 contribute 0). normalizer: Phi_s or NULL (computed
- * on the fly). Along W each x row is read once and written once; along H x is read
- * twice. lambda, gamma: finite. */
+ *   x <- x + lambda * A^T((y - A x) / (s^2 Phi_s + gamma))
+ * (positions where s^2 Phi_s + gamma = 0 contribute 0; s^2 Phi_s is the diagonal of A A^T,
+ * so one step from x = 0 with lambda = 1, gamma = 0 is the Moore-Penrose pinv for any s).
+ * normalizer: Phi_s or NULL (computed on the fly). Along W each x row is read once and
+ * written once; along H x is read twice. lambda, gamma: finite. */
 NORMKIT_API normkit_status normkit_shift_sum_gap_step(
     const normkit_context* context, const normkit_tensor* x, const normkit_tensor* y,
     const normkit_shift_sum_params* params, double lambda, double gamma, const void* normalizer);

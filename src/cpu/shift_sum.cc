@@ -623,7 +623,7 @@ void GapStepChannelsLastPhases(const ShiftSumProblem<T>& p, T step_scale, T gamm
     SumRowByPhases(p, static_cast<const T*>(x), row, next_x, s.phases, res);
     ShiftSumResidual(res, y + row * p.W_out, p.W_out);
     const T* pr = NormalizerRowOrGiven(p, normalizer, row / p.H, row % p.H, s.normalizer.data());
-    ShiftSumDivide(res, res, pr, T(1), gamma, p.W_out);
+    ShiftSumDivide(res, res, pr, p.scale * p.scale, gamma, p.W_out);
     SpreadRowByPhases(p, res, row, step_scale, false, true, s.phases, x);
   }
 }
@@ -952,7 +952,7 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
           const int64_t b = (row + i) / p.H, h = (row + i) % p.H;
           ShiftSumResidual(res_rows[i], y + (row + i) * p.W_out, p.W_out);
           const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
-          ShiftSumDivide(res_rows[i], res_rows[i], pr, T(1), gamma, p.W_out);
+          ShiftSumDivide(res_rows[i], res_rows[i], pr, p.scale * p.scale, gamma, p.W_out);
           update.x[i] = x + ChannelsLastRow(p, b, h);
           update.r[i] = res_rows[i];
           update.m[i] = AlignedMask(p, b, 0, h);
@@ -1028,7 +1028,7 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
           if (p.scale != T(1)) ShiftSumScale(rr, p.scale, p.W_out);
           ShiftSumResidual(rr, y + (b * p.H + h) * p.W_out, p.W_out);
           const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
-          ShiftSumDivide(rr, rr, pr, T(1), gamma, p.W_out);
+          ShiftSumDivide(rr, rr, pr, p.scale * p.scale, gamma, p.W_out);
         }
         if (p.channels_last) {  // the update and the transposition back in one walk
           for (int64_t h = h0; h < h1; ++h) {
@@ -1059,7 +1059,7 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
       ShiftSumResidual(rr, y + row * p.W_out, p.W_out);
       const T* pr =
           NormalizerRowOrGiven(p, normalizer, row / p.H_out, row % p.H_out, s.normalizer.data());
-      ShiftSumDivide(rr, rr, pr, T(1), gamma, p.W_out);
+      ShiftSumDivide(rr, rr, pr, p.scale * p.scale, gamma, p.W_out);
     }
   };
   ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), make_res, residual);

@@ -37,7 +37,7 @@ template <class T>
 void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode mode,
                   const T* normalizer, const T* y, T* x);
 
-// x += lambda * A^T((y - A x) / (Phi_s + gamma)), x read once and written once (along
+// x += lambda * A^T((y - A x) / (s^2 Phi_s + gamma)), x read once and written once (along
 // W; along H the residual is formed first, so x is read twice).
 template <class T>
 void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T lambda, T gamma,
