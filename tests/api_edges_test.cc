@@ -3,10 +3,16 @@
 // forbids is rejected before anything is written, misaligned pointers are rejected by
 // name, thread counts and the environment variable follow their documented rules, and
 // the exported descriptor helpers fill the same bytes as the inline ones.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/context.h"
@@ -167,6 +173,68 @@ TEST(ApiEdges, NumThreadsVariableParsing) {
     EXPECT_EQ(normkit::ParseNumThreads(bad), 0) << "'" << bad << "'";
   }
   EXPECT_EQ(normkit::ParseNumThreads(nullptr), 0);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define NORMKIT_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define NORMKIT_SANITIZED 1
+#endif
+#endif
+
+// The process's mapped bytes (VmSize).
+int64_t MappedBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return -1;
+  long pages = -1;
+  const int got = std::fscanf(f, "%ld", &pages);
+  std::fclose(f);
+  return got == 1 ? static_cast<int64_t>(pages) * sysconf(_SC_PAGESIZE) : -1;
+}
+
+// A library must not end its host: with no room for more thread stacks, a call that wants
+// 16 threads runs on those it can have (OpenMP's runtime exits the process instead).
+TEST(ApiEdges, ThreadCreationFailureDoesNotEndTheProcess) {
+#if defined(NORMKIT_SANITIZED)
+  GTEST_SKIP() << "sanitizers map far more address space than a limit can leave room for";
+#else
+  const std::vector<int64_t> shape = {256, 4096};  // 4 MiB: threaded
+  const int64_t numel = Numel(shape);
+  const std::vector<float> x = RandomVector(numel, 30);
+  std::vector<float> want(numel), y(numel);
+  normkit_tensor xt = Desc(const_cast<float*>(x.data()), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+  normkit_tensor wt = Desc(want.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+  normkit_tensor yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+  ASSERT_EQ(normkit_layer_norm(nullptr, &xt, nullptr, nullptr, 1e-5f, &wt, nullptr, nullptr),
+            NORMKIT_SUCCESS);
+  normkit_context* ctx = nullptr;
+  ASSERT_EQ(normkit_context_create(16, &ctx), NORMKIT_SUCCESS);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // A fresh calling thread (its own OpenMP pool), then 16 MiB of address space to spare:
+    // two 8 MiB default stacks at most.
+    int code = 3;
+    std::thread caller([&] {
+      const int64_t mapped = MappedBytes();
+      const rlimit limit{static_cast<rlim_t>(mapped + (16 << 20)),
+                         static_cast<rlim_t>(mapped + (16 << 20))};
+      if (mapped < 0 || setrlimit(RLIMIT_AS, &limit) != 0) return;
+      const normkit_status st =
+          normkit_layer_norm(ctx, &xt, nullptr, nullptr, 1e-5f, &yt, nullptr, nullptr);
+      code = st != NORMKIT_SUCCESS ? 2 : (y == want ? 0 : 1);
+    });
+    caller.join();
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  normkit_context_destroy(ctx);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed";
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "1: wrong result, 2: an error status, 3: no limit set, else the process was ended";
+#endif
 }
 
 // --- shift-sum: one rule for the step, a shape-only x, a normalizer pinv cannot use --------

@@ -10,6 +10,9 @@
 #include <tbb/task_arena.h>
 #elif defined(NORMKIT_THREADING_OPENMP)
 #include <omp.h>
+#include <pthread.h>
+
+#include <vector>
 #elif defined(NORMKIT_THREADING_POOL)
 #include "core/thread_pool.h"
 #endif
@@ -40,6 +43,33 @@ class FirstException {
   std::atomic<bool> failed_{false};
   std::exception_ptr error_;
 };
+
+#if defined(NORMKIT_THREADING_OPENMP)
+// libgomp ends the process (gomp_fatal, exit 1) when it cannot create a thread for a
+// region: an address-space or thread limit would take the host down. So before a calling
+// thread's regions first ask for more threads than it has proven it can have (libgomp
+// keeps a pool of them per calling thread), it starts and joins that many plain threads
+// of the default stack size; if the system refuses some, its regions use those that did
+// start. Paid once per calling thread and thread count (tens of microseconds). Results
+// never depend on the thread count, so running on fewer changes no bit.
+int OmpThreads(int64_t wanted) {
+  thread_local int64_t proven = 1;
+  if (wanted <= proven) return static_cast<int>(wanted);
+  std::vector<pthread_t> started;
+  started.reserve(static_cast<size_t>(wanted - 1));
+  for (int64_t i = 1; i < wanted; ++i) {
+    pthread_t thread;
+    if (pthread_create(&thread, nullptr, [](void*) -> void* { return nullptr; }, nullptr) != 0) {
+      break;
+    }
+    started.push_back(thread);
+  }
+  for (pthread_t thread : started) pthread_join(thread, nullptr);
+  const int64_t available = 1 + static_cast<int64_t>(started.size());
+  if (available == wanted) proven = wanted;
+  return static_cast<int>(available);
+}
+#endif
 
 #if defined(NORMKIT_THREADING_POOL)
 // Runs tasks [0, num_tasks) cut into `parts` contiguous runs, as even as the count
@@ -75,8 +105,7 @@ void ParallelFor(const normkit_context& context, int64_t num_tasks,
                       });
   });
 #elif defined(NORMKIT_THREADING_OPENMP)
-  const int threads =
-      static_cast<int>(num_tasks < context.num_threads ? num_tasks : context.num_threads);
+  const int threads = OmpThreads(num_tasks < context.num_threads ? num_tasks : context.num_threads);
   FirstException first;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t task = 0; task < num_tasks; ++task) first.Run([&] { body(task); });
@@ -102,9 +131,9 @@ void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
         [&](const tbb::blocked_range<int64_t>& range) { body(range.begin(), range.end()); });
   });
 #elif defined(NORMKIT_THREADING_OPENMP)
-  const int64_t threads = num_tasks < context.num_threads ? num_tasks : context.num_threads;
+  const int threads = OmpThreads(num_tasks < context.num_threads ? num_tasks : context.num_threads);
   FirstException first;
-#pragma omp parallel num_threads(static_cast <int>(threads))
+#pragma omp parallel num_threads(threads)
   {
     // Thread t takes tasks [t * n / threads, (t + 1) * n / threads).
     const int64_t t = omp_get_thread_num();
@@ -158,7 +187,7 @@ void ParallelForWorkers(const normkit_context& context, int64_t num_tasks,
                       });
   });
 #elif defined(NORMKIT_THREADING_OPENMP)
-  const int threads = static_cast<int>(ParallelWorkers(context, num_tasks));
+  const int threads = OmpThreads(ParallelWorkers(context, num_tasks));
   FirstException first;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t task = 0; task < num_tasks; ++task) {
