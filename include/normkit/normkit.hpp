@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <iterator>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "normkit/normkit.h"
@@ -35,16 +37,20 @@ enum class Layout {
   kChannelsLast = NORMKIT_LAYOUT_CHANNELS_LAST
 };
 
-// A float32 tensor view: logical shape N, C, spatial... and a layout; on the CPU, or
-// on CUDA device `device_index` (OnCuda: data is a device pointer).
+// A tensor view: data of float (float32) or double (float64, the shift-sum family), a
+// logical shape N, C, spatial... and a layout; on the CPU, or on CUDA device
+// `device_index` (OnCuda: data is a device pointer). The shape is a braced list or any
+// container of integers known at run time (std::vector<int64_t>, std::array<int, 4>, ...).
+// A view of const data is for inputs: passed as an output, the op would write through it.
 class Tensor {
  public:
-  Tensor(float* data, std::initializer_list<int64_t> shape,
-         Layout layout = Layout::kChannelsFirst) {
-    if (shape.size() > NORMKIT_MAX_RANK)
-      throw Error(NORMKIT_ERROR_INVALID_ARGUMENT, "Tensor: rank > 5");
-    normkit_tensor_init(&desc_, data, NORMKIT_DTYPE_FLOAT32, static_cast<normkit_layout>(layout),
-                        static_cast<int32_t>(shape.size()), shape.begin());
+  template <class T>
+  Tensor(T* data, std::initializer_list<int64_t> shape, Layout layout = Layout::kChannelsFirst) {
+    Init(data, shape.begin(), shape.end(), layout);
+  }
+  template <class T, class Shape, class = decltype(std::begin(std::declval<const Shape&>()))>
+  Tensor(T* data, const Shape& shape, Layout layout = Layout::kChannelsFirst) {
+    Init(data, std::begin(shape), std::end(shape), layout);
   }
   Tensor& OnCuda(int32_t device_index = 0) noexcept {
     desc_.device = NORMKIT_DEVICE_CUDA;
@@ -54,6 +60,27 @@ class Tensor {
   const normkit_tensor* get() const noexcept { return &desc_; }
 
  private:
+  template <class T, class It>
+  void Init(T* data, It first, It last, Layout layout) {
+    using Element = std::remove_const_t<T>;
+    static_assert(std::is_same_v<Element, float> || std::is_same_v<Element, double>,
+                  "normkit::Tensor: data must be float (float32) or double (float64)");
+    int64_t dims[NORMKIT_MAX_RANK] = {};
+    int32_t rank = 0;
+    for (It it = first; it != last; ++it) {
+      if (rank == NORMKIT_MAX_RANK) throw Error(NORMKIT_ERROR_INVALID_ARGUMENT, "Tensor: rank > 5");
+      const auto dim = *it;
+      if (dim < 0 || static_cast<uint64_t>(dim) > static_cast<uint64_t>(INT64_MAX)) {
+        throw Error(NORMKIT_ERROR_INVALID_ARGUMENT, "Tensor: a dimension is out of range");
+      }
+      dims[rank++] = static_cast<int64_t>(dim);
+    }
+    const normkit_dtype dtype =
+        std::is_same_v<Element, float> ? NORMKIT_DTYPE_FLOAT32 : NORMKIT_DTYPE_FLOAT64;
+    normkit_tensor_init(&desc_, const_cast<Element*>(data), dtype,
+                        static_cast<normkit_layout>(layout), rank, dims);
+  }
+
   normkit_tensor desc_;
 };
 
@@ -166,6 +193,77 @@ inline void LayerNorm(const Tensor& x, const float* gamma, const float* beta, fl
 inline void RmsNorm(const Tensor& x, const float* gamma, float eps, const Tensor& y,
                     const Context* ctx = nullptr, float* rstd_out = nullptr) {
   Check(normkit_rms_norm(ctx ? ctx->get() : nullptr, x.get(), gamma, eps, y.get(), rstd_out));
+}
+
+// Parameters of the shift-sum family (see normkit_shift_sum_params): the step S, then
+// the axis, scale and mask as needed, e.g. ShiftSumParams(2).Scale(0.5).Mask(
+// NORMKIT_MASK_HW, mask).
+class ShiftSumParams {
+ public:
+  explicit ShiftSumParams(int64_t step) { normkit_shift_sum_params_init(&params_, step); }
+  ShiftSumParams& Axis(normkit_shift_axis axis) {
+    params_.axis = axis;
+    return *this;
+  }
+  ShiftSumParams& Scale(double scale) {
+    params_.scale = scale;
+    return *this;
+  }
+  // mask: data of x's dtype, channels-first, as `kind` says.
+  ShiftSumParams& Mask(normkit_mask_kind kind, const void* mask) {
+    params_.mask_kind = kind;
+    params_.mask = mask;
+    return *this;
+  }
+  const normkit_shift_sum_params* get() const noexcept { return &params_; }
+
+ private:
+  normkit_shift_sum_params params_;
+};
+
+// Forward operator A (see normkit_shift_sum): x [B, C, H, W] -> y [B, 1, H', W'].
+inline void ShiftSum(const Tensor& x, const ShiftSumParams& params, const Tensor& y,
+                     const Context* ctx = nullptr) {
+  Check(normkit_shift_sum(ctx ? ctx->get() : nullptr, x.get(), params.get(), y.get()));
+}
+
+// Adjoint A^T (see normkit_shift_sum_adjoint): y -> x.
+inline void ShiftSumAdjoint(const Tensor& y, const ShiftSumParams& params, const Tensor& x,
+                            const Context* ctx = nullptr) {
+  Check(normkit_shift_sum_adjoint(ctx ? ctx->get() : nullptr, y.get(), params.get(), x.get()));
+}
+
+// Normalizer Phi_s (see normkit_shift_sum_normalizer); x gives the shape only (its data may
+// be nullptr); phi_s holds [H', W'] (or [B, H', W']) values of x's dtype.
+inline void ShiftSumNormalizer(const Tensor& x, const ShiftSumParams& params, void* phi_s,
+                               const Context* ctx = nullptr) {
+  Check(normkit_shift_sum_normalizer(ctx ? ctx->get() : nullptr, x.get(), params.get(), phi_s));
+}
+
+// Pseudo-inverse (see normkit_shift_sum_pinv): y -> x.
+inline void ShiftSumPinv(const Tensor& y, const ShiftSumParams& params, const Tensor& x,
+                         normkit_pinv_mode mode = NORMKIT_PINV_MOORE_PENROSE,
+                         const void* normalizer = nullptr, const Context* ctx = nullptr) {
+  Check(normkit_shift_sum_pinv(ctx ? ctx->get() : nullptr, y.get(), params.get(), mode, normalizer,
+                               x.get()));
+}
+
+// GAP / ADMM step, in place on x (see normkit_shift_sum_gap_step).
+inline void ShiftSumGapStep(const Tensor& x, const Tensor& y, const ShiftSumParams& params,
+                            double lambda, double gamma, const void* normalizer = nullptr,
+                            const Context* ctx = nullptr) {
+  Check(normkit_shift_sum_gap_step(ctx ? ctx->get() : nullptr, x.get(), y.get(), params.get(),
+                                   lambda, gamma, normalizer));
+}
+
+// The zero-padded stack of shifted channels and back (see normkit_shift / normkit_unshift).
+inline void Shift(const Tensor& x, const ShiftSumParams& params, const Tensor& xs,
+                  const Context* ctx = nullptr) {
+  Check(normkit_shift(ctx ? ctx->get() : nullptr, x.get(), params.get(), xs.get()));
+}
+inline void Unshift(const Tensor& xs, const ShiftSumParams& params, const Tensor& x,
+                    const Context* ctx = nullptr) {
+  Check(normkit_unshift(ctx ? ctx->get() : nullptr, xs.get(), params.get(), x.get()));
 }
 
 }  // namespace normkit
