@@ -11,7 +11,8 @@
  * build's ratio to memcpy, B/A, and whether the two builds' last outputs are the
  * same bits. G = ln or rms times normkit_layer_norm or normkit_rms_norm instead,
  * on a [C, H*W] tensor (rows, D); G = affine times normkit_affine (per-channel
- * scale and shift). act: none (default), relu or silu, group norm's fused activation.
+ * scale and shift), G = bn normkit_batch_norm_inference (running means within a few
+ * standard deviations: the folded path). act: none (default), relu or silu, group norm's fused activation.
  *
  * Why: this 2-core VM drifts between phases where the same call takes 5.4 or
  * 8.5 us. Two builds timed in separate runs compare phases, not code; in one
@@ -46,6 +47,9 @@ typedef normkit_status (*RmsNormFn)(const normkit_context*, const normkit_tensor
                                     float, const normkit_tensor*, float*);
 typedef normkit_status (*AffineFn)(const normkit_context*, const normkit_tensor*, const float*,
                                    const float*, int32_t, const normkit_tensor*);
+typedef normkit_status (*BatchNormFn)(const normkit_context*, const normkit_tensor*, const float*,
+                                      const float*, const float*, const float*, float,
+                                      const normkit_tensor*);
 typedef normkit_status (*ContextCreateFn)(int32_t, normkit_context**);
 
 static double NowNs(void) {
@@ -70,7 +74,8 @@ int main(int argc, char** argv) {
   }
   const long C = atol(argv[3]), H = atol(argv[4]), W = atol(argv[5]);
   const int rows_op = strcmp(argv[6], "ln") == 0 ? 1 : strcmp(argv[6], "rms") == 0 ? 2 : 0;
-  const int affine_op = strcmp(argv[6], "affine") == 0;
+  const int bn_op = strcmp(argv[6], "bn") == 0;
+  const int affine_op = strcmp(argv[6], "affine") == 0 || bn_op;
   const long G = rows_op || affine_op ? 1 : atol(argv[6]);
   const int calls = argc > 7 ? atoi(argv[7]) : 3000;
   const int nhwc = argc > 8 ? atoi(argv[8]) : 0;
@@ -92,6 +97,7 @@ int main(int argc, char** argv) {
   GroupNormFn group_norm[2];
   LayerNormFn layer_norm[2];
   AffineFn affine[2];
+  BatchNormFn batch_norm[2];
   RmsNormFn rms_norm[2];
   normkit_context* context[2];
   for (int k = 0; k < 2; ++k) {
@@ -103,10 +109,12 @@ int main(int argc, char** argv) {
     group_norm[k] = (GroupNormFn)dlsym(lib, "normkit_group_norm");
     layer_norm[k] = (LayerNormFn)dlsym(lib, "normkit_layer_norm");
     affine[k] = (AffineFn)dlsym(lib, "normkit_affine");
+    batch_norm[k] = (BatchNormFn)dlsym(lib, "normkit_batch_norm_inference");
     rms_norm[k] = (RmsNormFn)dlsym(lib, "normkit_rms_norm");
     ContextCreateFn create = (ContextCreateFn)dlsym(lib, "normkit_context_create");
     if (group_norm[k] == NULL || layer_norm[k] == NULL || rms_norm[k] == NULL ||
-        affine[k] == NULL || create == NULL || create(threads, &context[k]) != 0) {
+        affine[k] == NULL || batch_norm[k] == NULL || create == NULL ||
+        create(threads, &context[k]) != 0) {
       fprintf(stderr, "%s: no normkit_group_norm / normkit_context_create\n", argv[1 + k]);
       return 1;
     }
@@ -155,7 +163,8 @@ int main(int argc, char** argv) {
       const normkit_tensor* out = &yt;    // one output buffer: the same cache state for both
       const double t0 = NowNs();
       const normkit_status s =
-          affine_op      ? affine[k](context[k], &xt, gamma, beta, NORMKIT_PARAMS_PER_CHANNEL, out)
+          bn_op ? batch_norm[k](context[k], &xt, gamma, beta, beta, gamma, 1e-5f, out)
+          : affine_op    ? affine[k](context[k], &xt, gamma, beta, NORMKIT_PARAMS_PER_CHANNEL, out)
           : rows_op == 1 ? layer_norm[k](context[k], &xt, gamma, beta, 1e-5f, out, NULL, NULL)
           : rows_op == 2
               ? rms_norm[k](context[k], &xt, gamma, 1e-5f, out, NULL)

@@ -9,7 +9,8 @@
 #     races, e.g. tbb/partitioner.h check_being_stolen; those backends are covered by the
 #     bitwise determinism tests instead.)
 #  3. each libFuzzer target (clang, ASan + UBSan) for FUZZ_SECONDS (default 45) from its
-#     seed corpus fuzz/corpus/<target>.tar.gz, printing how many executions ran.
+#     seed corpus fuzz/corpus/<target>.tar.gz (if it has one), printing how many
+#     executions ran. fuzz_values compares values with a double reference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -44,9 +45,9 @@ cmake -S . -B "$dir" "${common[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPI
       -DNORMKIT_THREADING=SERIAL -DNORMKIT_BUILD_TESTS=OFF -DNORMKIT_BUILD_FUZZERS=ON \
       -DNORMKIT_SANITIZE=address,undefined >/dev/null
 cmake --build "$dir" -j"$jobs" >/dev/null
-for target in fuzz_affine fuzz_group_norm fuzz_shift_sum; do
+for target in fuzz_affine fuzz_group_norm fuzz_shift_sum fuzz_values; do
   work=$(mktemp -d)
-  tar xzf fuzz/corpus/"$target".tar.gz -C "$work"
+  if [ -f fuzz/corpus/"$target".tar.gz ]; then tar xzf fuzz/corpus/"$target".tar.gz -C "$work"; fi
   "$dir/fuzz/$target" -max_total_time="$fuzz_seconds" -print_final_stats=1 \
     -artifact_prefix="$dir/$target-" "$work" \
     > "$dir/$target.log" 2>&1 || {

@@ -1,0 +1,301 @@
+// SPDX-License-Identifier: Apache-2.0
+// Values, not only statuses: batch norm (inference and fold), group / instance / layer /
+// RMS norm on small valid shapes whose data is drawn from the edges of float (means far
+// from the spread, sums of squares past FLT_MAX, values near FLT_MAX, subnormals, NaN /
+// Inf), at element offsets that misalign the data to anything but its element size,
+// with parameters aliasing outputs, compared with a double reference written from the
+// definitions. Pointers off their element size and parameters inside y must be
+// rejected, with every output untouched. Any disagreement aborts with what and where.
+#include <cfloat>
+
+#include "fuzz_common.h"
+
+namespace normkit_fuzz {
+namespace {
+
+[[noreturn]] void Fail(const char* what, int64_t at, double got, double want) {
+  std::fprintf(stderr, "%s: element %lld got %.9g want %.9g\n", what, static_cast<long long>(at),
+               got, want);
+  std::abort();
+}
+
+// Buffers of `count` floats placed `offset` floats (or, misaligned, bytes) into storage.
+struct Floats {
+  std::vector<uint8_t> storage;
+  float* p;
+  Floats(int64_t count, int64_t offset_floats, int byte_skew) {
+    storage.resize(static_cast<size_t>(count + offset_floats + 2) * sizeof(float));
+    p = reinterpret_cast<float*>(storage.data() + offset_floats * sizeof(float) + byte_skew);
+  }
+};
+
+// A value from the edges: base + spread * u, u in [-1, 1].
+struct Palette {
+  double base, spread;
+  static Palette Pick(FuzzedDataProvider& in) {
+    static const double kBases[] = {0, 1, -1e4, 1e6, -3e18, 1e30, 2e38, -3.3e38, 1e-39};
+    static const double kSpreads[] = {1, 1e-3, 1e-40, 1e19, -1e19, 1e30, 1.5e38, 1e4};
+    return {kBases[in.ConsumeIntegralInRange<int>(0, 8)],
+            kSpreads[in.ConsumeIntegralInRange<int>(0, 7)]};
+  }
+  float Draw(uint32_t* state) const {
+    *state ^= *state << 13, *state ^= *state >> 17, *state ^= *state << 5;
+    const double u = static_cast<double>(*state % 20001) / 10000.0 - 1.0;
+    double v = base + spread * u;
+    if (v > FLT_MAX) v = FLT_MAX;
+    if (v < -FLT_MAX) v = -FLT_MAX;
+    return static_cast<float>(v);
+  }
+};
+
+void Fill(float* p, int64_t n, const Palette& pal, uint32_t seed) {
+  uint32_t state = seed | 1u;
+  for (int64_t i = 0; i < n; ++i) p[i] = pal.Draw(&state);
+}
+
+bool Bad(double v) {
+  return !std::isfinite(v);
+}
+
+// The outputs of a group / row of `count` values at x[index(k)], k < count, against the
+// definition: y = (x - mean) * rstd * gamma + beta (rms: mean 0, no beta).
+template <class Index, class Param>
+void CheckGroup(const char* what, const float* x, const float* y, int64_t count, Index index,
+                Param gamma_of, Param beta_of, float eps, bool rms, float mean_out,
+                float rstd_out, bool has_mean, bool has_rstd) {
+  bool non_finite = false;
+  double sum = 0;
+  for (int64_t k = 0; k < count; ++k) {
+    non_finite |= Bad(x[index(k)]);
+    sum += x[index(k)];
+  }
+  if (non_finite) {  // documented: NaN mean, NaN rstd, NaN outputs
+    if ((has_mean && !std::isnan(mean_out)) || (has_rstd && !std::isnan(rstd_out))) {
+      Fail(what, -1, has_rstd ? rstd_out : mean_out, NAN);
+    }
+    for (int64_t k = 0; k < count; ++k) {
+      if (!std::isnan(y[index(k)])) Fail(what, index(k), y[index(k)], NAN);
+    }
+    return;
+  }
+  const double mean = rms ? 0.0 : sum / static_cast<double>(count);
+  double m2 = 0;
+  for (int64_t k = 0; k < count; ++k) m2 += (x[index(k)] - mean) * (x[index(k)] - mean);
+  const double rstd = 1.0 / std::sqrt(m2 / static_cast<double>(count) + eps);
+  if (has_rstd && std::fabs(rstd_out - rstd) > 1e-6 * rstd) Fail(what, -2, rstd_out, rstd);
+  if (has_mean && std::fabs(mean_out - mean) > 2e-7 * std::fabs(mean) + 1e-6 / rstd) {
+    Fail(what, -3, mean_out, mean);
+  }
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t i = index(k);
+    const double dev = x[i] - mean;
+    if (std::fabs(dev) > 1e38) continue;  // documented: x - mean must stay finite in float
+    const double g = gamma_of(k), b = rms ? 0.0 : beta_of(k);
+    const double want = dev * rstd * g + b;
+    const double tol = 2e-5 * (std::fabs(g) + std::fabs(b)) + 8 * 0x1p-24 * std::fabs(want);
+    if (!(std::fabs(y[i] - want) <= tol)) Fail(what, i, y[i], want);
+  }
+}
+
+void FuzzNorms(FuzzedDataProvider& in, bool rows) {
+  const int64_t N = in.ConsumeIntegralInRange<int64_t>(1, 3);
+  const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 24);
+  const int64_t S = rows ? 1 : in.ConsumeIntegralInRange<int64_t>(1, 300);
+  const int64_t G = rows ? 1 : [&] {
+    std::vector<int64_t> divisors;
+    for (int64_t g = 1; g <= C; ++g)
+      if (C % g == 0) divisors.push_back(g);
+    return divisors[in.ConsumeIntegralInRange<size_t>(0, divisors.size() - 1)];
+  }();
+  const bool rms = rows && in.ConsumeBool();
+  const bool cl = in.ConsumeBool();
+  const bool in_place = in.ConsumeBool();
+  const int64_t numel = N * C * S;
+  const Palette pal = Palette::Pick(in);
+  Floats x(numel, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Floats y(numel, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  const int64_t P = C;  // gamma / beta: C (group norm) or D = C (rows)
+  Floats gamma(P, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Floats beta(P, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Fill(x.p, numel, pal, in.ConsumeIntegral<uint32_t>());
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {  // a NaN or an Inf somewhere
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    x.p[in.ConsumeIntegralInRange<int64_t>(0, numel - 1)] = bad[in.ConsumeIntegralInRange<int>(0, 2)];
+  }
+  Fill(gamma.p, P, {1.25, 0.75}, in.ConsumeIntegral<uint32_t>());
+  Fill(beta.p, P, {0, 1}, in.ConsumeIntegral<uint32_t>());
+  const int64_t units = rows ? N : N * G;  // rows: [N, D = C]
+  std::vector<float> mean_out(static_cast<size_t>(units), -7.f), rstd_out(units, -7.f);
+  const std::vector<float> x0(x.p, x.p + numel);
+  if (in_place) std::memcpy(y.p, x.p, static_cast<size_t>(numel) * sizeof(float));
+  float* yd = y.p;
+  const float eps = in.ConsumeBool() ? 1e-5f : 1e-30f;
+  normkit_tensor xt, yt;
+  const int64_t shape[3] = {N, C, S};
+  const int32_t layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+  normkit_tensor_init(&xt, in_place ? yd : x.p, NORMKIT_DTYPE_FLOAT32,
+                      static_cast<normkit_layout>(layout), rows ? 2 : 3, shape);
+  normkit_tensor_init(&yt, yd, NORMKIT_DTYPE_FLOAT32, static_cast<normkit_layout>(layout),
+                      rows ? 2 : 3, shape);
+  normkit_status st;
+  if (!rows) {
+    st = normkit_group_norm(nullptr, &xt, G, gamma.p, beta.p, eps, NORMKIT_ACTIVATION_NONE, &yt,
+                            mean_out.data(), rstd_out.data());
+  } else if (rms) {
+    st = normkit_rms_norm(nullptr, &xt, gamma.p, eps, &yt, rstd_out.data());
+  } else {
+    st = normkit_layer_norm(nullptr, &xt, gamma.p, beta.p, eps, &yt, mean_out.data(),
+                            rstd_out.data());
+  }
+  CheckStatus(st);
+  if (st != NORMKIT_SUCCESS) {
+    std::fprintf(stderr, "valid norm call rejected: %s\n", normkit_last_error());
+    std::abort();
+  }
+  const int64_t Cg = C / G;
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t g = 0; g < (rows ? 1 : G); ++g) {
+      const int64_t count = rows ? C : Cg * S;
+      const auto index = [&](int64_t k) {
+        if (rows) return n * C + k;
+        const int64_t c = g * Cg + k / S, s = k % S;
+        return cl ? (n * S + s) * C + c : (n * C + c) * S + s;
+      };
+      const auto gamma_of = [&](int64_t k) -> double { return gamma.p[rows ? k : g * Cg + k / S]; };
+      const auto beta_of = [&](int64_t k) -> double { return beta.p[rows ? k : g * Cg + k / S]; };
+      const int64_t u = rows ? n : n * G + g;
+      CheckGroup(rows ? (rms ? "rms_norm" : "layer_norm") : "group_norm", x0.data(), yd, count,
+                 index, gamma_of, beta_of, eps, rms, mean_out[u], rstd_out[u], !rms, true);
+    }
+  }
+}
+
+void FuzzBatchNorm(FuzzedDataProvider& in) {
+  const int64_t N = in.ConsumeIntegralInRange<int64_t>(1, 3);
+  const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 40);
+  const int64_t S = in.ConsumeIntegralInRange<int64_t>(1, 200);
+  const int64_t numel = N * C * S;
+  const bool cl = in.ConsumeBool(), in_place = in.ConsumeBool();
+  // Running statistics from the palette (a mean far from the spread, a tiny var).
+  const Palette pal = Palette::Pick(in);
+  Floats x(numel, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Floats y(numel, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Floats params(4 * C, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  float *gamma = params.p, *beta = params.p + C, *mean = params.p + 2 * C, *var = params.p + 3 * C;
+  Fill(gamma, C, {1.25, 0.75}, in.ConsumeIntegral<uint32_t>());
+  Fill(beta, C, {0, 1}, in.ConsumeIntegral<uint32_t>());
+  Fill(mean, C, {pal.base, std::fabs(pal.spread)}, in.ConsumeIntegral<uint32_t>());
+  const double sd = std::min(std::fabs(pal.spread), 1e19);
+  Fill(var, C, {sd * sd, 0.5 * sd * sd}, in.ConsumeIntegral<uint32_t>());
+  for (int64_t c = 0; c < C; ++c) var[c] = std::fabs(var[c]);
+  // x about each channel's running mean, a few of its standard deviations out.
+  uint32_t state = in.ConsumeIntegral<uint32_t>() | 1u;
+  for (int64_t i = 0; i < numel; ++i) {
+    const int64_t c = cl ? i % C : (i / S) % C;
+    const Palette around{mean[c], 3.0 * std::sqrt(static_cast<double>(var[c]))};
+    x.p[i] = around.Draw(&state);
+  }
+  const std::vector<float> x0(x.p, x.p + numel);
+  if (in_place) std::memcpy(y.p, x.p, static_cast<size_t>(numel) * sizeof(float));
+  const int64_t shape[3] = {N, C, S};
+  normkit_tensor xt, yt;
+  const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+  normkit_tensor_init(&xt, in_place ? y.p : x.p, NORMKIT_DTYPE_FLOAT32, layout, 3, shape);
+  normkit_tensor_init(&yt, y.p, NORMKIT_DTYPE_FLOAT32, layout, 3, shape);
+  const float eps = 1e-5f;
+  const normkit_status st = normkit_batch_norm_inference(nullptr, &xt, gamma, beta, mean, var, eps,
+                                                         &yt);
+  CheckStatus(st);
+  if (st != NORMKIT_SUCCESS) {
+    std::fprintf(stderr, "valid batch norm rejected: %s\n", normkit_last_error());
+    std::abort();
+  }
+  for (int64_t i = 0; i < numel; ++i) {
+    const int64_t c = cl ? i % C : (i / S) % C;
+    const double dev = static_cast<double>(x0[i]) - mean[c];
+    if (std::fabs(dev) > 1e38) continue;
+    const double want = dev / std::sqrt(static_cast<double>(var[c]) + eps) * gamma[c] + beta[c];
+    if (std::fabs(want) > 1e38) continue;  // near float's overflow
+    const double tol = 1e-5 * (std::fabs(gamma[c]) + std::fabs(beta[c])) +
+                       8 * 0x1p-24 * std::fabs(want);
+    if (!(std::fabs(y.p[i] - want) <= tol)) Fail("batch_norm_inference", i, y.p[i], want);
+  }
+}
+
+// Rejections: a pointer off its element size, a parameter inside y; nothing written.
+void FuzzRejections(FuzzedDataProvider& in) {
+  const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 16), S = 8, numel = 2 * C * S;
+  const int which = in.ConsumeIntegralInRange<int>(0, 5);
+  const int skew = in.ConsumeIntegralInRange<int>(1, 3);
+  Floats x(numel, 0, which == 0 ? skew : 0);
+  Floats y(numel + 4 * C, 0, which == 1 ? skew : 0);
+  Floats p(4 * C, 0, which == 2 ? skew : 0);
+  Fill(x.p, numel, {0, 1}, 7);
+  Fill(p.p, 4 * C, {1, 0.5}, 9);
+  Fill(y.p, numel + 4 * C, {3, 0}, 11);
+  const float* mean = p.p + 2 * C;
+  if (which >= 3) {  // running_mean (3), gamma (4) or running_var (5) stored inside y
+    std::memcpy(y.p + numel - C, p.p + 2 * C, static_cast<size_t>(C) * sizeof(float));
+  }
+  const float* g = which == 4 ? y.p + numel - C : p.p;
+  const float* m = which == 3 ? y.p + numel - C : mean;
+  const float* v = which == 5 ? y.p + numel - C : p.p + 3 * C;
+  const std::vector<uint8_t> before = y.storage;
+  const int64_t shape[3] = {2, C, S};
+  normkit_tensor xt, yt;
+  normkit_tensor_init(&xt, x.p, NORMKIT_DTYPE_FLOAT32, NORMKIT_LAYOUT_CHANNELS_FIRST, 3, shape);
+  normkit_tensor_init(&yt, y.p, NORMKIT_DTYPE_FLOAT32, NORMKIT_LAYOUT_CHANNELS_FIRST, 3, shape);
+  const normkit_status st =
+      normkit_batch_norm_inference(nullptr, &xt, g, p.p + C, m, v, 1e-5f, &yt);
+  CheckStatus(st);
+  if (st != NORMKIT_ERROR_INVALID_ARGUMENT || y.storage != before) {
+    std::fprintf(stderr, "case %d: status %d (%s), output %s\n", which, st, normkit_last_error(),
+                 y.storage != before ? "written" : "untouched");
+    std::abort();
+  }
+}
+
+// The fold with its outputs as any of its input arrays: the documented values.
+void FuzzFoldAliasing(FuzzedDataProvider& in) {
+  const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 40);
+  std::vector<float> arrays[4];
+  for (int k = 0; k < 4; ++k) {
+    arrays[k].resize(static_cast<size_t>(C));
+    Fill(arrays[k].data(), C, k == 3 ? Palette{2, 1.9} : Palette{0, 2}, in.ConsumeIntegral<uint32_t>());
+  }
+  const std::vector<float> g0 = arrays[0], b0 = arrays[1], m0 = arrays[2], v0 = arrays[3];
+  std::vector<float> own_scale(C), own_shift(C);
+  const int scale_at = in.ConsumeIntegralInRange<int>(0, 4);
+  int shift_at = in.ConsumeIntegralInRange<int>(0, 4);
+  if (shift_at == scale_at && shift_at < 4) shift_at = 4;
+  float* scale = scale_at < 4 ? arrays[scale_at].data() : own_scale.data();
+  float* shift = shift_at < 4 ? arrays[shift_at].data() : own_shift.data();
+  const normkit_status st = normkit_batch_norm_fold(C, arrays[0].data(), arrays[1].data(),
+                                                    arrays[2].data(), arrays[3].data(), 1e-3f,
+                                                    scale, shift);
+  CheckStatus(st);
+  if (st != NORMKIT_SUCCESS) std::abort();
+  for (int64_t c = 0; c < C; ++c) {
+    const double s = g0[c] / std::sqrt(static_cast<double>(v0[c]) + 1e-3);
+    const double h = b0[c] - m0[c] * s;
+    if (std::fabs(scale[c] - s) > 3e-7 * std::fabs(s)) Fail("fold scale", c, scale[c], s);
+    if (std::fabs(shift[c] - h) > 3e-7 * (std::fabs(m0[c] * s) + std::fabs(h))) {
+      Fail("fold shift", c, shift[c], h);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normkit_fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  switch (in.ConsumeIntegralInRange<int>(0, 4)) {
+    case 0: normkit_fuzz::FuzzNorms(in, false); break;
+    case 1: normkit_fuzz::FuzzNorms(in, true); break;
+    case 2: normkit_fuzz::FuzzBatchNorm(in); break;
+    case 3: normkit_fuzz::FuzzRejections(in); break;
+    default: normkit_fuzz::FuzzFoldAliasing(in); break;
+  }
+  return 0;
+}
