@@ -12,28 +12,29 @@ import sys
 
 import numpy as np
 
-MAX_RANK = 5
 FLOAT32, CHANNELS_FIRST, CHANNELS_LAST = 1, 0, 1
 PER_CHANNEL, PER_SAMPLE_CHANNEL = 0, 1
 
 
 class Tensor(ctypes.Structure):
-    """Mirror of normkit_tensor (normkit.h); struct_size tells the library our version."""
+    """Room for a normkit_tensor, 8-byte aligned. normkit_tensor_set fills it, so this file
+    mirrors none of the struct's fields or padding (load() checks the room is enough)."""
 
-    _fields_ = [
-        ("struct_size", ctypes.c_uint32),
-        ("dtype", ctypes.c_int32),
-        ("layout", ctypes.c_int32),
-        ("device", ctypes.c_int32),
-        ("device_index", ctypes.c_int32),
-        ("rank", ctypes.c_int32),
-        ("shape", ctypes.c_int64 * MAX_RANK),
-        ("data", ctypes.c_void_p),
-    ]
+    _fields_ = [("_words", ctypes.c_uint64 * 32)]
+
+
+_lib = None  # the library describe() fills descriptors with (set by load)
 
 
 def load(path):
+    global _lib
     lib = ctypes.CDLL(path)
+    lib.normkit_tensor_struct_size.restype = ctypes.c_size_t
+    lib.normkit_tensor_set.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32,
+                                       ctypes.c_int32, ctypes.POINTER(ctypes.c_int64)]
+    lib.normkit_tensor_set.restype = None
+    if lib.normkit_tensor_struct_size() > ctypes.sizeof(Tensor):
+        raise RuntimeError("this libnormkit's tensor descriptor is larger than this example's room for it")
     f32p = ctypes.POINTER(ctypes.c_float)
     lib.normkit_affine.argtypes = [ctypes.c_void_p, ctypes.POINTER(Tensor), f32p, f32p, ctypes.c_int32,
                                    ctypes.POINTER(Tensor)]
@@ -44,19 +45,19 @@ def load(path):
     lib.normkit_last_error.restype = ctypes.c_char_p
     lib.normkit_simd_target.restype = ctypes.c_char_p
     lib.normkit_version_string.restype = ctypes.c_char_p
+    _lib = lib
     return lib
 
 
 def describe(array, logical_shape, layout):
     """A descriptor for a C-contiguous float32 array; logical_shape is (N, C, spatial...)."""
-    assert array.dtype == np.float32 and array.flags.c_contiguous
+    if array.dtype != np.float32:
+        raise TypeError(f"normkit: expected a float32 array, got {array.dtype}")
+    if not array.flags.c_contiguous:
+        raise ValueError("normkit: the array must be C-contiguous (np.ascontiguousarray)")
     t = Tensor()
-    t.struct_size = ctypes.sizeof(Tensor)
-    t.dtype, t.layout, t.device, t.device_index = FLOAT32, layout, 0, 0
-    t.rank = len(logical_shape)
-    for i, d in enumerate(logical_shape):
-        t.shape[i] = d
-    t.data = array.ctypes.data
+    shape = (ctypes.c_int64 * len(logical_shape))(*logical_shape)
+    _lib.normkit_tensor_set(ctypes.byref(t), array.ctypes.data, FLOAT32, layout, len(logical_shape), shape)
     return t
 
 

@@ -14,29 +14,31 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import affine_batch_norm  # noqa: E402
 from affine_batch_norm import (CHANNELS_FIRST, CHANNELS_LAST, NormkitError, Tensor, check,  # noqa: E402
                                describe, fptr)
 
 SILU = 2
+ALONG_W = 0
 MASK_HW = 1
 PINV_MOORE_PENROSE = 0
 
 
 class ShiftSumParams(ctypes.Structure):
-    """Mirror of normkit_shift_sum_params (normkit.h)."""
+    """Room for a normkit_shift_sum_params, filled by normkit_shift_sum_params_set (no fields
+    mirrored here); `step` is kept beside it for the shapes this file computes."""
 
-    _fields_ = [
-        ("struct_size", ctypes.c_uint32),
-        ("axis", ctypes.c_int32),
-        ("step", ctypes.c_int64),
-        ("scale", ctypes.c_double),
-        ("mask_kind", ctypes.c_int32),
-        ("mask", ctypes.c_void_p),
-    ]
+    _fields_ = [("_words", ctypes.c_uint64 * 16)]
 
 
 def load(path):
-    lib = ctypes.CDLL(path)
+    lib = affine_batch_norm.load(path)  # the descriptor helpers
+    lib.normkit_shift_sum_params_struct_size.restype = ctypes.c_size_t
+    lib.normkit_shift_sum_params_set.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_double,
+                                                 ctypes.c_int32, ctypes.c_void_p]
+    lib.normkit_shift_sum_params_set.restype = None
+    if lib.normkit_shift_sum_params_struct_size() > ctypes.sizeof(ShiftSumParams):
+        raise RuntimeError("this libnormkit's shift-sum params are larger than this example's room for them")
     f32p, tp = ctypes.POINTER(ctypes.c_float), ctypes.POINTER(Tensor)
     pp = ctypes.POINTER(ShiftSumParams)
     lib.normkit_group_norm.argtypes = [ctypes.c_void_p, tp, ctypes.c_int64, f32p, f32p, ctypes.c_float,
@@ -63,10 +65,12 @@ def group_norm(lib, x, groups, gamma, beta, eps=1e-5, activation=0, layout=CHANN
     return y
 
 
-def shift_sum_params(step, scale, mask):
+def shift_sum_params(lib, step, scale, mask):
     p = ShiftSumParams()
-    p.struct_size, p.axis, p.step, p.scale = ctypes.sizeof(ShiftSumParams), 0, step, scale
-    p.mask_kind, p.mask = (MASK_HW, mask.ctypes.data) if mask is not None else (0, None)
+    kind, data = (MASK_HW, mask.ctypes.data) if mask is not None else (0, None)
+    lib.normkit_shift_sum_params_set(ctypes.byref(p), step, ALONG_W, scale, kind, data)
+    p.step = step
+    p.mask_array = mask  # keeps the mask alive while the params point at it
     return p
 
 
@@ -125,7 +129,7 @@ def main():
     b, c, h, w, s = 2, 28, 32, 48, 2
     x = rng.random((b, c, h, w), dtype=np.float32)
     mask = (rng.random((h, w)) > 0.3).astype(np.float32)
-    params = shift_sum_params(s, 2.0 / c, mask)
+    params = shift_sum_params(lib, s, 2.0 / c, mask)
     y = shift_sum(lib, x, params)
     want = np.zeros((b, 1, h, w + (c - 1) * s))
     for i in range(c):  # seed 003's loop
