@@ -12,7 +12,8 @@
  * same bits. G = ln or rms times normkit_layer_norm or normkit_rms_norm instead,
  * on a [C, H*W] tensor (rows, D); G = affine times normkit_affine (per-channel
  * scale and shift), G = bn normkit_batch_norm_inference (running means within a few
- * standard deviations: the folded path). act: none (default), relu or silu, group norm's fused activation.
+ * standard deviations: the folded path). act: none (default), relu or silu, group norm's fused
+ * activation.
  *
  * Why: this 2-core VM drifts between phases where the same call takes 5.4 or
  * 8.5 us. Two builds timed in separate runs compare phases, not code; in one
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
       const normkit_tensor* out = &yt;    // one output buffer: the same cache state for both
       const double t0 = NowNs();
       const normkit_status s =
-          bn_op ? batch_norm[k](context[k], &xt, gamma, beta, beta, gamma, 1e-5f, out)
+          bn_op          ? batch_norm[k](context[k], &xt, gamma, beta, beta, gamma, 1e-5f, out)
           : affine_op    ? affine[k](context[k], &xt, gamma, beta, NORMKIT_PARAMS_PER_CHANNEL, out)
           : rows_op == 1 ? layer_norm[k](context[k], &xt, gamma, beta, 1e-5f, out, NULL, NULL)
           : rows_op == 2

@@ -100,8 +100,8 @@ __global__ void AffineKernel(const float* x, float* y, const float* center, cons
 }  // namespace
 
 normkit_status Affine(const char* op, const normkit_context* ctx, const TensorView& x,
-                      const TensorView& y, const float* scale, const float* shift,
-                      bool per_sample, const float* center) {
+                      const TensorView& y, const float* scale, const float* shift, bool per_sample,
+                      const float* center) {
   DeviceScope scope(x.device_index);
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
   const int64_t numel = x.batch * x.channels * x.spatial;

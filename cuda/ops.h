@@ -48,8 +48,8 @@ normkit_status Affine(const char* op, const normkit_context* ctx, const TensorVi
 // be NULL). Folds into scale / shift on the device with the CPU's float formula (the
 // same bits), after copying running_var to the host and calling validate(host_var);
 // only if it succeeds is y written. Running means far from the spread (FoldsExactly,
-// checked on a host copy) are subtracted first, as on CPU. That one wait on the stream is the price of
-// validating before writing.
+// checked on a host copy) are subtracted first, as on CPU. Waiting on the stream for those two
+// copies is the price of validating before writing.
 normkit_status BatchNormInference(const char* op, const normkit_context* ctx, const TensorView& x,
                                   const TensorView& y, const float* gamma, const float* beta,
                                   const float* mean, const float* var, float eps,

@@ -61,8 +61,8 @@ bool Bad(double v) {
 // definition: y = (x - mean) * rstd * gamma + beta (rms: mean 0, no beta).
 template <class Index, class Param>
 void CheckGroup(const char* what, const float* x, const float* y, int64_t count, Index index,
-                Param gamma_of, Param beta_of, float eps, bool rms, float mean_out,
-                float rstd_out, bool has_mean, bool has_rstd) {
+                Param gamma_of, Param beta_of, float eps, bool rms, float mean_out, float rstd_out,
+                bool has_mean, bool has_rstd) {
   bool non_finite = false;
   double sum = 0;
   for (int64_t k = 0; k < count; ++k) {
@@ -120,7 +120,8 @@ void FuzzNorms(FuzzedDataProvider& in, bool rows) {
   Fill(x.p, numel, pal, in.ConsumeIntegral<uint32_t>());
   if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {  // a NaN or an Inf somewhere
     const float bad[] = {NAN, INFINITY, -INFINITY};
-    x.p[in.ConsumeIntegralInRange<int64_t>(0, numel - 1)] = bad[in.ConsumeIntegralInRange<int>(0, 2)];
+    x.p[in.ConsumeIntegralInRange<int64_t>(0, numel - 1)] =
+        bad[in.ConsumeIntegralInRange<int>(0, 2)];
   }
   Fill(gamma.p, P, {1.25, 0.75}, in.ConsumeIntegral<uint32_t>());
   Fill(beta.p, P, {0, 1}, in.ConsumeIntegral<uint32_t>());
@@ -203,8 +204,8 @@ void FuzzBatchNorm(FuzzedDataProvider& in) {
   normkit_tensor_init(&xt, in_place ? y.p : x.p, NORMKIT_DTYPE_FLOAT32, layout, 3, shape);
   normkit_tensor_init(&yt, y.p, NORMKIT_DTYPE_FLOAT32, layout, 3, shape);
   const float eps = 1e-5f;
-  const normkit_status st = normkit_batch_norm_inference(nullptr, &xt, gamma, beta, mean, var, eps,
-                                                         &yt);
+  const normkit_status st =
+      normkit_batch_norm_inference(nullptr, &xt, gamma, beta, mean, var, eps, &yt);
   CheckStatus(st);
   if (st != NORMKIT_SUCCESS) {
     std::fprintf(stderr, "valid batch norm rejected: %s\n", normkit_last_error());
@@ -216,8 +217,8 @@ void FuzzBatchNorm(FuzzedDataProvider& in) {
     if (std::fabs(dev) > 1e38) continue;
     const double want = dev / std::sqrt(static_cast<double>(var[c]) + eps) * gamma[c] + beta[c];
     if (std::fabs(want) > 1e38) continue;  // near float's overflow
-    const double tol = 1e-5 * (std::fabs(gamma[c]) + std::fabs(beta[c])) +
-                       8 * 0x1p-24 * std::fabs(want);
+    const double tol =
+        1e-5 * (std::fabs(gamma[c]) + std::fabs(beta[c])) + 8 * 0x1p-24 * std::fabs(want);
     if (!(std::fabs(y.p[i] - want) <= tol)) Fail("batch_norm_inference", i, y.p[i], want);
   }
 }
@@ -261,7 +262,8 @@ void FuzzFoldAliasing(FuzzedDataProvider& in) {
   std::vector<float> arrays[4];
   for (int k = 0; k < 4; ++k) {
     arrays[k].resize(static_cast<size_t>(C));
-    Fill(arrays[k].data(), C, k == 3 ? Palette{2, 1.9} : Palette{0, 2}, in.ConsumeIntegral<uint32_t>());
+    Fill(arrays[k].data(), C, k == 3 ? Palette{2, 1.9} : Palette{0, 2},
+         in.ConsumeIntegral<uint32_t>());
   }
   const std::vector<float> g0 = arrays[0], b0 = arrays[1], m0 = arrays[2], v0 = arrays[3];
   std::vector<float> own_scale(C), own_shift(C);
@@ -270,9 +272,9 @@ void FuzzFoldAliasing(FuzzedDataProvider& in) {
   if (shift_at == scale_at && shift_at < 4) shift_at = 4;
   float* scale = scale_at < 4 ? arrays[scale_at].data() : own_scale.data();
   float* shift = shift_at < 4 ? arrays[shift_at].data() : own_shift.data();
-  const normkit_status st = normkit_batch_norm_fold(C, arrays[0].data(), arrays[1].data(),
-                                                    arrays[2].data(), arrays[3].data(), 1e-3f,
-                                                    scale, shift);
+  const normkit_status st =
+      normkit_batch_norm_fold(C, arrays[0].data(), arrays[1].data(), arrays[2].data(),
+                              arrays[3].data(), 1e-3f, scale, shift);
   CheckStatus(st);
   if (st != NORMKIT_SUCCESS) std::abort();
   for (int64_t c = 0; c < C; ++c) {

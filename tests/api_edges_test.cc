@@ -23,8 +23,8 @@ namespace {
 
 ::testing::AssertionResult RejectedNaming(normkit_status status, const std::string& word) {
   if (status != NORMKIT_ERROR_INVALID_ARGUMENT) {
-    return ::testing::AssertionFailure() << "status " << status << " (" << normkit_last_error()
-                                         << ")";
+    return ::testing::AssertionFailure()
+           << "status " << status << " (" << normkit_last_error() << ")";
   }
   const std::string message = normkit_last_error();
   if (message.find(word) == std::string::npos) {
@@ -124,15 +124,15 @@ TEST(ApiEdges, MisalignedPointersAreRejectedByName) {
     normkit_tensor bad_x = Desc(odd_x, NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
     normkit_tensor xt = Desc(storage.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
     normkit_tensor yt = Desc(ystore.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
-    EXPECT_TRUE(RejectedNaming(normkit_affine(nullptr, &bad_x, nullptr, nullptr, 0, &yt), "x->data"));
     EXPECT_TRUE(
-        RejectedNaming(normkit_affine(nullptr, &xt, odd_p, nullptr, 0, &yt), "scale"));
+        RejectedNaming(normkit_affine(nullptr, &bad_x, nullptr, nullptr, 0, &yt), "x->data"));
+    EXPECT_TRUE(RejectedNaming(normkit_affine(nullptr, &xt, odd_p, nullptr, 0, &yt), "scale"));
     EXPECT_TRUE(RejectedNaming(normkit_batch_norm_inference(nullptr, &xt, nullptr, nullptr, odd_p,
                                                             params.data(), 1e-5f, &yt),
                                "running_mean"));
-    EXPECT_TRUE(RejectedNaming(normkit_group_norm(nullptr, &xt, 2, odd_p, nullptr, 1e-5f, 0, &yt,
-                                                  nullptr, nullptr),
-                               "gamma"));
+    EXPECT_TRUE(RejectedNaming(
+        normkit_group_norm(nullptr, &xt, 2, odd_p, nullptr, 1e-5f, 0, &yt, nullptr, nullptr),
+        "gamma"));
     float scale[8], shift[8];
     EXPECT_TRUE(RejectedNaming(normkit_batch_norm_fold(8, nullptr, odd_p, params.data(),
                                                        params.data(), 1e-5f, scale, shift),
@@ -321,8 +321,9 @@ TEST(ApiEdges, GapStepFromZeroIsThePinv) {
                             NORMKIT_LAYOUT_CHANNELS_FIRST, 4, ys);
         normkit_tensor_init(&pt, pinv.data(), NORMKIT_DTYPE_FLOAT64, layout, 4, xs);
         normkit_tensor_init(&st, step.data(), NORMKIT_DTYPE_FLOAT64, layout, 4, xs);
-        ASSERT_EQ(normkit_shift_sum_pinv(nullptr, &yt, &p, NORMKIT_PINV_MOORE_PENROSE, nullptr, &pt),
-                  NORMKIT_SUCCESS);
+        ASSERT_EQ(
+            normkit_shift_sum_pinv(nullptr, &yt, &p, NORMKIT_PINV_MOORE_PENROSE, nullptr, &pt),
+            NORMKIT_SUCCESS);
         ASSERT_EQ(normkit_shift_sum_gap_step(nullptr, &st, &yt, &p, 1.0, 0.0, nullptr),
                   NORMKIT_SUCCESS)
             << normkit_last_error();

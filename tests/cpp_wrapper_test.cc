@@ -22,11 +22,12 @@ TEST(CppWrapper, RuntimeShapesAndConstInputs) {
                                &wt, nullptr, nullptr),
             NORMKIT_SUCCESS);
   const float* cx = x.data();  // a const input
-  normkit::GroupNorm(normkit::Tensor(cx, long_shape, normkit::Layout::kChannelsLast), 3, nullptr,
-                     nullptr, 1e-5f, normkit::Tensor(a.data(), shape, normkit::Layout::kChannelsLast),
-                     NORMKIT_ACTIVATION_SILU);
+  normkit::GroupNorm(
+      normkit::Tensor(cx, long_shape, normkit::Layout::kChannelsLast), 3, nullptr, nullptr, 1e-5f,
+      normkit::Tensor(a.data(), shape, normkit::Layout::kChannelsLast), NORMKIT_ACTIVATION_SILU);
   normkit::GroupNorm(normkit::Tensor(cx, int_shape, normkit::Layout::kChannelsLast), 3, nullptr,
-                     nullptr, 1e-5f, normkit::Tensor(b.data(), int_shape, normkit::Layout::kChannelsLast),
+                     nullptr, 1e-5f,
+                     normkit::Tensor(b.data(), int_shape, normkit::Layout::kChannelsLast),
                      NORMKIT_ACTIVATION_SILU);
   EXPECT_EQ(a, want);
   EXPECT_EQ(b, want);

@@ -22,8 +22,8 @@ struct Stats {
   double mean, var;
 };
 
-Stats GroupStats(const std::vector<float>& x, int64_t n, int64_t g, int64_t C, int64_t S,
-                 int64_t G, bool channels_last) {
+Stats GroupStats(const std::vector<float>& x, int64_t n, int64_t g, int64_t C, int64_t S, int64_t G,
+                 bool channels_last) {
   const int64_t Cg = C / G;
   double sum = 0;
   for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c) {
@@ -106,8 +106,8 @@ TEST(FloatEdges, BatchNormLargeRunningMeanSingleValue) {
 TEST(FloatEdges, BatchNormLargeRunningMeanEveryPath) {
   // Shapes that take each affine path: planes of one vector, short planes, long planes,
   // channels-last periods in registers, long periods, cached and streamed tensors.
-  const std::vector<std::vector<int64_t>> shapes = {
-      {2, 13, 9, 11}, {3, 24, 16}, {2, 64, 7, 7}, {1, 300, 5, 5}, {2, 5000, 3}, {4, 32, 64, 64}};
+  const std::vector<std::vector<int64_t>> shapes = {{2, 13, 9, 11}, {3, 24, 16},  {2, 64, 7, 7},
+                                                    {1, 300, 5, 5}, {2, 5000, 3}, {4, 32, 64, 64}};
   for (double ratio : {1e4, 1e6}) {
     for (const auto& shape : shapes) {
       const int64_t N = shape[0], C = shape[1], S = Numel(shape) / N / C;
@@ -141,13 +141,12 @@ TEST(FloatEdges, BatchNormLargeRunningMeanEveryPath) {
             for (int64_t c = 0; c < C; ++c) {
               for (int64_t s = 0; s < S; ++s) {
                 const int64_t i = Offset(n, c, s, C, S, cl);
-                const double want =
-                    (static_cast<double>(x[i]) - mean[c]) / std::sqrt(double{var[c]} + 1e-5) *
-                        gamma[c] +
-                    beta[c];
+                const double want = (static_cast<double>(x[i]) - mean[c]) /
+                                        std::sqrt(double{var[c]} + 1e-5) * gamma[c] +
+                                    beta[c];
                 // In units of the output's scale |gamma| + |beta|.
-                worst = std::max(worst, std::fabs(y[i] - want) / (std::fabs(gamma[c]) +
-                                                                  std::fabs(beta[c])));
+                worst = std::max(
+                    worst, std::fabs(y[i] - want) / (std::fabs(gamma[c]) + std::fabs(beta[c])));
               }
             }
           }
@@ -176,7 +175,7 @@ TEST(FloatEdges, BatchNormLargeRunningMeanEveryPath) {
 struct GroupCase {
   int64_t N, C, S, G;
 };
-const GroupCase kGroupCases[] = {{1, 1, 16, 1},  {2, 16, 35, 16}, {2, 4, 9, 2},
+const GroupCase kGroupCases[] = {{1, 1, 16, 1},   {2, 16, 35, 16},  {2, 4, 9, 2},
                                  {1, 8, 3000, 2}, {2, 6, 40000, 3}, {1, 32, 49, 32}};
 
 TEST(FloatEdges, GroupNormSquaresPastFltMax) {
@@ -248,8 +247,7 @@ void CheckRows(const std::vector<float>& x, int64_t rows, int64_t D, const char*
           << what << " layer norm row " << r << " d " << d;
     }
   }
-  ASSERT_EQ(normkit_rms_norm(nullptr, &xt, gamma.data(), 1e-5f, &yt, rstd.data()),
-            NORMKIT_SUCCESS);
+  ASSERT_EQ(normkit_rms_norm(nullptr, &xt, gamma.data(), 1e-5f, &yt, rstd.data()), NORMKIT_SUCCESS);
   for (int64_t r = 0; r < rows; ++r) {
     double ss = 0;
     for (int64_t d = 0; d < D; ++d) ss += double{x[r * D + d]} * x[r * D + d];
@@ -279,8 +277,8 @@ TEST(FloatEdges, RowNormsSquaresPastFltMax) {
 // --- NaN / Inf statistics: one rule for every plan -------------------------------------
 
 TEST(FloatEdges, NonFiniteGroupStatisticsAreNaN) {
-  const GroupCase cases[] = {{2, 10, 750, 5}, {1, 6, 40200, 3}, {1, 1, 16, 1}, {2, 16, 35, 16},
-                             {2, 4, 9, 2}};
+  const GroupCase cases[] = {
+      {2, 10, 750, 5}, {1, 6, 40200, 3}, {1, 1, 16, 1}, {2, 16, 35, 16}, {2, 4, 9, 2}};
   for (const GroupCase& k : cases) {
     for (float bad : {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY}) {
       for (normkit_layout layout : kLayouts) {
@@ -318,9 +316,9 @@ TEST(FloatEdges, NonFiniteRowStatisticsAreNaN) {
     const std::vector<int64_t> shape = {3, D};
     normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
     normkit_tensor yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
-    ASSERT_EQ(normkit_layer_norm(nullptr, &xt, nullptr, nullptr, 1e-5f, &yt, mean.data(),
-                                 rstd.data()),
-              NORMKIT_SUCCESS);
+    ASSERT_EQ(
+        normkit_layer_norm(nullptr, &xt, nullptr, nullptr, 1e-5f, &yt, mean.data(), rstd.data()),
+        NORMKIT_SUCCESS);
     EXPECT_TRUE(std::isnan(mean[1]) && std::isnan(rstd[1])) << mean[1] << " " << rstd[1];
     EXPECT_TRUE(std::isfinite(mean[0]) && std::isfinite(mean[2]));
     ASSERT_EQ(normkit_rms_norm(nullptr, &xt, nullptr, 1e-5f, &yt, rstd.data()), NORMKIT_SUCCESS);
@@ -340,8 +338,8 @@ TEST(FloatEdges, SiluTail) {
     const std::vector<int64_t> shape = {1, 1, 2};
     normkit_tensor xt = Desc(const_cast<float*>(x.data()), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
     normkit_tensor yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
-    ASSERT_EQ(normkit_group_norm(nullptr, &xt, 1, &gamma, nullptr, 1e-30f,
-                                 NORMKIT_ACTIVATION_SILU, &yt, nullptr, nullptr),
+    ASSERT_EQ(normkit_group_norm(nullptr, &xt, 1, &gamma, nullptr, 1e-30f, NORMKIT_ACTIVATION_SILU,
+                                 &yt, nullptr, nullptr),
               NORMKIT_SUCCESS);
     for (int i = 0; i < 2; ++i) {
       const double a = (i == 0 ? 1.0 : -1.0) * static_cast<double>(v);

@@ -276,9 +276,10 @@ NORMKIT_API normkit_status normkit_batch_norm_fold(int64_t channels, const float
  *   allowed). gamma / beta may be NULL; mean / var are C floats; none of them may
  *   overlap y.
  * CUDA tensors: the parameters are device arrays, folded on the device; this call waits
- *   once for the context's stream, to check running_var on the host before y is written.
- *   To apply the same batch norm many times without that wait, fold it once with
- *   normkit_batch_norm_fold and call normkit_affine.
+ *   for the context's stream, to check running_var (and, for the choice above,
+ *   running_mean) on the host before y is written. To apply the same batch norm many times
+ *   without that wait, fold it once with normkit_batch_norm_fold and call normkit_affine
+ *   (exact while |mean| <= 16 std, see there).
  * Errors: those of normkit_batch_norm_fold and normkit_affine. */
 NORMKIT_API normkit_status normkit_batch_norm_inference(
     const normkit_context* context, const normkit_tensor* x, const float* gamma, const float* beta,

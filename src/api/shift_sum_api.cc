@@ -88,8 +88,8 @@ normkit_status ValidateParams(const char* op, const normkit_shift_sum_params* pa
 
 // x: a valid rank-4 float32 / float64 CPU tensor; fills the geometry of `call`.
 normkit_status ValidateX(const char* op, const char* name, const normkit_tensor* x,
-                         const normkit_shift_sum_params* params, TensorView* xv,
-                         ShiftSumCall* call, bool shape_only = false) {
+                         const normkit_shift_sum_params* params, TensorView* xv, ShiftSumCall* call,
+                         bool shape_only = false) {
   NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, name, x, xv, shape_only));
   if (xv->dtype != NORMKIT_DTYPE_FLOAT32 && xv->dtype != NORMKIT_DTYPE_FLOAT64) {
     return Fail(NORMKIT_ERROR_UNSUPPORTED,

@@ -59,7 +59,8 @@ int OmpThreads(int64_t wanted) {
   started.reserve(static_cast<size_t>(wanted - 1));
   for (int64_t i = 1; i < wanted; ++i) {
     pthread_t thread;
-    if (pthread_create(&thread, nullptr, [](void*) -> void* { return nullptr; }, nullptr) != 0) {
+    if (pthread_create(
+            &thread, nullptr, [](void*) -> void* { return nullptr; }, nullptr) != 0) {
       break;
     }
     started.push_back(thread);

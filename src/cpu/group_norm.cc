@@ -437,8 +437,7 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
       for (int64_t k = 0; k < p.blocks; ++k) BlockStats(p, first, k, 0);
       for (int64_t u = first, n = first / p.G, g = first % p.G; u < end; ++u) {
         const size_t row = static_cast<size_t>(n * p.C);
-        GroupParameters(p, MergedBlocks(p, u, 0), n, g, &p.mean[row], &p.scale[row],
-                        &p.shift[row]);
+        GroupParameters(p, MergedBlocks(p, u, 0), n, g, &p.mean[row], &p.scale[row], &p.shift[row]);
         if (++g == p.G) g = 0, ++n;
         if (u + 1 == end) {
           ApplyRange(p, u, 0, p.unit_elems);

@@ -23,7 +23,8 @@ struct BatchNormFoldJob {
 
 void BatchNormFold(const BatchNormFoldJob& job, int64_t channels);
 
-// Whether FoldsExactly (core/batch_norm_math.h) holds for every channel. Vectorized: it runs on every batch-norm call.
+// Whether FoldsExactly (core/batch_norm_math.h) holds for every channel. Vectorized: it runs on
+// every batch-norm call.
 bool FoldIsExact(const float* mean, const float* var, float eps, int64_t channels);
 
 // The first c with var[c] not in [0, FLT_MAX] (negative, infinite or NaN), or

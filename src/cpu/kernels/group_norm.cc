@@ -979,6 +979,15 @@ inline float SiluTail(float v) {
   return static_cast<float>(static_cast<double>(v) * e / (1.0 + e));
 }
 
+// `silu` with its lanes below kSiluTailFrom replaced by SiluTail's.
+template <class D, class V>
+HWY_NOINLINE V SiluWithTail(D d, V v, V silu) {
+  alignas(64) float lanes[hn::MaxLanes(D())];
+  hn::Store(v, d, lanes);
+  for (size_t i = 0; i < hn::Lanes(d); ++i) lanes[i] = SiluTail(lanes[i]);
+  return hn::IfThenElse(v < hn::Set(d, kSiluTailFrom), hn::Load(d, lanes), silu);
+}
+
 template <Activation kAct, class D, class V>
 HWY_INLINE V Activate(D d, V v) {
   if constexpr (kAct == Activation::kRelu) {
@@ -1004,13 +1013,12 @@ HWY_INLINE V Activate(D d, V v) {
     const auto silu = v * r;
     // Below kSiluTailFrom 1 / (1 + e^-v) nears FLT_MIN, where the reciprocal estimate
     // flushes and the clamp bites: those lanes (never in ordinary data) take the
-    // scalar double formula. One compare and test a vector on the common path.
-    const auto tail = v < hn::Set(d, kSiluTailFrom);
-    if (HWY_LIKELY(hn::AllFalse(d, tail))) return silu;
-    alignas(64) float lanes[hn::MaxLanes(D())];
-    hn::Store(v, d, lanes);
-    for (size_t i = 0; i < hn::Lanes(d); ++i) lanes[i] = SiluTail(lanes[i]);
-    return hn::IfThenElse(tail, hn::Load(d, lanes), silu);
+    // scalar double formula, out of line. One compare and test a vector on the common
+    // path.
+    if (HWY_UNLIKELY(!hn::AllFalse(d, v < hn::Set(d, kSiluTailFrom)))) {
+      return SiluWithTail(d, v, silu);
+    }
+    return silu;
   } else {
     return v;
   }
