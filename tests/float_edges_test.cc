@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "hwy/targets.h"
 #include "norm_reference.h"
 #include "test_util.h"
 
@@ -329,26 +330,61 @@ TEST(FloatEdges, NonFiniteRowStatisticsAreNaN) {
 
 // --- SiLU's far tail ----------------------------------------------------------------------
 
-TEST(FloatEdges, SiluTail) {
-  // x = [1, -1] normalizes to [1, -1] (up to eps); gamma scales it to v = +/-gamma.
-  for (float v : {-1000.0f, -200.0f, -103.0f, -89.0f, -88.5f, -87.0f, -20.0f, 20.0f, 100.0f}) {
-    const std::vector<float> x = {1.0f, -1.0f};
-    std::vector<float> y(2);
-    const float gamma = v;
-    const std::vector<int64_t> shape = {1, 1, 2};
-    normkit_tensor xt = Desc(const_cast<float*>(x.data()), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+// Every channel c is [1, -1], normalized to [1, -1] exactly, so gamma[c] = v makes the
+// activation's input +v and -v: the fused SiLU over a sweep of v and its far tail, on
+// every SIMD target this CPU runs.
+TEST(FloatEdges, SiluTailOnEveryTarget) {
+  std::vector<float> v;
+  for (double t = -130.0; t <= 100.0; t += 0.37) v.push_back(static_cast<float>(t));
+  for (float t : {-1000.0f, -200.0f, -120.5f, -103.9f, -103.0f, -89.0f, -88.5f, -87.0f, -1e30f,
+                  -FLT_MAX, 1e30f, FLT_MAX, 0.0f, 1e-30f, -1e-30f}) {
+    v.push_back(t);
+  }
+  const int64_t C = static_cast<int64_t>(v.size());
+  std::vector<float> x(2 * C);
+  for (int64_t c = 0; c < C; ++c) x[2 * c] = 1.0f, x[2 * c + 1] = -1.0f;
+  const std::vector<int64_t> shape = {1, C, 2};
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    std::vector<float> y(2 * C);
+    normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
     normkit_tensor yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
-    ASSERT_EQ(normkit_group_norm(nullptr, &xt, 1, &gamma, nullptr, 1e-30f, NORMKIT_ACTIVATION_SILU,
-                                 &yt, nullptr, nullptr),
+    ASSERT_EQ(normkit_instance_norm(nullptr, &xt, v.data(), nullptr, 1e-30f,
+                                    NORMKIT_ACTIVATION_SILU, &yt, nullptr, nullptr),
               NORMKIT_SUCCESS);
-    for (int i = 0; i < 2; ++i) {
-      const double a = (i == 0 ? 1.0 : -1.0) * static_cast<double>(v);
-      const double want = a / (1.0 + std::exp(-a));
-      // The documented bound, and below FLT_MIN an absolute one of a subnormal ulp.
-      const double tol = 8.0 * 0x1p-24 * std::fabs(want) + 0x1p-149;
+    for (int64_t i = 0; i < 2 * C; ++i) {
+      const double a = (i % 2 ? -1.0 : 1.0) * static_cast<double>(v[i / 2]);
+      // a / (1 + e^-a), written so that neither factor overflows.
+      const double want = a >= 0 ? a / (1.0 + std::exp(-a)) : a * std::exp(a) / (1.0 + std::exp(a));
+      // The documented bound: 8 * 2^-24 relative for a >= -87; below, 1.5e-36 absolute
+      // (where |silu(a)| < 1.5e-36 itself).
+      const double tol = a >= -87.0 ? 8.0 * 0x1p-24 * std::fabs(want) : 1.5e-36;
       EXPECT_NEAR(y[i], want, tol) << "v=" << a;
+      if (a < -87.0) EXPECT_LE(std::fabs(y[i]), 1.5e-36) << "v=" << a;
     }
   }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST(FloatEdges, SiluKeepsNaNAndInfinities) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    // Groups of one element: the output is act(beta); beta NaN, +Inf, -Inf.
+    const std::vector<float> x(3, 0.0f), beta = {NAN, INFINITY, -INFINITY};
+    std::vector<float> y(3);
+    const std::vector<int64_t> shape = {1, 3, 1};
+    normkit_tensor xt = Desc(const_cast<float*>(x.data()), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+    normkit_tensor yt = Desc(y.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+    ASSERT_EQ(normkit_instance_norm(nullptr, &xt, nullptr, beta.data(), 1e-5f,
+                                    NORMKIT_ACTIVATION_SILU, &yt, nullptr, nullptr),
+              NORMKIT_SUCCESS);
+    EXPECT_TRUE(std::isnan(y[0])) << y[0];
+    EXPECT_EQ(y[1], INFINITY);
+    EXPECT_LE(std::fabs(y[2]), 1.5e-36f) << y[2];  // the limit is -0
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace
