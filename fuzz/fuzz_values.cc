@@ -48,9 +48,13 @@ struct Palette {
   }
 };
 
+// (memcpy: the rejection cases fill deliberately misaligned buffers.)
 void Fill(float* p, int64_t n, const Palette& pal, uint32_t seed) {
   uint32_t state = seed | 1u;
-  for (int64_t i = 0; i < n; ++i) p[i] = pal.Draw(&state);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = pal.Draw(&state);
+    std::memcpy(reinterpret_cast<char*>(p) + i * sizeof(float), &v, sizeof(float));
+  }
 }
 
 bool Bad(double v) {
@@ -59,9 +63,9 @@ bool Bad(double v) {
 
 // The outputs of a group / row of `count` values at x[index(k)], k < count, against the
 // definition: y = (x - mean) * rstd * gamma + beta (rms: mean 0, no beta).
-template <class Index, class Param>
+template <class Index, class Gamma, class Beta>
 void CheckGroup(const char* what, const float* x, const float* y, int64_t count, Index index,
-                Param gamma_of, Param beta_of, float eps, bool rms, float mean_out, float rstd_out,
+                Gamma gamma_of, Beta beta_of, float eps, bool rms, float mean_out, float rstd_out,
                 bool has_mean, bool has_rstd) {
   bool non_finite = false;
   double sum = 0;
@@ -219,7 +223,14 @@ void FuzzBatchNorm(FuzzedDataProvider& in) {
     if (std::fabs(want) > 1e38) continue;  // near float's overflow
     const double tol =
         1e-5 * (std::fabs(gamma[c]) + std::fabs(beta[c])) + 8 * 0x1p-24 * std::fabs(want);
-    if (!(std::fabs(y.p[i] - want) <= tol)) Fail("batch_norm_inference", i, y.p[i], want);
+    if (!(std::fabs(y.p[i] - want) <= tol)) {
+      std::fprintf(stderr,
+                   "N=%lld C=%lld S=%lld channels_last=%d in_place=%d: x %.9g mean %.9g "
+                   "var %.9g gamma %.9g beta %.9g\n",
+                   static_cast<long long>(N), static_cast<long long>(C), static_cast<long long>(S),
+                   cl, in_place, x0[i], mean[c], var[c], gamma[c], beta[c]);
+      Fail("batch_norm_inference", i, y.p[i], want);
+    }
   }
 }
 

@@ -104,6 +104,22 @@ TEST(FloatEdges, BatchNormLargeRunningMeanSingleValue) {
   }
 }
 
+// A running mean near FLT_MAX with a variance near it too: 256 * var overflows, which
+// must not let the folded form through (found by fuzz_values).
+TEST(FloatEdges, BatchNormMeanAndVarianceNearFltMax) {
+  const int64_t C = 16, S = 5;
+  const std::vector<float> gamma(C, 1.25f), beta(C, 0.25f), mean(C, 2e38f), var(C, 1e38f);
+  for (normkit_layout layout : kLayouts) {
+    std::vector<float> x(C * S, 2e38f), y(C * S);
+    const std::vector<int64_t> shape = {1, C, S};
+    normkit_tensor xt = Desc(x.data(), layout, shape), yt = Desc(y.data(), layout, shape);
+    ASSERT_EQ(normkit_batch_norm_inference(nullptr, &xt, gamma.data(), beta.data(), mean.data(),
+                                           var.data(), 1e-5f, &yt),
+              NORMKIT_SUCCESS);
+    for (float v : y) EXPECT_EQ(v, 0.25f);  // x == mean: exactly beta
+  }
+}
+
 TEST(FloatEdges, BatchNormLargeRunningMeanEveryPath) {
   // Shapes that take each affine path: planes of one vector, short planes, long planes,
   // channels-last periods in registers, long periods, cached and streamed tensors.

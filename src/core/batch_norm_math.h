@@ -13,10 +13,13 @@ namespace normkit {
 // batch norm subtracts the mean first: (x - mean) * scale + beta.
 constexpr float kExactFoldRatio = 16.0f;
 
-// |mean| <= kExactFoldRatio * sqrt(var + eps), as mean^2 <= ratio^2 * (var + eps): no
-// square root, and a mean past 1.8e19 (its square overflows) or a NaN mean fails it.
+// |mean| <= kExactFoldRatio * sqrt(var + eps), as (mean / ratio)^2 <= var + eps: no square
+// root, the ratio a power of two (an exact division), nothing on the right to overflow
+// (var + eps <= FLT_MAX), and a mean whose square overflows, or a NaN mean, fails it.
+constexpr float kInverseExactFoldRatio = 1.0f / kExactFoldRatio;
 NORMKIT_HOST_DEVICE inline bool FoldsExactly(float mean, float var, float eps) {
-  return mean * mean <= kExactFoldRatio * kExactFoldRatio * (var + eps);
+  const float scaled = mean * kInverseExactFoldRatio;
+  return scaled * scaled <= var + eps;
 }
 
 }  // namespace normkit

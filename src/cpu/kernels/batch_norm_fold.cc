@@ -78,12 +78,12 @@ int64_t FirstInvalidVarianceImpl(const float* var, int64_t channels) {
 bool FoldIsExactImpl(const float* mean, const float* var, float eps, int64_t channels) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const auto bound = hn::Set(d, kExactFoldRatio * kExactFoldRatio);
+  const auto inverse_ratio = hn::Set(d, kInverseExactFoldRatio);
   const auto veps = hn::Set(d, eps);
   int64_t c = 0;
-  for (; c + lanes <= channels; c += lanes) {
-    const auto m = hn::LoadU(d, mean + c);
-    const auto ok = hn::Mul(m, m) <= hn::Mul(bound, hn::Add(hn::LoadU(d, var + c), veps));
+  for (; c + lanes <= channels; c += lanes) {  // FoldsExactly's operations
+    const auto m = hn::Mul(hn::LoadU(d, mean + c), inverse_ratio);
+    const auto ok = hn::Mul(m, m) <= hn::Add(hn::LoadU(d, var + c), veps);
     if (!hn::AllTrue(d, ok)) return false;
   }
   for (; c < channels; ++c) {
