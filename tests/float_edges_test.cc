@@ -120,11 +120,9 @@ TEST(FloatEdges, BatchNormMeanAndVarianceNearFltMax) {
   }
 }
 
-TEST(FloatEdges, BatchNormLargeRunningMeanEveryPath) {
-  // Shapes that take each affine path: planes of one vector, short planes, long planes,
-  // channels-last periods in registers, long periods, cached and streamed tensors.
-  const std::vector<std::vector<int64_t>> shapes = {{2, 13, 9, 11}, {3, 24, 16},  {2, 64, 7, 7},
-                                                    {1, 300, 5, 5}, {2, 5000, 3}, {4, 32, 64, 64}};
+// Shapes that take each affine path: planes of one vector, short planes, long planes,
+// channels-last periods in registers, long periods, cached and streamed tensors.
+void CheckLargeRunningMean(const std::vector<std::vector<int64_t>>& shapes) {
   for (double ratio : {1e4, 1e6}) {
     for (const auto& shape : shapes) {
       const int64_t N = shape[0], C = shape[1], S = Numel(shape) / N / C;
@@ -183,6 +181,27 @@ TEST(FloatEdges, BatchNormLargeRunningMeanEveryPath) {
       }
     }
   }
+}
+
+TEST(FloatEdges, BatchNormLargeRunningMeanEveryPath) {
+  CheckLargeRunningMean({{2, 13, 9, 11},
+                         {3, 24, 16},
+                         {2, 64, 7, 7},
+                         {1, 300, 5, 5},
+                         {2, 5000, 3},
+                         {4, 32, 64, 64},
+                         {3, 16, 16},
+                         {2, 1024, 4}});
+}
+
+// The mean-first affine (kCenterScaleShift) on every SIMD target this CPU runs.
+TEST(FloatEdges, BatchNormLargeRunningMeanOnEveryTarget) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    CheckLargeRunningMean({{2, 13, 9, 11}, {3, 24, 16}, {2, 64, 7, 7}, {1, 300, 5, 5}, {2, 8, 4}});
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 // --- sums of squares past FLT_MAX, constants near it ----------------------------------

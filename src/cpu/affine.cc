@@ -18,6 +18,7 @@ namespace {
 using kernels::AffineTerms;
 
 AffineTerms TermsOf(const AffineParams& p) {
+  if (p.center) return AffineTerms::kCenterScaleShift;  // with scale and shift
   if (p.scale && p.shift) return AffineTerms::kScaleShift;
   if (p.scale) return AffineTerms::kScale;
   if (p.shift) return AffineTerms::kShift;
@@ -101,9 +102,10 @@ void RunBlocksOnePerThread(const normkit_context& context, int64_t numel,
 // Batch-norm parameters folded for the planes or rows one range reads. Folded by the
 // thread that reads them, they need not cross cores, and the threads split the fold
 // of channels-first tensors (on one thread, a fifth of a 1x1024x7x7 batch norm). On
-// the stack up to kStackChannels (8 KiB, beside 33 KiB of rows: threads of embedding
+// the stack up to kStackChannels (12 KiB, beside 50 KiB of rows: threads of embedding
 // apps may have 128 KiB of stack), on the heap beyond (only before a loop: loops fold
-// in pieces).
+// in pieces). Centered: shift is beta and center the running mean, for
+// (x - center) * scale + shift.
 class FoldedParams {
  public:
   // Channels it holds on the stack; parallel loops never fold more at once, so that
@@ -111,34 +113,45 @@ class FoldedParams {
   static constexpr int64_t kStackChannels = 1024;
 
   // Channels (first + j) % C for j < count: at most two runs of the C channels.
-  FoldedParams(const fold::BatchNormParams& bn, int64_t C, int64_t first, int64_t count) {
+  FoldedParams(const fold::BatchNormParams& bn, bool centered, int64_t C, int64_t first,
+               int64_t count) {
     float* out = on_stack_;
     if (count > kStackChannels) {
-      on_heap_.resize(2 * static_cast<size_t>(count));
+      on_heap_.resize(3 * static_cast<size_t>(count));
       out = on_heap_.data();
     }
     scale_ = out;
     shift_ = out + count;
+    center_ = centered ? out + 2 * count : nullptr;
     const int64_t head = std::min(count, C - first);
-    FoldRun(bn, first, head, scale_, shift_);
-    if (count > head) FoldRun(bn, 0, count - head, scale_ + head, shift_ + head);
+    FoldRun(bn, first, head, 0);
+    if (count > head) FoldRun(bn, 0, count - head, head);
   }
   const float* scale() const { return scale_; }
   const float* shift() const { return shift_; }
+  const float* center() const { return center_; }  // null unless centered
 
  private:
-  static void FoldRun(const fold::BatchNormParams& bn, int64_t first, int64_t count, float* scale,
-                      float* shift) {
+  // Channels [first, first + count) into the arrays from `at` on.
+  void FoldRun(const fold::BatchNormParams& bn, int64_t first, int64_t count, int64_t at) {
     const fold::BatchNormParams run{bn.gamma ? bn.gamma + first : nullptr,
                                     bn.beta ? bn.beta + first : nullptr, bn.mean + first,
                                     bn.var + first, bn.eps};
-    fold::BatchNormScaleShift(count, run, scale, shift);
+    fold::BatchNormScaleShift(count, run, scale_ + at, shift_ + at);
+    if (center_ == nullptr) return;
+    std::copy(run.mean, run.mean + count, center_ + at);
+    if (run.beta) {
+      std::copy(run.beta, run.beta + count, shift_ + at);
+    } else {
+      std::fill(shift_ + at, shift_ + at + count, 0.0f);
+    }
   }
 
-  alignas(64) float on_stack_[2 * kStackChannels];
+  alignas(64) float on_stack_[3 * kStackChannels];
   std::vector<float> on_heap_;
   float* scale_;
   float* shift_;
+  float* center_;
 };
 
 }  // namespace
@@ -148,7 +161,9 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   const auto* xd = static_cast<const float*>(x.data);
   auto* yd = static_cast<float*>(y.data);
   const bool fold = params.fold_from != nullptr;
-  const AffineTerms terms = fold ? AffineTerms::kScaleShift : TermsOf(params);
+  const AffineTerms terms = !fold             ? TermsOf(params)
+                            : params.centered ? AffineTerms::kCenterScaleShift
+                                              : AffineTerms::kScaleShift;
   const bool stream = x.data != y.data && y.bytes >= kStreamingStoreBytes &&
                       reinterpret_cast<uintptr_t>(yd) % sizeof(float) == 0;
   const int64_t lanes = static_cast<int64_t>(kernels::AffineLanes());
@@ -165,6 +180,7 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
     kernels::AffineBroadcastJob job{
         xd,    yd,     S,       params.per_sample ? N * C : C,  params.scale, params.shift,
         terms, stream, x.numel, x.bytes >= kStreamingStoreBytes};
+    job.center = params.center;
     if (!fold) {
       RunBlocks(context, x.numel,
                 [&](int64_t b, int64_t e) { kernels::AffineBroadcast(job, b, e); });
@@ -179,13 +195,14 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
         const int64_t first = piece / S / align * align;
         const int64_t end = std::min(e, (first + FoldedParams::kStackChannels) * S);
         const int64_t count = std::min(C, (end - 1) / S + 1 - first);
-        const FoldedParams folded(*params.fold_from, C, first % C, count);
+        const FoldedParams folded(*params.fold_from, params.centered, C, first % C, count);
         kernels::AffineBroadcastJob local = job;
         local.x = xd + first * S;
         local.y = yd + first * S;
         local.param_count = count;
         local.scale = folded.scale();
         local.shift = folded.shift();
+        local.center = folded.center();
         kernels::AffineBroadcast(local, piece - first * S, end - first * S);
         piece = end;
       }
@@ -212,16 +229,22 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
     (fold ? RunBlocksOnePerThread : RunBlocks)(context, x.numel, [&](int64_t b, int64_t e) {
       alignas(64) float scale_row[kLocalRepFloats];
       alignas(64) float shift_row[kLocalRepFloats];
+      alignas(64) float center_row[kLocalRepFloats];
       kernels::AffinePeriodicJob local = job;
       const bool has_scale = fold || params.scale, has_shift = fold || params.shift;
+      const bool has_center = (fold && params.centered) || params.center;
       local.scale_rep = has_scale ? scale_row : nullptr;
       local.shift_rep = has_shift ? shift_row : nullptr;
+      local.center_rep = has_center ? center_row : nullptr;
       if (fold) {  // per channel: one row for the whole range, a stack's worth at a time
         for (int64_t c0 = 0; c0 < C; c0 += FoldedParams::kStackChannels) {
           const int64_t count = std::min(FoldedParams::kStackChannels, C - c0);
-          const FoldedParams folded(*params.fold_from, C, c0, count);
+          const FoldedParams folded(*params.fold_from, params.centered, C, c0, count);
           PlaceRepRowPiece(folded.scale(), c0, count, C, repeat, period, lanes, scale_row);
           PlaceRepRowPiece(folded.shift(), c0, count, C, repeat, period, lanes, shift_row);
+          if (has_center) {
+            PlaceRepRowPiece(folded.center(), c0, count, C, repeat, period, lanes, center_row);
+          }
         }
         kernels::AffinePeriodic(local, b, e);
         return;
@@ -233,6 +256,9 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
         if (i == b || params.per_sample) {
           if (params.scale) BuildRepRow(params.scale + r * C, C, repeat, period, lanes, scale_row);
           if (params.shift) BuildRepRow(params.shift + r * C, C, repeat, period, lanes, shift_row);
+          if (params.center) {
+            BuildRepRow(params.center + r * C, C, repeat, period, lanes, center_row);
+          }
         }
         kernels::AffinePeriodic(local, i, stop);
         i = stop;
@@ -242,10 +268,11 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   }
   // Long rows (C over kLocalRepFloats): built once, shared by all threads.
   if (fold) {
-    const FoldedParams folded(*params.fold_from, C, 0, C);
+    const FoldedParams folded(*params.fold_from, params.centered, C, 0, C);
     AffineParams given;
     given.scale = folded.scale();
     given.shift = folded.shift();
+    given.center = folded.center();
     Affine(context, x, y, given);
     return;
   }
@@ -257,6 +284,7 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   };
   auto scale_rep = alloc(params.scale != nullptr);
   auto shift_rep = alloc(params.shift != nullptr);
+  auto center_rep = alloc(params.center != nullptr);
   for (int64_t r = 0; r < rows; ++r) {
     if (params.scale) {
       BuildRepRow(params.scale + r * C, C, repeat, period, lanes, &scale_rep[r * row_len]);
@@ -264,10 +292,14 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
     if (params.shift) {
       BuildRepRow(params.shift + r * C, C, repeat, period, lanes, &shift_rep[r * row_len]);
     }
+    if (params.center) {
+      BuildRepRow(params.center + r * C, C, repeat, period, lanes, &center_rep[r * row_len]);
+    }
   }
   job.rep_stride = params.per_sample ? row_len : 0;
   job.scale_rep = scale_rep.get();
   job.shift_rep = shift_rep.get();
+  job.center_rep = center_rep.get();
   RunBlocks(context, x.numel, [&](int64_t b, int64_t e) { kernels::AffinePeriodic(job, b, e); });
 }
 

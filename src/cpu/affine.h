@@ -18,10 +18,15 @@ struct AffineParams {
   // Batch norm: scale and shift are not given but folded from these (per channel)
   // by each range, for the channels it reads, on the thread that reads them.
   const fold::BatchNormParams* fold_from = nullptr;
+  // With fold_from: y = (x - mean) * scale + beta instead of the folded x * scale + shift
+  // (running means far from the spread, whose digits the folded shift would lose).
+  bool centered = false;
+  // Given parameters (per channel, with scale and shift): y = (x - center) * scale + shift.
+  const float* center = nullptr;
 };
 
-// y = x * scale + shift on validated float32 CPU tensors of the same shape;
-// y may be x. Throws std::bad_alloc before writing anything if scratch fails.
+// y = x * scale + shift (or (x - center) * scale + shift) on validated float32 CPU tensors
+// of the same shape; y may be x. Throws std::bad_alloc before writing anything if scratch fails.
 void Affine(const normkit_context& context, const TensorView& x, const TensorView& y,
             const AffineParams& params);
 

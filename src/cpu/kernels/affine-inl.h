@@ -21,9 +21,14 @@ namespace kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-template <bool kScale, bool kShift, class V>
-HWY_INLINE V ApplyAffine(V x, V scale, V shift) {
-  if constexpr (kScale && kShift) {
+// kCenter (batch norm with running means far from the spread): (x - center) * scale +
+// shift, the subtraction first (the folded shift would lose the mean's digits).
+template <bool kScale, bool kShift, bool kCenter = false, class V>
+HWY_INLINE V ApplyAffine(V x, V scale, V shift, V center) {
+  if constexpr (kCenter) {
+    static_assert(kScale && kShift, "a center comes with both terms");
+    return hn::MulAdd(x - center, scale, shift);
+  } else if constexpr (kScale && kShift) {
     return hn::MulAdd(x, scale, shift);
   } else if constexpr (kScale) {
     return x * scale;
@@ -36,10 +41,11 @@ HWY_INLINE V ApplyAffine(V x, V scale, V shift) {
 
 // One element through a 1-lane vector: the same instruction (FMA or not) as the
 // vector body, so an element's result never depends on where a span starts.
-template <bool kScale, bool kShift>
-HWY_INLINE void AffineOne(const float* x, float* y, float scale, float shift) {
+template <bool kScale, bool kShift, bool kCenter = false>
+HWY_INLINE void AffineOne(const float* x, float* y, float scale, float shift, float center = 0.0f) {
   const hn::CappedTag<float, 1> d1;
-  hn::StoreU(ApplyAffine<kScale, kShift>(hn::LoadU(d1, x), hn::Set(d1, scale), hn::Set(d1, shift)),
+  hn::StoreU(ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d1, x), hn::Set(d1, scale),
+                                                  hn::Set(d1, shift), hn::Set(d1, center)),
              d1, y);
 }
 
@@ -70,9 +76,9 @@ HWY_INLINE V SpliceFrom(D d, V v, size_t first, float value) {
 // not the store, the bottleneck of in-cache calls). period is a multiple of Lanes;
 // scale_rep / shift_rep hold the period's parameters from the span's first element.
 // Returns the elements done (whole blocks of kRows periods).
-template <size_t kRows, bool kScale, bool kShift, bool kStream>
+template <size_t kRows, bool kScale, bool kShift, bool kStream, bool kCenter>
 HWY_INLINE size_t AffinePeriodRows(const float* x, float* y, size_t n, const float* scale_rep,
-                                   const float* shift_rep, size_t period) {
+                                   const float* shift_rep, const float* center_rep, size_t period) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   const size_t block = kRows * period;
@@ -81,22 +87,27 @@ HWY_INLINE size_t AffinePeriodRows(const float* x, float* y, size_t n, const flo
     for (size_t k = 0; k < period; k += lanes) {
       const auto vscale = kScale ? hn::LoadU(d, scale_rep + k) : hn::Zero(d);
       const auto vshift = kShift ? hn::LoadU(d, shift_rep + k) : hn::Zero(d);
+      const auto vcenter = kCenter ? hn::LoadU(d, center_rep + k) : hn::Zero(d);
       // All loads before any store: a store to one row and the next row's load
       // may share address bits 0-11, and the load would wait on it (4K aliasing).
       const auto x0 = hn::LoadU(d, x + i + k);
       const auto x1 = hn::LoadU(d, x + i + period + k);
       if constexpr (kRows == 2) {
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x0, vscale, vshift), y + i + k);
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x1, vscale, vshift), y + i + period + k);
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x0, vscale, vshift, vcenter),
+                           y + i + k);
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x1, vscale, vshift, vcenter),
+                           y + i + period + k);
       } else {
         static_assert(kRows == 4, "2 or 4 rows");
         const auto x2 = hn::LoadU(d, x + i + 2 * period + k);
         const auto x3 = hn::LoadU(d, x + i + 3 * period + k);
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x0, vscale, vshift), y + i + k);
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x1, vscale, vshift), y + i + period + k);
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x2, vscale, vshift),
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x0, vscale, vshift, vcenter),
+                           y + i + k);
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x1, vscale, vshift, vcenter),
+                           y + i + period + k);
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x2, vscale, vshift, vcenter),
                            y + i + 2 * period + k);
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x3, vscale, vshift),
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x3, vscale, vshift, vcenter),
                            y + i + 3 * period + k);
       }
     }
@@ -113,8 +124,10 @@ constexpr size_t kParamRegs = 8;
 
 // Whether a period of `vectors` vectors keeps every term AffinePeriodInRegisters
 // applies in registers (else only the shift, when it fits).
-template <bool kScale, bool kShift>
+// (Three terms, with a center, are never all held: the run loop loads them.)
+template <bool kScale, bool kShift, bool kCenter = false>
 HWY_INLINE bool AllTermsHeld(size_t vectors) {
+  if constexpr (kCenter) return false;
   return vectors <= (kScale && kShift ? kParamRegs / 2 : kParamRegs);
 }
 
@@ -152,7 +165,8 @@ HWY_INLINE size_t AffinePeriodInRegisters(const float* x, float* y, size_t n,
     }
     const auto apply = [&](auto xv, size_t j) {
       const auto s = kScaleHeld || !kScale ? vscale[j] : hn::LoadU(d, scale_rep + j * lanes);
-      PutVector<kStream>(d, ApplyAffine<kScale, kShift>(xv, s, vshift[j]), y + i + j * lanes);
+      PutVector<kStream>(d, ApplyAffine<kScale, kShift>(xv, s, vshift[j], hn::Zero(d)),
+                         y + i + j * lanes);
     };
     for (; n - i >= step; i += step) {
       // Constant indices in every unrolled copy keep vscale[j] / vshift[j] registers.
@@ -210,10 +224,11 @@ constexpr size_t kPairedHalfFloats = size_t{64} << 10;  // 256 KiB
 // -> 0.96-1.03). period is a multiple of Lanes; scale_rep / shift_rep
 // hold the period from the span's first element. Returns the elements done (two
 // halves of whole periods).
-template <bool kScale, bool kShift, bool kStream>
+template <bool kScale, bool kShift, bool kStream, bool kCenter>
 HWY_INLINE size_t AffinePeriodPairs(const float* x, float* y, size_t n,
                                     const float* HWY_RESTRICT scale_rep,
-                                    const float* HWY_RESTRICT shift_rep, size_t period) {
+                                    const float* HWY_RESTRICT shift_rep,
+                                    const float* HWY_RESTRICT center_rep, size_t period) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   const size_t half = n / 2 / period * period;
@@ -223,8 +238,11 @@ HWY_INLINE size_t AffinePeriodPairs(const float* x, float* y, size_t n,
     const auto apply = [&](auto xa, auto xv, size_t k) {
       const auto vscale = kScale ? hn::LoadU(d, scale_rep + k) : hn::Zero(d);
       const auto vshift = kShift ? hn::LoadU(d, shift_rep + k) : hn::Zero(d);
-      PutVector<kStream>(d, ApplyAffine<kScale, kShift>(xa, vscale, vshift), y + i + k);
-      PutVector<kStream>(d, ApplyAffine<kScale, kShift>(xv, vscale, vshift), yb + i + k);
+      const auto vcenter = kCenter ? hn::LoadU(d, center_rep + k) : hn::Zero(d);
+      PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xa, vscale, vshift, vcenter),
+                         y + i + k);
+      PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xv, vscale, vshift, vcenter),
+                         yb + i + k);
     };
     size_t k = 0;
     for (; k + 4 * lanes <= period; k += 4 * lanes) {
@@ -251,16 +269,18 @@ HWY_INLINE size_t AffinePeriodPairs(const float* x, float* y, size_t n,
 
 // y[i] = x[i] * scale_rep[o_i] + shift_rep[o_i], o_i = (o + i) % period.
 // Requires period >= Lanes and rep arrays of period + Lanes values.
-template <bool kScale, bool kShift, bool kStream>
+// center_rep (kCenter): the centers, as scale_rep / shift_rep hold their terms.
+template <bool kScale, bool kShift, bool kStream, bool kCenter = false>
 HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const float* scale_rep,
-                                   const float* shift_rep, size_t period, size_t o,
-                                   bool rows_per_load, bool in_cache, bool from_memory) {
+                                   const float* shift_rep, const float* center_rep, size_t period,
+                                   size_t o, bool rows_per_load, bool in_cache, bool from_memory) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   size_t i = 0;
   const auto one = [&](size_t k, size_t ok) {
-    AffineOne<kScale, kShift>(x + k, y + k, kScale ? scale_rep[ok] : 0.0f,
-                              kShift ? shift_rep[ok] : 0.0f);
+    AffineOne<kScale, kShift, kCenter>(x + k, y + k, kScale ? scale_rep[ok] : 0.0f,
+                                       kShift ? shift_rep[ok] : 0.0f,
+                                       kCenter ? center_rep[ok] : 0.0f);
   };
   if (n < lanes || period < lanes) {
     for (; i < n; ++i) {
@@ -286,23 +306,25 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
   // scale). Fixed for the span: decided once, not per run.
   const bool whole_vectors = period % lanes == 0;
   const size_t vectors = period / lanes;
-  const bool in_registers = whole_vectors && vectors <= kParamRegs;
+  const bool in_registers = !kCenter && whole_vectors && vectors <= kParamRegs;
   // DRAM-sized in-place or plain-store calls whose terms are not all held: two
   // halves in step (spans too short for that keep the shift in registers). Also when
   // they are held, from memory: 64x256x64x64 channels-last scale-only in place, one
   // thread, 0.79 -> 0.98 of the flat in-place scale on Zen 5.
   const bool paired = whole_vectors && !in_cache && !kStream &&
-                      (!AllTermsHeld<kScale, kShift>(vectors) || from_memory);
+                      (!AllTermsHeld<kScale, kShift, kCenter>(vectors) || from_memory);
   while (i + lanes <= n) {
     if (paired && o < lanes && n - i >= 2 * kPairedHalfFloats) {
-      i += AffinePeriodPairs<kScale, kShift, kStream>(x + i, y + i, n - i,
-                                                      kScale ? scale_rep + o : nullptr,
-                                                      kShift ? shift_rep + o : nullptr, period);
+      i += AffinePeriodPairs<kScale, kShift, kStream, kCenter>(
+          x + i, y + i, n - i, kScale ? scale_rep + o : nullptr, kShift ? shift_rep + o : nullptr,
+          kCenter ? center_rep + o : nullptr, period);
       if (i + lanes > n) break;
     } else if (in_registers && o < lanes && n - i >= period) {
-      i += AffinePeriodInRegisters<kScale, kShift, kStream>(
-          x + i, y + i, n - i, kScale ? scale_rep + o : nullptr, kShift ? shift_rep + o : nullptr,
-          period, from_memory);
+      if constexpr (!kCenter) {
+        i += AffinePeriodInRegisters<kScale, kShift, kStream>(
+            x + i, y + i, n - i, kScale ? scale_rep + o : nullptr, kShift ? shift_rep + o : nullptr,
+            period, from_memory);
+      }
       if (i + lanes > n) break;
     } else if (rows_per_load && o < lanes && whole_vectors) {
       // Whole periods from offset o: rep[o, o + period) is inside the row. Four rows
@@ -310,9 +332,12 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
       // so 2 x rows, 2 y rows and the parameters still fit its 8 ways.
       const float* sr = kScale ? scale_rep + o : nullptr;
       const float* br = kShift ? shift_rep + o : nullptr;
+      const float* cr = kCenter ? center_rep + o : nullptr;
       i += (period * sizeof(float)) % 4096 == 0
-               ? AffinePeriodRows<2, kScale, kShift, kStream>(x + i, y + i, n - i, sr, br, period)
-               : AffinePeriodRows<4, kScale, kShift, kStream>(x + i, y + i, n - i, sr, br, period);
+               ? AffinePeriodRows<2, kScale, kShift, kStream, kCenter>(x + i, y + i, n - i, sr, br,
+                                                                       cr, period)
+               : AffinePeriodRows<4, kScale, kShift, kStream, kCenter>(x + i, y + i, n - i, sr, br,
+                                                                       cr, period);
       if (i + lanes > n) break;
     }
     // lanes is a power of two: round down with a mask, not a division.
@@ -323,6 +348,7 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
     // (An absent term's rep is null: no arithmetic on it, found by fuzz_affine.)
     const float* HWY_RESTRICT sr = kScale ? scale_rep + o : nullptr;
     const float* HWY_RESTRICT br = kShift ? shift_rep + o : nullptr;
+    const float* HWY_RESTRICT cr = kCenter ? center_rep + o : nullptr;
     size_t k = 0;
     // Eight x vectors loaded before their parameters: with two parameter loads
     // between x loads the core keeps fewer x misses in flight. 64x256x64x64 NHWC in
@@ -340,7 +366,9 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
       const auto apply = [&](auto xv, size_t j) {
         const auto vscale = kScale ? hn::LoadU(d, sr + j) : hn::Zero(d);
         const auto vshift = kShift ? hn::LoadU(d, br + j) : hn::Zero(d);
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(xv, vscale, vshift), y + i + j);
+        const auto vcenter = kCenter ? hn::LoadU(d, cr + j) : hn::Zero(d);
+        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xv, vscale, vshift, vcenter),
+                           y + i + j);
       };
       apply(x0, k);
       apply(x1, k + lanes);
@@ -354,8 +382,10 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
     for (; k < run; k += lanes) {
       const auto vscale = kScale ? hn::LoadU(d, sr + k) : hn::Zero(d);
       const auto vshift = kShift ? hn::LoadU(d, br + k) : hn::Zero(d);
-      PutVector<kStream>(d, ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i + k), vscale, vshift),
-                         y + i + k);
+      const auto vcenter = kCenter ? hn::LoadU(d, cr + k) : hn::Zero(d);
+      PutVector<kStream>(
+          d, ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d, x + i + k), vscale, vshift, vcenter),
+          y + i + k);
     }
     i += run;
     o += run;
@@ -373,8 +403,10 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
     const size_t ot = o >= back ? o - back : o + period - back;
     const auto vscale = kScale ? hn::LoadU(d, scale_rep + ot) : hn::Zero(d);
     const auto vshift = kShift ? hn::LoadU(d, shift_rep + ot) : hn::Zero(d);
+    const auto vcenter = kCenter ? hn::LoadU(d, center_rep + ot) : hn::Zero(d);
     const auto fresh = hn::Not(hn::FirstN(d, back));
-    const auto v = ApplyAffine<kScale, kShift>(hn::LoadU(d, x + t), vscale, vshift);
+    const auto v =
+        ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d, x + t), vscale, vshift, vcenter);
     hn::StoreU(hn::IfThenElse(fresh, v, hn::LoadU(d, y + t)), d, y + t);
   }
 }

@@ -23,7 +23,7 @@ namespace HWY_NAMESPACE {
 // than plane by plane: a vector that crosses a plane boundary gets its parameters
 // spliced from both planes, so short planes (7x7, 14x14) cost no partial vectors
 // and no overlapping tail stores (which stall store forwarding, worst in place).
-template <bool kScale, bool kShift, bool kStream>
+template <bool kScale, bool kShift, bool kStream, bool kCenter>
 void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
@@ -33,11 +33,12 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
   float* y = job.y;
   const auto scale = [&](int64_t p) { return kScale ? job.scale[p] : 0.0f; };
   const auto shift = [&](int64_t p) { return kShift ? job.shift[p] : 0.0f; };
+  const auto center = [&](int64_t p) { return kCenter ? job.center[p] : 0.0f; };
   int64_t p = (begin / S) % P;  // parameter index of the element at i
   int64_t off = begin % S;      // its offset in its plane
   const auto next_plane = [&](int64_t q) { return q + 1 == P ? 0 : q + 1; };
   const auto one = [&](int64_t i) {
-    AffineOne<kScale, kShift>(x + i, y + i, scale(p), shift(p));
+    AffineOne<kScale, kShift, kCenter>(x + i, y + i, scale(p), shift(p), center(p));
     if (++off == S) {
       off = 0;
       p = next_plane(p);
@@ -57,7 +58,10 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
       const auto x3 = hn::LoadU(d, x + i + 3 * lanes);
       const auto put = [&](auto xv, int64_t q, int64_t at) {
         PutVector<kStream>(
-            d, ApplyAffine<kScale, kShift>(xv, hn::Set(d, scale(q)), hn::Set(d, shift(q))), y + at);
+            d,
+            ApplyAffine<kScale, kShift, kCenter>(xv, hn::Set(d, scale(q)), hn::Set(d, shift(q)),
+                                                 hn::Set(d, center(q))),
+            y + at);
       };
       put(x0, p, i);
       put(x1, p1, i + lanes);
@@ -73,6 +77,7 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
       run &= ~(lanes - 1);  // lanes is a power of two
       const auto vs = hn::Set(d, scale(p));
       const auto vb = hn::Set(d, shift(p));
+      const auto vc = hn::Set(d, center(p));
       int64_t k = 0;
       // Four loads before their stores keep more misses in flight (planes of four
       // vectors and more; one-vector planes, S = 16, lost 20-40% with it taken first).
@@ -86,15 +91,19 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
           const auto x1 = hn::LoadU(d, x + i + k + lanes);
           const auto x2 = hn::LoadU(d, x + i + k + 2 * lanes);
           const auto x3 = hn::LoadU(d, x + i + k + 3 * lanes);
-          PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x0, vs, vb), y + i + k);
-          PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x1, vs, vb), y + i + k + lanes);
-          PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x2, vs, vb), y + i + k + 2 * lanes);
-          PutVector<kStream>(d, ApplyAffine<kScale, kShift>(x3, vs, vb), y + i + k + 3 * lanes);
+          PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x0, vs, vb, vc), y + i + k);
+          PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x1, vs, vb, vc),
+                             y + i + k + lanes);
+          PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x2, vs, vb, vc),
+                             y + i + k + 2 * lanes);
+          PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x3, vs, vb, vc),
+                             y + i + k + 3 * lanes);
         }
       }
       for (; k < run; k += lanes) {
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i + k), vs, vb),
-                           y + i + k);
+        PutVector<kStream>(
+            d, ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d, x + i + k), vs, vb, vc),
+            y + i + k);
       }
       i += run;
       off += run;
@@ -107,6 +116,7 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
     // One vector over a plane boundary (several when planes are shorter than it).
     auto vs = hn::Set(d, scale(p));
     auto vb = hn::Set(d, shift(p));
+    auto vc = hn::Set(d, center(p));
     int64_t first = S - off;  // first lane of the next plane
     int64_t q = p;
     for (; first < lanes; first += S) {
@@ -114,8 +124,10 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
       const size_t lane = static_cast<size_t>(first);
       if constexpr (kScale) vs = SpliceFrom(d, vs, lane, scale(q));
       if constexpr (kShift) vb = SpliceFrom(d, vb, lane, shift(q));
+      if constexpr (kCenter) vc = SpliceFrom(d, vc, lane, center(q));
     }
-    PutVector<kStream>(d, ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i), vs, vb), y + i);
+    PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d, x + i), vs, vb, vc),
+                       y + i);
     i += lanes;
     p = q;
     off = lanes - (first - S);  // lanes [first - S, lanes) are plane q's
@@ -164,7 +176,7 @@ bool UseShortPlanes(const AffineBroadcastJob& job, bool stream) {
   return cached && 2 * S < 5 * lanes;  // below 2.5 vectors while in cache
 }
 
-template <bool kScale, bool kShift>
+template <bool kScale, bool kShift, bool kCenter>
 void ShortPlanesRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
@@ -175,8 +187,9 @@ void ShortPlanesRange(const AffineBroadcastJob& job, int64_t begin, int64_t end)
   float* y = job.y;
   const auto one = [&](int64_t i) {  // peel and tail: at most lanes - 1 each
     const int64_t p = (i / S) % P;
-    AffineOne<kScale, kShift>(x + i, y + i, kScale ? job.scale[p] : 0.0f,
-                              kShift ? job.shift[p] : 0.0f);
+    AffineOne<kScale, kShift, kCenter>(x + i, y + i, kScale ? job.scale[p] : 0.0f,
+                                       kShift ? job.shift[p] : 0.0f,
+                                       kCenter ? job.center[p] : 0.0f);
   };
   int64_t i = begin;
   for (; i < end && i % lanes != 0; ++i) one(i);     // stores aligned when the tensor is
@@ -191,7 +204,8 @@ void ShortPlanesRange(const AffineBroadcastJob& job, int64_t begin, int64_t end)
   }
   int64_t phase = i % L;                  // where i is in its block
   int64_t first_plane = (i - phase) / S;  // the block's first plane
-  hn::Vec<decltype(d)> block_scale = hn::Zero(d), block_shift = hn::Zero(d);
+  hn::Vec<decltype(d)> block_scale = hn::Zero(d), block_shift = hn::Zero(d),
+                       block_center = hn::Zero(d);
   const auto load_block = [&] {  // the parameters of the block's planes, wrapping at P
     const int64_t p0 = first_plane % P;
     alignas(64) float buf[kMaxLanes];
@@ -202,13 +216,15 @@ void ShortPlanesRange(const AffineBroadcastJob& job, int64_t begin, int64_t end)
     };
     if constexpr (kScale) block_scale = load(job.scale);
     if constexpr (kShift) block_shift = load(job.shift);
+    if constexpr (kCenter) block_center = load(job.center);
   };
   load_block();
   for (; end - i >= lanes; i += lanes) {
     const auto planes = hn::IndicesFromVec(d, hn::Load(di, plane_of + phase));
     const auto vs = kScale ? hn::TableLookupLanes(block_scale, planes) : hn::Zero(d);
     const auto vb = kShift ? hn::TableLookupLanes(block_shift, planes) : hn::Zero(d);
-    hn::StoreU(ApplyAffine<kScale, kShift>(hn::LoadU(d, x + i), vs, vb), d, y + i);
+    const auto vc = kCenter ? hn::TableLookupLanes(block_center, planes) : hn::Zero(d);
+    hn::StoreU(ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d, x + i), vs, vb, vc), d, y + i);
     phase += lanes;
     if (phase == L) {
       phase = 0;
@@ -220,7 +236,7 @@ void ShortPlanesRange(const AffineBroadcastJob& job, int64_t begin, int64_t end)
 }
 #endif
 
-template <bool kScale, bool kShift, bool kStream>
+template <bool kScale, bool kShift, bool kStream, bool kCenter>
 void PeriodicRange(const AffinePeriodicJob& job, int64_t begin, int64_t end) {
   int64_t i = begin;
   while (i < end) {
@@ -229,48 +245,51 @@ void PeriodicRange(const AffinePeriodicJob& job, int64_t begin, int64_t end) {
     const int64_t sample_end = sample_begin + job.sample_elems;
     const int64_t stop = sample_end < end ? sample_end : end;
     const int64_t rep = sample * job.rep_stride;
-    AffinePeriodicSpan<kScale, kShift, kStream>(
+    AffinePeriodicSpan<kScale, kShift, kStream, kCenter>(
         job.x + i, job.y + i, static_cast<size_t>(stop - i), kScale ? job.scale_rep + rep : nullptr,
-        kShift ? job.shift_rep + rep : nullptr, static_cast<size_t>(job.period),
-        static_cast<size_t>((i - sample_begin) % job.period), job.rows_per_load, job.in_cache,
-        job.from_memory);
+        kShift ? job.shift_rep + rep : nullptr, kCenter ? job.center_rep + rep : nullptr,
+        static_cast<size_t>(job.period), static_cast<size_t>((i - sample_begin) % job.period),
+        job.rows_per_load, job.in_cache, job.from_memory);
     i = stop;
   }
   if constexpr (kStream) hwy::FlushStream();
 }
 
-// Turns the run-time (terms, stream) pair into one of the eight instantiations.
-template <template <bool, bool, bool> class Fn, class Job>
+// Turns the run-time (terms, stream) pair into one of the ten instantiations.
+template <template <bool, bool, bool, bool> class Fn, class Job>
 void DispatchTerms(const Job& job, int64_t begin, int64_t end) {
   switch (job.terms) {
+    case AffineTerms::kCenterScaleShift:
+      return job.stream ? Fn<true, true, true, true>::Run(job, begin, end)
+                        : Fn<true, true, false, true>::Run(job, begin, end);
     case AffineTerms::kScaleShift:
-      return job.stream ? Fn<true, true, true>::Run(job, begin, end)
-                        : Fn<true, true, false>::Run(job, begin, end);
+      return job.stream ? Fn<true, true, true, false>::Run(job, begin, end)
+                        : Fn<true, true, false, false>::Run(job, begin, end);
     case AffineTerms::kScale:
-      return job.stream ? Fn<true, false, true>::Run(job, begin, end)
-                        : Fn<true, false, false>::Run(job, begin, end);
+      return job.stream ? Fn<true, false, true, false>::Run(job, begin, end)
+                        : Fn<true, false, false, false>::Run(job, begin, end);
     case AffineTerms::kShift:
-      return job.stream ? Fn<false, true, true>::Run(job, begin, end)
-                        : Fn<false, true, false>::Run(job, begin, end);
+      return job.stream ? Fn<false, true, true, false>::Run(job, begin, end)
+                        : Fn<false, true, false, false>::Run(job, begin, end);
     case AffineTerms::kCopy:
-      return job.stream ? Fn<false, false, true>::Run(job, begin, end)
-                        : Fn<false, false, false>::Run(job, begin, end);
+      return job.stream ? Fn<false, false, true, false>::Run(job, begin, end)
+                        : Fn<false, false, false, false>::Run(job, begin, end);
   }
 }
 
-template <bool kScale, bool kShift, bool kStream>
+template <bool kScale, bool kShift, bool kStream, bool kCenter>
 struct BroadcastFn {
   static void Run(const AffineBroadcastJob& job, int64_t b, int64_t e) {
 #if HWY_TARGET != HWY_SCALAR
-    if (UseShortPlanes(job, kStream)) return ShortPlanesRange<kScale, kShift>(job, b, e);
+    if (UseShortPlanes(job, kStream)) return ShortPlanesRange<kScale, kShift, kCenter>(job, b, e);
 #endif
-    BroadcastRange<kScale, kShift, kStream>(job, b, e);
+    BroadcastRange<kScale, kShift, kStream, kCenter>(job, b, e);
   }
 };
-template <bool kScale, bool kShift, bool kStream>
+template <bool kScale, bool kShift, bool kStream, bool kCenter>
 struct PeriodicFn {
   static void Run(const AffinePeriodicJob& job, int64_t b, int64_t e) {
-    PeriodicRange<kScale, kShift, kStream>(job, b, e);
+    PeriodicRange<kScale, kShift, kStream, kCenter>(job, b, e);
   }
 };
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Affine kernels: y = x * scale + shift over a flat range of a dense float32 tensor.
+// Affine kernels: y = x * scale + shift (or (x - center) * scale + shift) over a flat range
+// of a dense float32 tensor.
 // No threads here: callers split [0, numel) into ranges and call these per range.
 #ifndef NORMKIT_CPU_KERNELS_AFFINE_H_
 #define NORMKIT_CPU_KERNELS_AFFINE_H_
@@ -11,8 +12,9 @@ namespace normkit {
 namespace kernels {
 
 // Which terms an affine applies; absent terms are skipped, not applied as 1 / 0,
-// so scale-only keeps -0.0 and shift-only never multiplies.
-enum class AffineTerms : int { kScaleShift, kScale, kShift, kCopy };
+// so scale-only keeps -0.0 and shift-only never multiplies. kCenterScaleShift:
+// (x - center) * scale + shift (batch norm with running means far from the spread).
+enum class AffineTerms : int { kScaleShift, kScale, kShift, kCopy, kCenterScaleShift };
 
 // Channels-first: the tensor is a sequence of planes of `plane_size` elements,
 // plane p using parameter index p % param_count (per channel: param_count = C;
@@ -28,6 +30,7 @@ struct AffineBroadcastJob {
   bool stream;       // non-temporal stores for the aligned body (outputs beyond the LLC)
   int64_t numel;     // of the whole tensor (ranges are parts of it): picks the plane walk
   bool from_memory;  // x larger than the last-level cache: picks the loop within a plane
+  const float* center = nullptr;  // kCenterScaleShift only, as scale
 };
 
 // Periodic parameters: element i of sample n uses rep[n][(i - n * sample_elems) % period],
@@ -49,6 +52,7 @@ struct AffinePeriodicJob {
   bool rows_per_load;
   bool in_cache = false;     // x fits the caches: no two halves in step
   bool from_memory = false;  // x larger than the last-level cache: picks the loop in a period
+  const float* center_rep = nullptr;  // kCenterScaleShift only, as scale_rep
 };
 
 void AffineBroadcast(const AffineBroadcastJob& job, int64_t begin, int64_t end);
