@@ -267,7 +267,7 @@ NORMKIT_API normkit_status normkit_batch_norm_fold(int64_t channels, const float
                                                    float* scale, float* shift);
 
 /* y = (x - mean[c]) / sqrt(var[c] + eps) * gamma[c] + beta[c], in one pass over x.
- * When every channel has |mean| <= 16 * sqrt(var + eps) this is the folded affine (the
+ * When every channel has |mean| <= 64 * sqrt(var + eps) this is the folded affine (the
  * scale / shift of normkit_batch_norm_fold, one FMA per element); otherwise the mean
  * is subtracted first, y = (x - mean) * scale + beta, at the same speed. Either way
  * the result is within 1e-5 of the output's scale (|gamma| + |beta|) of the exact
@@ -279,7 +279,7 @@ NORMKIT_API normkit_status normkit_batch_norm_fold(int64_t channels, const float
  *   for the context's stream, to check running_var (and, for the choice above,
  *   running_mean) on the host before y is written. To apply the same batch norm many times
  *   without that wait, fold it once with normkit_batch_norm_fold and call normkit_affine
- *   (exact while |mean| <= 16 std, see there).
+ *   (exact to 1e-5 while |mean| <= 64 std, see there).
  * Errors: those of normkit_batch_norm_fold and normkit_affine. */
 NORMKIT_API normkit_status normkit_batch_norm_inference(
     const normkit_context* context, const normkit_tensor* x, const float* gamma, const float* beta,

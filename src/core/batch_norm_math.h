@@ -8,10 +8,11 @@
 namespace normkit {
 
 // The folded form x * scale + (beta - mean * scale) rounds the shift to a float ulp of
-// mean * scale, so its error in units of the output's scale |gamma| grows with
-// |mean| / std. Up to kExactFoldRatio it stays under about 40 * 2^-24 (2.4e-6); beyond,
-// batch norm subtracts the mean first: (x - mean) * scale + beta.
-constexpr float kExactFoldRatio = 16.0f;
+// mean * scale, so its error in units of the output's scale |gamma| + |beta| grows with
+// |mean| / std, about 1.5 * 2^-24 * |mean| / std: up to kExactFoldRatio under 6e-6 (plus
+// a few ulps of the output); beyond, batch norm subtracts the mean first,
+// (x - mean) * scale + beta, which costs a third parameter stream.
+constexpr float kExactFoldRatio = 64.0f;
 
 // |mean| <= kExactFoldRatio * sqrt(var + eps), as (mean / ratio)^2 <= var + eps: no square
 // root, the ratio a power of two (an exact division), nothing on the right to overflow

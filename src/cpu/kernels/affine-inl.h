@@ -124,11 +124,11 @@ constexpr size_t kParamRegs = 8;
 
 // Whether a period of `vectors` vectors keeps every term AffinePeriodInRegisters
 // applies in registers (else only the shift, when it fits).
-// (Three terms, with a center, are never all held: the run loop loads them.)
+// With a center (three terms), "held" means the center and the shift, half the registers
+// each; the scale is then loaded per vector.
 template <bool kScale, bool kShift, bool kCenter = false>
 HWY_INLINE bool AllTermsHeld(size_t vectors) {
-  if constexpr (kCenter) return false;
-  return vectors <= (kScale && kShift ? kParamRegs / 2 : kParamRegs);
+  return vectors <= (kCenter || (kScale && kShift) ? kParamRegs / 2 : kParamRegs);
 }
 
 // The body of periodic spans whose period is at most kParamRegs vectors: the
@@ -141,31 +141,43 @@ HWY_INLINE bool AllTermsHeld(size_t vectors) {
 // stores (as in AffinePeriodicSpan). period is a multiple of Lanes; scale_rep /
 // shift_rep hold the period from the span's first element. Returns the elements
 // done (whole periods).
-template <bool kScale, bool kShift, bool kStream>
+// kCenter: the center and the shift held (half the registers each), the scale loaded
+// (from offsets precomputed for the step: a step may hold several short periods); periods
+// of more than half the registers hold the center alone and load the scale and shift.
+template <bool kScale, bool kShift, bool kStream, bool kCenter>
 HWY_INLINE size_t AffinePeriodInRegisters(const float* x, float* y, size_t n,
                                           const float* scale_rep, const float* shift_rep,
-                                          size_t period, bool from_memory) {
+                                          const float* center_rep, size_t period,
+                                          bool from_memory) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t lanes = hn::Lanes(d);
   const size_t vectors = period / lanes;
   size_t i = 0;
-  const auto body = [&](auto scale_held_tag) {
+  const auto body = [&](auto scale_held_tag, auto shift_held_tag) {
     constexpr bool kScaleHeld = decltype(scale_held_tag)::value;
-    // Registers per term: both terms held share the file.
-    constexpr size_t kCount = kScaleHeld && kScale && kShift ? kParamRegs / 2 : kParamRegs;
+    constexpr bool kShiftHeld = decltype(shift_held_tag)::value;  // false: kCenter only
+    // Registers per term: two terms held share the file.
+    constexpr size_t kCount =
+        (kCenter && kShiftHeld) || (kScaleHeld && kScale && kShift) ? kParamRegs / 2 : kParamRegs;
     const size_t step_vectors = vectors * (kCount / vectors);  // whole periods
     const size_t step = step_vectors * lanes;
-    V vscale[kCount], vshift[kCount];
+    V vscale[kCount], vshift[kCount], vcenter[kCount];
+    size_t scale_at[kCount];  // kCenter: where vector j's scale is in the period
     for (size_t j = 0; j < kCount; ++j) {
       const bool used = j < step_vectors;
       const size_t at = j * lanes % period;
       vscale[j] = kScale && kScaleHeld && used ? hn::LoadU(d, scale_rep + at) : hn::Zero(d);
-      vshift[j] = kShift && used ? hn::LoadU(d, shift_rep + at) : hn::Zero(d);
+      vshift[j] = kShift && kShiftHeld && used ? hn::LoadU(d, shift_rep + at) : hn::Zero(d);
+      vcenter[j] = kCenter && used ? hn::LoadU(d, center_rep + at) : hn::Zero(d);
+      scale_at[j] = at;
     }
     const auto apply = [&](auto xv, size_t j) {
-      const auto s = kScaleHeld || !kScale ? vscale[j] : hn::LoadU(d, scale_rep + j * lanes);
-      PutVector<kStream>(d, ApplyAffine<kScale, kShift>(xv, s, vshift[j], hn::Zero(d)),
+      // Without a center the scale is loaded only for periods of a step (at = j * lanes).
+      const size_t at = kCenter ? scale_at[j] : j * lanes;
+      const auto s = kScaleHeld || !kScale ? vscale[j] : hn::LoadU(d, scale_rep + at);
+      const auto b = kShiftHeld || !kShift ? vshift[j] : hn::LoadU(d, shift_rep + at);
+      PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xv, s, b, vcenter[j]),
                          y + i + j * lanes);
     };
     for (; n - i >= step; i += step) {
@@ -203,10 +215,17 @@ HWY_INLINE size_t AffinePeriodInRegisters(const float* x, float* y, size_t n,
       }
     }
   };
-  if (AllTermsHeld<kScale, kShift>(vectors) || !kScale) {
-    body(std::true_type());
+  if constexpr (kCenter) {
+    // The center and the shift held, or (longer periods) the center alone.
+    if (AllTermsHeld<kScale, kShift, kCenter>(vectors)) {
+      body(std::false_type(), std::true_type());
+    } else {
+      body(std::false_type(), std::false_type());
+    }
+  } else if (AllTermsHeld<kScale, kShift>(vectors) || !kScale) {
+    body(std::true_type(), std::true_type());
   } else {
-    body(std::false_type());
+    body(std::false_type(), std::true_type());
   }
   return i;
 }
@@ -306,7 +325,7 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
   // scale). Fixed for the span: decided once, not per run.
   const bool whole_vectors = period % lanes == 0;
   const size_t vectors = period / lanes;
-  const bool in_registers = !kCenter && whole_vectors && vectors <= kParamRegs;
+  const bool in_registers = whole_vectors && vectors <= kParamRegs;
   // DRAM-sized in-place or plain-store calls whose terms are not all held: two
   // halves in step (spans too short for that keep the shift in registers). Also when
   // they are held, from memory: 64x256x64x64 channels-last scale-only in place, one
@@ -320,11 +339,9 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
           kCenter ? center_rep + o : nullptr, period);
       if (i + lanes > n) break;
     } else if (in_registers && o < lanes && n - i >= period) {
-      if constexpr (!kCenter) {
-        i += AffinePeriodInRegisters<kScale, kShift, kStream>(
-            x + i, y + i, n - i, kScale ? scale_rep + o : nullptr, kShift ? shift_rep + o : nullptr,
-            period, from_memory);
-      }
+      i += AffinePeriodInRegisters<kScale, kShift, kStream, kCenter>(
+          x + i, y + i, n - i, kScale ? scale_rep + o : nullptr, kShift ? shift_rep + o : nullptr,
+          kCenter ? center_rep + o : nullptr, period, from_memory);
       if (i + lanes > n) break;
     } else if (rows_per_load && o < lanes && whole_vectors) {
       // Whole periods from offset o: rep[o, o + period) is inside the row. Four rows
