@@ -18,30 +18,6 @@ namespace {
 
 constexpr normkit_layout kLayouts[] = {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST};
 
-// Group statistics in double, two passes, from the definition (biased variance).
-struct Stats {
-  double mean, var;
-};
-
-Stats GroupStats(const std::vector<float>& x, int64_t n, int64_t g, int64_t C, int64_t S, int64_t G,
-                 bool channels_last) {
-  const int64_t Cg = C / G;
-  double sum = 0;
-  for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c) {
-    for (int64_t s = 0; s < S; ++s) sum += x[Offset(n, c, s, C, S, channels_last)];
-  }
-  const double count = static_cast<double>(Cg * S);
-  const double mean = sum / count;
-  double m2 = 0;
-  for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c) {
-    for (int64_t s = 0; s < S; ++s) {
-      const double d = x[Offset(n, c, s, C, S, channels_last)] - mean;
-      m2 += d * d;
-    }
-  }
-  return {mean, m2 / count};
-}
-
 // Group norm of x (logical [N, C, S]) against the double reference: every output within
 // `rel` of the output's scale (|gamma| + |beta|), and mean_out / rstd_out within float
 // rounding of the reference's.
@@ -51,6 +27,8 @@ void CheckGroupNorm(const std::vector<float>& x, int64_t N, int64_t C, int64_t S
   const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST;
   const std::vector<int64_t> shape = {N, C, S};
   std::vector<float> xs = x, y(x.size()), mean(N * G), rstd(N * G);
+  const NormReference want = ReferenceGroupNorm(x, N, C, S, G, cl, gamma.data(), beta.data(), eps,
+                                                NORMKIT_ACTIVATION_NONE);
   for (int threads : {1, 2}) {
     Context ctx(threads);
     for (bool in_place : {false, true}) {
@@ -64,18 +42,17 @@ void CheckGroupNorm(const std::vector<float>& x, int64_t N, int64_t C, int64_t S
           << normkit_last_error();
       for (int64_t n = 0; n < N; ++n) {
         for (int64_t g = 0; g < G; ++g) {
-          const Stats st = GroupStats(x, n, g, C, S, G, cl);
-          const double r = 1.0 / std::sqrt(st.var + eps);
-          EXPECT_NEAR(mean[n * G + g], st.mean, 2e-7 * std::fabs(st.mean) + 1e-6 / r)
+          const double m = want.mean[n * G + g], r = want.rstd[n * G + g];
+          EXPECT_NEAR(mean[n * G + g], m, 2e-7 * std::fabs(m) + 1e-6 / r)
               << what << " mean n=" << n << " g=" << g;
           EXPECT_NEAR(rstd[n * G + g], r, 1e-6 * r) << what << " rstd n=" << n << " g=" << g;
           for (int64_t c = g * (C / G); c < (g + 1) * (C / G); ++c) {
             for (int64_t s = 0; s < S; ++s) {
               const int64_t i = Offset(n, c, s, C, S, cl);
-              const double want = (x[i] - st.mean) * r * gamma[c] + beta[c];
               const double tol = rel * (std::fabs(gamma[c]) + std::fabs(beta[c])) + 1e-30;
-              ASSERT_NEAR(out[i], want, tol) << what << " n=" << n << " c=" << c << " s=" << s
-                                             << " threads=" << threads << " in_place=" << in_place;
+              ASSERT_NEAR(out[i], want.y[i], tol)
+                  << what << " n=" << n << " c=" << c << " s=" << s << " threads=" << threads
+                  << " in_place=" << in_place;
             }
           }
         }
@@ -273,14 +250,16 @@ void CheckRows(const std::vector<float>& x, int64_t rows, int64_t D, const char*
   ASSERT_EQ(normkit_layer_norm(nullptr, &xt, gamma.data(), beta.data(), 1e-5f, &yt, mean.data(),
                                rstd.data()),
             NORMKIT_SUCCESS);
+  // A row is a group of D channels at one position.
+  const NormReference want = ReferenceGroupNorm(x, rows, D, 1, 1, false, gamma.data(), beta.data(),
+                                                1e-5, NORMKIT_ACTIVATION_NONE);
   for (int64_t r = 0; r < rows; ++r) {
-    const Stats st = GroupStats(x, r, 0, D, 1, 1, true);
-    const double rs = 1.0 / std::sqrt(st.var + 1e-5);
-    EXPECT_NEAR(mean[r], st.mean, 2e-7 * std::fabs(st.mean) + 1e-6 / rs) << what << " row " << r;
+    const double m = want.mean[r], rs = want.rstd[r];
+    EXPECT_NEAR(mean[r], m, 2e-7 * std::fabs(m) + 1e-6 / rs) << what << " row " << r;
     EXPECT_NEAR(rstd[r], rs, 1e-6 * rs) << what << " row " << r;
     for (int64_t d = 0; d < D; ++d) {
-      const double want = (x[r * D + d] - st.mean) * rs * gamma[d] + beta[d];
-      ASSERT_NEAR(y[r * D + d], want, 2e-5 * (std::fabs(gamma[d]) + std::fabs(beta[d])))
+      ASSERT_NEAR(y[r * D + d], want.y[r * D + d],
+                  2e-5 * (std::fabs(gamma[d]) + std::fabs(beta[d])))
           << what << " layer norm row " << r << " d " << d;
     }
   }
