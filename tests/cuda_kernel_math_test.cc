@@ -79,6 +79,29 @@ TEST(CudaKernelMath, AffineGridMatchesReference) {
   }
 }
 
+// Batch norm's mean-first form on the 64-bit kernel: (x - center) * scale + shift per
+// channel, exact when the centers are 10^6 times the spread.
+TEST(CudaKernelMath, AffineWithCenterMatchesReference) {
+  for (bool cl : {false, true}) {
+    const int64_t N = 2, C = 7, S = 1000;
+    std::vector<float> center = RandomVector(C, 4), x = RandomVector(N * C * S, 5);
+    for (float& c : center) c *= 1e6f;
+    for (int64_t i = 0; i < N * C * S; ++i) x[i] += center[cl ? i % C : (i / S) % C];
+    const std::vector<float> scale = RandomVector(C, 6), shift = RandomVector(C, 7);
+    std::vector<float> y(x.size(), NAN);
+    const AffineShape shape = AffineShape::Of(C, S, false, cl);
+    for (int64_t block = 0; block < N * shape.chunks; ++block)
+      for (int64_t t = 0; t < kThreads; ++t)
+        normkit::cuda::AffineThread(x.data(), y.data(), scale.data(), shift.data(), shape, block,
+                                    t, kThreads, center.data());
+    for (int64_t i = 0; i < N * C * S; ++i) {
+      const int64_t c = cl ? i % C : (i / S) % C;
+      const double want = (static_cast<double>(x[i]) - center[c]) * scale[c] + shift[c];
+      ASSERT_NEAR(y[i], want, 4 * 1.2e-7 * (std::fabs(want) + 8.0)) << "element " << i;
+    }
+  }
+}
+
 // The CUDA norm: PlanNorm's chunks, each block's threads, the in-order merge, then the
 // apply pass; `multiprocessors` steers the plan as the GPU's size does.
 // The flat plan's block of one unit: pass 1 of every thread, the retry about the mean if
