@@ -1,24 +1,30 @@
 #!/usr/bin/env bash
 # Hostile-input checks, bounded in time (part of the test command):
-#  1. the test suite under AddressSanitizer + UndefinedBehaviorSanitizer (OpenMP and
-#     pool backends; the fuzzers below use the serial one);
+#  1. the test suite under AddressSanitizer + UndefinedBehaviorSanitizer (OpenMP
+#     backend; the pool backend's threads run under TSan below, the fuzzers use the serial
+#     one);
 #  2. the concurrency, determinism, validation and thread-pool tests under
 #     ThreadSanitizer, pool backend: the callers' own threads racing through every op
 #     while normkit's own workers run the parts of each call. (Debian's libgomp and
 #     libtbb are not TSan-instrumented, so TSan reports their internal work stealing as
 #     races, e.g. tbb/partitioner.h check_being_stolen; those backends are covered by the
 #     bitwise determinism tests instead.)
-#  3. each libFuzzer target (clang, ASan + UBSan) for FUZZ_SECONDS (default 45) from its
+#  3. each libFuzzer target (clang, ASan + UBSan) for FUZZ_SECONDS (default 30) from its
 #     seed corpus fuzz/corpus/<target>.tar.gz (if it has one), printing how many
 #     executions ran. fuzz_values compares values with a double reference.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 jobs=$(nproc)
-fuzz_seconds=${FUZZ_SECONDS:-45}
-common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DNORMKIT_BUILD_BENCH=OFF -DNORMKIT_BUILD_EXAMPLES=OFF)
+fuzz_seconds=${FUZZ_SECONDS:-30}
+# Only the SIMD targets this machine can run: the others' kernels could not be run under the
+# sanitizers here, and compiling them doubled each build (AVX-512 on a CPU without it).
+common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DNORMKIT_BUILD_BENCH=OFF -DNORMKIT_BUILD_EXAMPLES=OFF
+        -DNORMKIT_SKIP_UNRUNNABLE_TARGETS=ON)
 
-for backend in OPENMP POOL; do
+# (The pool backend under ASan as well took 20 minutes of CI for no path the OpenMP one and
+# the pool's TSan run below do not cover.)
+for backend in OPENMP; do
   dir="build-asan-${backend,,}"
   echo "=== ASan + UBSan, ${backend} (${dir})"
   cmake -S . -B "$dir" "${common[@]}" -DNORMKIT_THREADING="$backend" \
