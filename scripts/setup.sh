@@ -3,7 +3,8 @@
 # Sourced or run by run_demo.sh and run_tests.sh; safe to run again.
 set -euo pipefail
 PACKAGES=(cmake make g++ pkg-config libhwy-dev libtbb-dev libeigen3-dev libgtest-dev
-          libbenchmark-dev python3 python3-numpy clang libclang-rt-14-dev)
+          libbenchmark-dev python3 python3-numpy clang libclang-rt-14-dev libomp-dev
+          ccache)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

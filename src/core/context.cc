@@ -29,10 +29,7 @@ int32_t DefaultNumThreads() {
 std::unique_ptr<normkit_context> MakeContext(int32_t num_threads) {
   auto context = std::make_unique<normkit_context>();
   context->num_threads = num_threads > 0 ? num_threads : DefaultNumThreads();
-#if defined(NORMKIT_THREADING_TBB)
-  context->arena = std::make_unique<tbb::task_arena>(context->num_threads);
-  context->arena->initialize();
-#endif
+  context->threading.reset(NewThreadingState(context->num_threads));
   return context;
 }
 

@@ -8,18 +8,24 @@
 
 #include "normkit/normkit.h"
 
-#if defined(NORMKIT_THREADING_TBB)
-#include <tbb/task_arena.h>
-#endif
+namespace normkit {
+// What the threading backend keeps per context (TBB: an arena capped at num_threads),
+// defined in core/parallel.cc: only that file and context.cc depend on the backend, so
+// every other object file is the same whichever backend is built.
+struct ThreadingState;
+struct ThreadingStateDeleter {
+  void operator()(ThreadingState* state) const;
+};
+// A backend's state for a context of `num_threads` (nullptr when it keeps none).
+// Throws std::bad_alloc.
+ThreadingState* NewThreadingState(int32_t num_threads);
+}  // namespace normkit
 
 struct normkit_context {
   int32_t num_threads = 1;
   // cudaStream_t for calls on CUDA tensors; nullptr is the default stream.
   void* cuda_stream = nullptr;
-#if defined(NORMKIT_THREADING_TBB)
-  // An arena capped at num_threads; execute() on it is safe from many threads.
-  std::unique_ptr<tbb::task_arena> arena;
-#endif
+  std::unique_ptr<normkit::ThreadingState, normkit::ThreadingStateDeleter> threading;
 };
 
 namespace normkit {

@@ -18,6 +18,26 @@
 #endif
 
 namespace normkit {
+
+struct ThreadingState {
+#if defined(NORMKIT_THREADING_TBB)
+  // execute() on an arena is safe from many threads.
+  explicit ThreadingState(int32_t num_threads) : arena(num_threads) { arena.initialize(); }
+  tbb::task_arena arena;
+#endif
+};
+
+void ThreadingStateDeleter::operator()(ThreadingState* state) const { delete state; }
+
+ThreadingState* NewThreadingState(int32_t num_threads) {
+#if defined(NORMKIT_THREADING_TBB)
+  return new ThreadingState(num_threads);
+#else
+  (void)num_threads;
+  return nullptr;
+#endif
+}
+
 namespace {
 
 // Carries the first exception a task throws out of an OpenMP region (where an
@@ -99,7 +119,7 @@ void ParallelFor(const normkit_context& context, int64_t num_tasks,
     return;
   }
 #if defined(NORMKIT_THREADING_TBB)
-  context.arena->execute([&] {
+  context.threading->arena.execute([&] {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, num_tasks, 1),
                       [&](const tbb::blocked_range<int64_t>& range) {
                         for (int64_t task = range.begin(); task < range.end(); ++task) body(task);
@@ -126,7 +146,7 @@ void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
     return;
   }
 #if defined(NORMKIT_THREADING_TBB)
-  context.arena->execute([&] {
+  context.threading->arena.execute([&] {
     tbb::parallel_for(
         tbb::blocked_range<int64_t>(0, num_tasks, 1),
         [&](const tbb::blocked_range<int64_t>& range) { body(range.begin(), range.end()); });
@@ -159,7 +179,7 @@ void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
 int64_t ParallelWorkers(const normkit_context& context, int64_t num_tasks) {
   if (num_tasks <= 1 || context.num_threads <= 1) return 1;
 #if defined(NORMKIT_THREADING_TBB)
-  return context.arena->max_concurrency();  // a thread's slot in the arena
+  return context.threading->arena.max_concurrency();  // a thread's slot in the arena
 #elif defined(NORMKIT_THREADING_OPENMP) || defined(NORMKIT_THREADING_POOL)
   return num_tasks < context.num_threads ? num_tasks : context.num_threads;
 #else
@@ -175,7 +195,7 @@ void ParallelForWorkers(const normkit_context& context, int64_t num_tasks,
     return;
   }
 #if defined(NORMKIT_THREADING_TBB)
-  context.arena->execute([&] {
+  context.threading->arena.execute([&] {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, num_tasks, 1),
                       [&](const tbb::blocked_range<int64_t>& range) {
                         // The slot of this thread in the context's arena: unique among the
