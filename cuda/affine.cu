@@ -76,7 +76,7 @@ __global__ void AffineFlatKernel(const float* x, float* y, const float* center, 
 }
 
 // scale = gamma / sqrt(var + eps), shift = beta - mean * scale in float:
-// fold::BatchNormScaleShift's formula, with the _rn intrinsics so that nvcc cannot
+// cpu::BatchNormScaleShift's formula, with the _rn intrinsics so that nvcc cannot
 // contract it into an FMA the CPU does not use (same bits as the CPU fold).
 // Centered (running means far from the spread, FoldsExactly false): shift = beta, for
 // (x - mean) * scale + beta.

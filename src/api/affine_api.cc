@@ -7,20 +7,6 @@
 #include "cuda/ops.h"
 #include "normkit/normkit.h"
 
-namespace normkit {
-
-normkit_status ValidateUnaryTensors(const char* op, const normkit_tensor* x,
-                                    const normkit_tensor* y, TensorView* xv, TensorView* yv) {
-  NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "x", x, xv));
-  NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "y", y, yv));
-  NORMKIT_RETURN_IF_ERROR(CheckSameTensorShape(op, *xv, *yv));
-  NORMKIT_RETURN_IF_ERROR(CheckSameDevice(op, *xv, "x", *yv, "y"));
-  NORMKIT_RETURN_IF_ERROR(CheckInPlaceOrDisjoint(op, *xv, *yv));
-  return CheckFloat32(op, "x", *xv);
-}
-
-}  // namespace normkit
-
 extern "C" NORMKIT_API normkit_status normkit_affine(const normkit_context* context,
                                                      const normkit_tensor* x, const float* scale,
                                                      const float* shift, int32_t param_kind,

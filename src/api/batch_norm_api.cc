@@ -9,7 +9,7 @@
 #include "core/tensor.h"
 #include "cpu/batch_norm.h"
 #include "cuda/ops.h"
-#include "fold/fold.h"
+#include "cpu/fold.h"
 #include "normkit/normkit.h"
 
 namespace normkit {
@@ -17,14 +17,14 @@ namespace normkit {
 namespace {
 
 normkit_status ValidateVariance(const char* op, int64_t channels, const float* var) {
-  const int64_t c = fold::FirstInvalidVariance(channels, var);
+  const int64_t c = cpu::FirstInvalidVariance(channels, var);
   if (c == channels) return NORMKIT_SUCCESS;
   return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: running_var[%lld] = %g, must be finite and >= 0",
               op, static_cast<long long>(c), static_cast<double>(var[c]));
 }
 
 normkit_status ValidateBatchNormParams(const char* op, int64_t channels,
-                                       const fold::BatchNormParams& bn) {
+                                       const BatchNormParams& bn) {
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_mean", bn.mean));
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_var", bn.var));
   NORMKIT_RETURN_IF_ERROR(CheckElementAligned(op, "gamma", bn.gamma, sizeof(float)));
@@ -40,7 +40,7 @@ normkit_status ValidateBatchNormParams(const char* op, int64_t channels,
 // validation as on CPU before it writes y.
 normkit_status BatchNormInferenceCuda(const char* op, const normkit_context* context,
                                       const TensorView& x, const TensorView& y,
-                                      const fold::BatchNormParams& bn) {
+                                      const BatchNormParams& bn) {
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_mean", bn.mean));
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "running_var", bn.var));
   NORMKIT_RETURN_IF_ERROR(CheckEps(op, bn.eps));
@@ -75,7 +75,7 @@ normkit_status CheckChannels(const char* op, const char* name, int64_t value) {
 // fine: each channel's inputs are all read before its outputs are written (the fold
 // kernel, and the double scale / shift of FoldBatchNormIntoConv, made before any write).
 normkit_status CheckOutputVsBatchNorm(const char* op, const char* name, const float* out,
-                                      int64_t count, const fold::BatchNormParams& bn) {
+                                      int64_t count, const BatchNormParams& bn) {
   NORMKIT_RETURN_IF_ERROR(
       CheckSameOrDisjoint(op, name, out, count, "gamma", bn.gamma, count, true));
   NORMKIT_RETURN_IF_ERROR(CheckSameOrDisjoint(op, name, out, count, "beta", bn.beta, count, true));
@@ -87,7 +87,7 @@ normkit_status CheckOutputVsBatchNorm(const char* op, const char* name, const fl
 normkit_status FoldIntoConv(const char* op, float* weight, int64_t out_channels,
                             int64_t in_channels, int64_t groups, int64_t kernel_elems,
                             int32_t weight_order, const float* bias, float* folded_bias,
-                            const fold::BatchNormParams& bn) {
+                            const BatchNormParams& bn) {
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "weight", weight));
   NORMKIT_RETURN_IF_ERROR(CheckNotNull(op, "folded_bias", folded_bias));
   NORMKIT_RETURN_IF_ERROR(CheckChannels(op, "out_channels", out_channels));
@@ -131,11 +131,11 @@ normkit_status FoldIntoConv(const char* op, float* weight, int64_t out_channels,
   NORMKIT_RETURN_IF_ERROR(
       CheckSameOrDisjoint(op, "weight", weight, weight_count, "running_var", bn.var, O, false));
 
-  fold::ConvShape shape{out_channels, in_channels, groups, kernel_elems,
+  cpu::ConvShape shape{out_channels, in_channels, groups, kernel_elems,
                         weight_order == NORMKIT_CONV_WEIGHT_OIHW
-                            ? fold::ConvWeightOrder::kOIHW
-                            : fold::ConvWeightOrder::kIOHWTransposed};
-  fold::FoldBatchNormIntoConv(shape, weight, bias, folded_bias, bn);
+                            ? cpu::ConvWeightOrder::kOIHW
+                            : cpu::ConvWeightOrder::kIOHWTransposed};
+  cpu::FoldBatchNormIntoConv(shape, weight, bias, folded_bias, bn);
   return NORMKIT_SUCCESS;
 }
 
@@ -154,13 +154,13 @@ NORMKIT_API normkit_status normkit_batch_norm_fold(int64_t channels, const float
     NORMKIT_RETURN_IF_ERROR(CheckChannels(kOp, "channels", channels));
     NORMKIT_RETURN_IF_ERROR(CheckNotNull(kOp, "scale", scale));
     NORMKIT_RETURN_IF_ERROR(CheckNotNull(kOp, "shift", shift));
-    const fold::BatchNormParams bn{gamma, beta, running_mean, running_var, eps};
+    const BatchNormParams bn{gamma, beta, running_mean, running_var, eps};
     NORMKIT_RETURN_IF_ERROR(ValidateBatchNormParams(kOp, channels, bn));
     NORMKIT_RETURN_IF_ERROR(
         CheckSameOrDisjoint(kOp, "scale", scale, channels, "shift", shift, channels, false));
     NORMKIT_RETURN_IF_ERROR(CheckOutputVsBatchNorm(kOp, "scale", scale, channels, bn));
     NORMKIT_RETURN_IF_ERROR(CheckOutputVsBatchNorm(kOp, "shift", shift, channels, bn));
-    fold::BatchNormScaleShift(channels, bn, scale, shift);
+    cpu::BatchNormScaleShift(channels, bn, scale, shift);
     return NORMKIT_SUCCESS;
   });
 }
@@ -173,7 +173,7 @@ NORMKIT_API normkit_status normkit_batch_norm_inference(
   return Guarded(kOp, [&] {
     TensorView xv, yv;
     NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(kOp, x, y, &xv, &yv));
-    const fold::BatchNormParams bn{gamma, beta, running_mean, running_var, eps};
+    const BatchNormParams bn{gamma, beta, running_mean, running_var, eps};
     // y is written while the parameters are read (folded per range, on other threads).
     const int64_t C = xv.channels;
     NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(kOp, "gamma", gamma, C, yv));

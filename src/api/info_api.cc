@@ -8,7 +8,7 @@
 #include "core/context.h"
 #include "core/error.h"
 #include "core/parallel.h"
-#include "cpu/kernels/affine.h"
+#include "cpu/info.h"
 #include "cuda/ops.h"
 #include "normkit/normkit.h"
 
@@ -43,7 +43,7 @@ NORMKIT_API const char* normkit_version_string(void) {
 }
 
 NORMKIT_API const char* normkit_simd_target(void) {
-  return normkit::kernels::DispatchedTargetName();
+  return normkit::cpu::SimdTargetName();
 }
 
 NORMKIT_API const char* normkit_threading_backend(void) {

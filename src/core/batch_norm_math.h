@@ -1,11 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
-// When batch-norm inference may apply its folded form, shared by the CPU and CUDA paths.
+// Batch-norm inference parameters, and when its folded form may be applied; shared by the
+// CPU and CUDA paths.
 #ifndef NORMKIT_CORE_BATCH_NORM_MATH_H_
 #define NORMKIT_CORE_BATCH_NORM_MATH_H_
 
 #include "core/host_device.h"
 
 namespace normkit {
+
+// Running statistics and affine parameters of an inference batch norm, per channel.
+struct BatchNormParams {
+  const float* gamma;  // null: 1
+  const float* beta;   // null: 0
+  const float* mean;
+  const float* var;
+  float eps;
+};
+
 
 // The folded form x * scale + (beta - mean * scale) rounds the shift to a float ulp of
 // mean * scale, so its error in units of the output's scale |gamma| + |beta| grows with

@@ -113,7 +113,7 @@ class FoldedParams {
   static constexpr int64_t kStackChannels = 1024;
 
   // Channels (first + j) % C for j < count: at most two runs of the C channels.
-  FoldedParams(const fold::BatchNormParams& bn, bool centered, int64_t C, int64_t first,
+  FoldedParams(const BatchNormParams& bn, bool centered, int64_t C, int64_t first,
                int64_t count) {
     float* out = on_stack_;
     if (count > kStackChannels) {
@@ -133,11 +133,11 @@ class FoldedParams {
 
  private:
   // Channels [first, first + count) into the arrays from `at` on.
-  void FoldRun(const fold::BatchNormParams& bn, int64_t first, int64_t count, int64_t at) {
-    const fold::BatchNormParams run{bn.gamma ? bn.gamma + first : nullptr,
+  void FoldRun(const BatchNormParams& bn, int64_t first, int64_t count, int64_t at) {
+    const BatchNormParams run{bn.gamma ? bn.gamma + first : nullptr,
                                     bn.beta ? bn.beta + first : nullptr, bn.mean + first,
                                     bn.var + first, bn.eps};
-    fold::BatchNormScaleShift(count, run, scale_ + at, shift_ + at);
+    cpu::BatchNormScaleShift(count, run, scale_ + at, shift_ + at);
     if (center_ == nullptr) return;
     std::copy(run.mean, run.mean + count, center_ + at);
     if (run.beta) {

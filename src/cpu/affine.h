@@ -6,7 +6,7 @@
 #include "core/context.h"
 #include "core/tensor.h"
 #include "cpu/memory_plan.h"
-#include "fold/fold.h"
+#include "cpu/fold.h"
 
 namespace normkit {
 namespace cpu {
@@ -17,7 +17,7 @@ struct AffineParams {
   bool per_sample = false;       // N * C (row-major) instead of C
   // Batch norm: scale and shift are not given but folded from these (per channel)
   // by each range, for the channels it reads, on the thread that reads them.
-  const fold::BatchNormParams* fold_from = nullptr;
+  const BatchNormParams* fold_from = nullptr;
   // With fold_from: y = (x - mean) * scale + beta instead of the folded x * scale + shift
   // (running means far from the spread, whose digits the folded shift would lose).
   bool centered = false;

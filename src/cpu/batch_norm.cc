@@ -7,7 +7,7 @@
 namespace normkit {
 namespace cpu {
 void BatchNormInference(const normkit_context& context, const TensorView& x, const TensorView& y,
-                        const fold::BatchNormParams& bn) {
+                        const BatchNormParams& bn) {
   // The affine folds the parameters per range, on the threads that read them; running
   // means far from the spread are subtracted first (kernels::FoldIsExact).
   AffineParams params;

@@ -6,14 +6,14 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
-#include "fold/fold.h"
+#include "cpu/fold.h"
 
 namespace normkit {
 namespace cpu {
 
 // Throws std::bad_alloc before writing anything if scratch fails.
 void BatchNormInference(const normkit_context& context, const TensorView& x, const TensorView& y,
-                        const fold::BatchNormParams& bn);
+                        const BatchNormParams& bn);
 
 }  // namespace cpu
 }  // namespace normkit

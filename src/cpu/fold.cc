@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "fold/fold.h"
+#include "cpu/fold.h"
 
 #include <cmath>
 #include <vector>
@@ -7,7 +7,7 @@
 #include "cpu/kernels/batch_norm_fold.h"
 
 namespace normkit {
-namespace fold {
+namespace cpu {
 namespace {
 
 // Folding into a layer's weights runs once per model, so it keeps the double
@@ -68,5 +68,5 @@ void FoldBatchNormIntoConv(const ConvShape& shape, float* weight, const float* b
   }
 }
 
-}  // namespace fold
+}  // namespace cpu
 }  // namespace normkit

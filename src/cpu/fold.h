@@ -1,21 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Folding inference batch norm into a scale / shift, and into the layer before it.
 // Arguments are validated by the caller (src/api); these functions only compute.
-#ifndef NORMKIT_FOLD_FOLD_H_
-#define NORMKIT_FOLD_FOLD_H_
+#ifndef NORMKIT_CPU_FOLD_H_
+#define NORMKIT_CPU_FOLD_H_
 
 #include <cstdint>
 
-namespace normkit {
-namespace fold {
+#include "core/batch_norm_math.h"
 
-struct BatchNormParams {
-  const float* gamma;  // null: 1
-  const float* beta;   // null: 0
-  const float* mean;
-  const float* var;
-  float eps;
-};
+namespace normkit {
+namespace cpu {
 
 // scale = gamma / sqrt(var + eps), shift = beta - mean * scale, in float, each
 // operation correctly rounded (no FMA): the same bits on every target and on CUDA.
@@ -42,7 +36,7 @@ struct ConvShape {
 void FoldBatchNormIntoConv(const ConvShape& shape, float* weight, const float* bias,
                            float* folded_bias, const BatchNormParams& bn);
 
-}  // namespace fold
+}  // namespace cpu
 }  // namespace normkit
 
-#endif  // NORMKIT_FOLD_FOLD_H_
+#endif  // NORMKIT_CPU_FOLD_H_
