@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cpu/kernels/store-inl.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -47,21 +48,6 @@ HWY_INLINE void AffineOne(const float* x, float* y, float scale, float shift, fl
   hn::StoreU(ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d1, x), hn::Set(d1, scale),
                                                   hn::Set(d1, shift), hn::Set(d1, center)),
              d1, y);
-}
-
-template <class D>
-HWY_INLINE bool IsVectorAligned(D d, const float* p) {
-  return reinterpret_cast<uintptr_t>(p) % (hn::Lanes(d) * sizeof(float)) == 0;
-}
-
-// Stores one vector, non-temporally when kStream (then y must be vector aligned).
-template <bool kStream, class D, class V>
-HWY_INLINE void PutVector(D d, V v, float* y) {
-  if constexpr (kStream) {
-    hn::Stream(v, d, y);
-  } else {
-    hn::StoreU(v, d, y);
-  }
 }
 
 // Splices a per-plane parameter into a vector whose lanes cross plane boundaries:

@@ -12,6 +12,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep: must precede highway.h
 #include "hwy/highway.h"
 // clang-format on
+#include "cpu/kernels/store-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace normkit {
@@ -390,15 +391,6 @@ int64_t SkewMaxChannelsT() {
   return 4 * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
 }
 
-template <bool kStream, class D, class V, class T>
-HWY_INLINE void Put(D d, V v, T* y) {
-  if constexpr (kStream && hn::MaxLanes(D()) > 1) {
-    hn::Stream(v, d, y);
-  } else {
-    hn::StoreU(v, d, y);
-  }
-}
-
 template <bool kStream, class T>
 void ScaledProductT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RESTRICT m, T s,
                     size_t n) {
@@ -407,11 +399,11 @@ void ScaledProductT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RES
   const size_t N = hn::Lanes(d);
   const auto one = [&](auto dt, size_t i) {
     const auto v = hn::Set(dt, s) * hn::LoadU(dt, x + i);
-    Put<kStream>(dt, m ? v * hn::LoadU(dt, m + i) : v, y + i);
+    PutVector<kStream>(dt, m ? v * hn::LoadU(dt, m + i) : v, y + i);
   };
   size_t i = 0;
   if constexpr (kStream) {  // Stream needs aligned addresses: peel to the next one
-    for (; i < n && reinterpret_cast<uintptr_t>(y + i) % (N * sizeof(T)) != 0; ++i) one(d1, i);
+    for (; i < n && !IsVectorAligned(d, y + i); ++i) one(d1, i);
   }
   for (; i + N <= n; i += N) one(d, i);
   for (; i < n; ++i) one(d1, i);
@@ -434,12 +426,12 @@ void PhasesAdjointT(const ShiftSumPhaseAdjointRow<T>& s) {
         hn::StoreU(hn::MulAdd(a, hn::LoadU(dt, src + i), hn::LoadU(dt, dst + i)), dt, dst + i);
       } else {
         const auto v = hn::Set(dt, s.scale) * hn::LoadU(dt, src + i);
-        Put<kStream>(dt, s.m ? v * hn::Set(dt, mt) : v, dst + i);
+        PutVector<kStream>(dt, s.m ? v * hn::Set(dt, mt) : v, dst + i);
       }
     };
     size_t i = 0;
     if constexpr (kStream) {  // Stream needs aligned addresses: peel to the next one
-      for (; i < C && reinterpret_cast<uintptr_t>(dst + i) % (N * sizeof(T)) != 0; ++i) one(d1, i);
+      for (; i < C && !IsVectorAligned(d, dst + i); ++i) one(d1, i);
     }
     for (; i + N <= C; i += N) one(d, i);
     for (; i < C; ++i) one(d1, i);
@@ -603,7 +595,7 @@ HWY_INLINE void FromPlanesWalk(int64_t pixels, int64_t channels, T* HWY_RESTRICT
       hn::Vec<DTile<T>> r[K];
       for (int64_t k = 0; k < K; ++k) r[k] = value(d, c + k, w);
       TransposeTile(d, r);
-      for (int64_t k = 0; k < K; ++k) Put<kStream>(d, r[k], xw + k * channels + c);
+      for (int64_t k = 0; k < K; ++k) PutVector<kStream>(d, r[k], xw + k * channels + c);
     }
     for (; c < channels; ++c) {
       for (int64_t k = 0; k < K; ++k) one(w + k, c);
