@@ -468,7 +468,7 @@ NORMKIT_API normkit_status normkit_shift_sum_adjoint(const normkit_context* cont
 
 /* Normalizer Phi_s[h, w'] = sum_c Phi_c[h, w']^2 over the positions channel c covers
  * (the diagonal of A A^T is s^2 Phi_s); without a mask, the count of channels covering
- * each position (seed 003's alpha). x gives the shape only: its data is not read and may
+ * each position (the alpha of coded-aperture reconstruction codes). x gives the shape only: its data is not read and may
  * be NULL.
  * phi_s: [H', W'] values of x's dtype, or [B, H', W'] for per-sample masks. */
 NORMKIT_API normkit_status normkit_shift_sum_normalizer(const normkit_context* context,
