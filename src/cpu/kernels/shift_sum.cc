@@ -700,134 +700,53 @@ void AxpyT(T* HWY_RESTRICT x, const T* HWY_RESTRICT r, const T* HWY_RESTRICT m, 
   });
 }
 
-// Exported entry points, one per (kernel, type): HWY_EXPORT takes plain functions.
-void AccumulateF(float* y, const float* x, const float* m, int64_t n) {
-  AccumulateT(y, x, m, n);
+// The entry points of one stored type T, as a table of function pointers: HWY_EXPORT takes
+// plain functions, so one exported function per type returns its table (a new storage type
+// adds one line here and one in the dispatch below, no kernel body).
+template <class T>
+const ShiftSumKernelTable<T>* KernelTableT() {
+  static constexpr ShiftSumKernelTable<T> kTable = {
+      [](T* y, const T* x, const T* m, int64_t n) { AccumulateT(y, x, m, n); },
+      [](const ShiftSumTile<T>& tile) { AccumulateTileT(tile); },
+      [](const ShiftSumPlanesRow<T>& row) { SumPlanesT(row); },
+      [](const ShiftSumSkewRows<T>& rows) { SkewAnyT(rows); },
+      [] { return SkewMaxChannelsT<T>(); },
+      [](const ShiftSumPhaseRow<T>& row) { PhasesT(row); },
+      [](const ShiftSumPhaseAdjointRow<T>& row) {
+        row.update   ? PhasesAdjointT<false, true>(row)
+        : row.stream ? PhasesAdjointT<true, false>(row)
+                     : PhasesAdjointT<false, false>(row);
+      },
+      [](const ShiftSumSkewAxpyRows<T>& rows) { SkewAxpyAnyT(rows); },
+      [] { return SkewAxpyMinChannelsT<T>(); },
+      [](T* y, const T* x, const T* m, T s, int64_t n, bool stream) {
+        stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);
+      },
+      [](const T* x, int64_t pixels, int64_t channels, int64_t pixel_stride, T* planes,
+         int64_t plane_stride, const T* prefetch, int64_t prefetch_count) {
+        ToPlanesT(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch,
+                  prefetch_count);
+      },
+      [](const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s, int64_t pixels,
+         int64_t channels, T* x, bool stream) {
+        FromPlanesAny(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
+      },
+      [](const T* planes, int64_t plane_stride, const T* r, int64_t r_step, const T* m,
+         int64_t m_stride, T a, int64_t pixels, int64_t channels, T* x) {
+        FromPlanesAxpyT(planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels, x);
+      },
+      [](T* y, T s, int64_t n) { ScaleT(y, s, n); },
+      [](T* p, const T* m, int64_t n) { AddSquaresT(p, m, n); },
+      [](T* z, const T* y, const T* p, T a, T b, int64_t n) { DivideT(z, y, p, a, b, n); },
+      [](T* z, const T* r, int64_t n) { ResidualT(z, r, n); },
+      [](T* x, const T* z, const T* m, int64_t n) { DivideByMaskT(x, z, m, n); },
+      [](T* x, const T* r, const T* m, T a, int64_t n) { AxpyT(x, r, m, a, n); },
+  };
+  return &kTable;
 }
-void AccumulateD(double* y, const double* x, const double* m, int64_t n) {
-  AccumulateT(y, x, m, n);
-}
-void AccumulateTileF(const ShiftSumTile<float>& tile) {
-  AccumulateTileT(tile);
-}
-void AccumulateTileD(const ShiftSumTile<double>& tile) {
-  AccumulateTileT(tile);
-}
-void PhasesF(const ShiftSumPhaseRow<float>& row) {
-  PhasesT(row);
-}
-void PhasesD(const ShiftSumPhaseRow<double>& row) {
-  PhasesT(row);
-}
-void PhasesAdjointF(const ShiftSumPhaseAdjointRow<float>& row) {
-  row.update   ? PhasesAdjointT<false, true>(row)
-  : row.stream ? PhasesAdjointT<true, false>(row)
-               : PhasesAdjointT<false, false>(row);
-}
-void PhasesAdjointD(const ShiftSumPhaseAdjointRow<double>& row) {
-  row.update   ? PhasesAdjointT<false, true>(row)
-  : row.stream ? PhasesAdjointT<true, false>(row)
-               : PhasesAdjointT<false, false>(row);
-}
-void ScaledProductF(float* y, const float* x, const float* m, float s, int64_t n, bool stream) {
-  stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);
-}
-void ScaledProductD(double* y, const double* x, const double* m, double s, int64_t n, bool stream) {
-  stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);
-}
-void SumPlanesF(const ShiftSumPlanesRow<float>& row) {
-  SumPlanesT(row);
-}
-void SumPlanesD(const ShiftSumPlanesRow<double>& row) {
-  SumPlanesT(row);
-}
-void SkewF(const ShiftSumSkewRows<float>& rows) {
-  SkewAnyT(rows);
-}
-void SkewD(const ShiftSumSkewRows<double>& rows) {
-  SkewAnyT(rows);
-}
-int64_t SkewMaxChannelsF() {
-  return SkewMaxChannelsT<float>();
-}
-int64_t SkewMaxChannelsD() {
-  return SkewMaxChannelsT<double>();
-}
-void SkewAxpyF(const ShiftSumSkewAxpyRows<float>& rows) {
-  SkewAxpyAnyT(rows);
-}
-void SkewAxpyD(const ShiftSumSkewAxpyRows<double>& rows) {
-  SkewAxpyAnyT(rows);
-}
-int64_t SkewAxpyMinChannelsF() {
-  return SkewAxpyMinChannelsT<float>();
-}
-int64_t SkewAxpyMinChannelsD() {
-  return SkewAxpyMinChannelsT<double>();
-}
-void FromPlanesAxpyF(const float* planes, int64_t plane_stride, const float* r, int64_t r_step,
-                     const float* m, int64_t m_stride, float a, int64_t pixels, int64_t channels,
-                     float* x) {
-  FromPlanesAxpyT(planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels, x);
-}
-void FromPlanesAxpyD(const double* planes, int64_t plane_stride, const double* r, int64_t r_step,
-                     const double* m, int64_t m_stride, double a, int64_t pixels, int64_t channels,
-                     double* x) {
-  FromPlanesAxpyT(planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels, x);
-}
-void ToPlanesF(const float* x, int64_t pixels, int64_t channels, int64_t pixel_stride,
-               float* planes, int64_t plane_stride, const float* prefetch, int64_t prefetch_count) {
-  ToPlanesT(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch, prefetch_count);
-}
-void ToPlanesD(const double* x, int64_t pixels, int64_t channels, int64_t pixel_stride,
-               double* planes, int64_t plane_stride, const double* prefetch,
-               int64_t prefetch_count) {
-  ToPlanesT(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch, prefetch_count);
-}
-void FromPlanesF(const float* a, int64_t a_stride, const float* m, int64_t m_stride, float s,
-                 int64_t pixels, int64_t channels, float* x, bool stream) {
-  FromPlanesAny(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
-}
-void FromPlanesD(const double* a, int64_t a_stride, const double* m, int64_t m_stride, double s,
-                 int64_t pixels, int64_t channels, double* x, bool stream) {
-  FromPlanesAny(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
-}
-void ScaleF(float* y, float s, int64_t n) {
-  ScaleT(y, s, n);
-}
-void ScaleD(double* y, double s, int64_t n) {
-  ScaleT(y, s, n);
-}
-void AddSquaresF(float* p, const float* m, int64_t n) {
-  AddSquaresT(p, m, n);
-}
-void AddSquaresD(double* p, const double* m, int64_t n) {
-  AddSquaresT(p, m, n);
-}
-void DivideF(float* z, const float* y, const float* p, float a, float b, int64_t n) {
-  DivideT(z, y, p, a, b, n);
-}
-void DivideD(double* z, const double* y, const double* p, double a, double b, int64_t n) {
-  DivideT(z, y, p, a, b, n);
-}
-void ResidualF(float* z, const float* r, int64_t n) {
-  ResidualT(z, r, n);
-}
-void ResidualD(double* z, const double* r, int64_t n) {
-  ResidualT(z, r, n);
-}
-void DivideByMaskF(float* x, const float* z, const float* m, int64_t n) {
-  DivideByMaskT(x, z, m, n);
-}
-void DivideByMaskD(double* x, const double* z, const double* m, int64_t n) {
-  DivideByMaskT(x, z, m, n);
-}
-void AxpyF(float* x, const float* r, const float* m, float a, int64_t n) {
-  AxpyT(x, r, m, a, n);
-}
-void AxpyD(double* x, const double* r, const double* m, double a, int64_t n) {
-  AxpyT(x, r, m, a, n);
-}
+
+const ShiftSumKernelTable<float>* KernelTableFloat() { return KernelTableT<float>(); }
+const ShiftSumKernelTable<double>* KernelTableDouble() { return KernelTableT<double>(); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
@@ -838,214 +757,16 @@ HWY_AFTER_NAMESPACE();
 namespace normkit {
 namespace kernels {
 
-HWY_EXPORT(AccumulateF);
-HWY_EXPORT(AccumulateD);
-HWY_EXPORT(AccumulateTileF);
-HWY_EXPORT(AccumulateTileD);
-HWY_EXPORT(PhasesF);
-HWY_EXPORT(PhasesD);
-HWY_EXPORT(PhasesAdjointF);
-HWY_EXPORT(PhasesAdjointD);
-HWY_EXPORT(ScaledProductF);
-HWY_EXPORT(ScaledProductD);
-HWY_EXPORT(SumPlanesF);
-HWY_EXPORT(SumPlanesD);
-HWY_EXPORT(SkewF);
-HWY_EXPORT(SkewD);
-HWY_EXPORT(SkewMaxChannelsF);
-HWY_EXPORT(SkewMaxChannelsD);
-HWY_EXPORT(SkewAxpyF);
-HWY_EXPORT(SkewAxpyD);
-HWY_EXPORT(SkewAxpyMinChannelsF);
-HWY_EXPORT(SkewAxpyMinChannelsD);
-HWY_EXPORT(FromPlanesAxpyF);
-HWY_EXPORT(FromPlanesAxpyD);
-HWY_EXPORT(ToPlanesF);
-HWY_EXPORT(ToPlanesD);
-HWY_EXPORT(FromPlanesF);
-HWY_EXPORT(FromPlanesD);
-HWY_EXPORT(ScaleF);
-HWY_EXPORT(ScaleD);
-HWY_EXPORT(AddSquaresF);
-HWY_EXPORT(AddSquaresD);
-HWY_EXPORT(DivideF);
-HWY_EXPORT(DivideD);
-HWY_EXPORT(ResidualF);
-HWY_EXPORT(ResidualD);
-HWY_EXPORT(DivideByMaskF);
-HWY_EXPORT(DivideByMaskD);
-HWY_EXPORT(AxpyF);
-HWY_EXPORT(AxpyD);
+HWY_EXPORT(KernelTableFloat);
+HWY_EXPORT(KernelTableDouble);
 
 template <>
-void ShiftSumAccumulate<float>(float* y, const float* x, const float* m, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AccumulateF)(y, x, m, n);
+const ShiftSumKernelTable<float>& ShiftSumKernels<float>() {
+  return *HWY_DYNAMIC_DISPATCH(KernelTableFloat)();
 }
 template <>
-void ShiftSumAccumulate<double>(double* y, const double* x, const double* m, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AccumulateD)(y, x, m, n);
-}
-template <>
-void ShiftSumAccumulateTile<float>(const ShiftSumTile<float>& tile) {
-  HWY_DYNAMIC_DISPATCH(AccumulateTileF)(tile);
-}
-template <>
-void ShiftSumAccumulateTile<double>(const ShiftSumTile<double>& tile) {
-  HWY_DYNAMIC_DISPATCH(AccumulateTileD)(tile);
-}
-template <>
-void ShiftSumPhases<float>(const ShiftSumPhaseRow<float>& row) {
-  HWY_DYNAMIC_DISPATCH(PhasesF)(row);
-}
-template <>
-void ShiftSumPhases<double>(const ShiftSumPhaseRow<double>& row) {
-  HWY_DYNAMIC_DISPATCH(PhasesD)(row);
-}
-template <>
-void ShiftSumPhasesAdjoint<float>(const ShiftSumPhaseAdjointRow<float>& row) {
-  HWY_DYNAMIC_DISPATCH(PhasesAdjointF)(row);
-}
-template <>
-void ShiftSumPhasesAdjoint<double>(const ShiftSumPhaseAdjointRow<double>& row) {
-  HWY_DYNAMIC_DISPATCH(PhasesAdjointD)(row);
-}
-template <>
-void ShiftSumScaledProduct<float>(float* y, const float* x, const float* m, float s, int64_t n,
-                                  bool stream) {
-  HWY_DYNAMIC_DISPATCH(ScaledProductF)(y, x, m, s, n, stream);
-}
-template <>
-void ShiftSumScaledProduct<double>(double* y, const double* x, const double* m, double s, int64_t n,
-                                   bool stream) {
-  HWY_DYNAMIC_DISPATCH(ScaledProductD)(y, x, m, s, n, stream);
-}
-template <>
-void ShiftSumSumPlanes<float>(const ShiftSumPlanesRow<float>& row) {
-  HWY_DYNAMIC_DISPATCH(SumPlanesF)(row);
-}
-template <>
-void ShiftSumSumPlanes<double>(const ShiftSumPlanesRow<double>& row) {
-  HWY_DYNAMIC_DISPATCH(SumPlanesD)(row);
-}
-template <>
-void ShiftSumSkew<float>(const ShiftSumSkewRows<float>& rows) {
-  HWY_DYNAMIC_DISPATCH(SkewF)(rows);
-}
-template <>
-void ShiftSumSkew<double>(const ShiftSumSkewRows<double>& rows) {
-  HWY_DYNAMIC_DISPATCH(SkewD)(rows);
-}
-template <>
-int64_t ShiftSumSkewMaxChannels<float>() {
-  return HWY_DYNAMIC_DISPATCH(SkewMaxChannelsF)();
-}
-template <>
-int64_t ShiftSumSkewMaxChannels<double>() {
-  return HWY_DYNAMIC_DISPATCH(SkewMaxChannelsD)();
-}
-template <>
-void ShiftSumSkewAxpy<float>(const ShiftSumSkewAxpyRows<float>& rows) {
-  HWY_DYNAMIC_DISPATCH(SkewAxpyF)(rows);
-}
-template <>
-void ShiftSumSkewAxpy<double>(const ShiftSumSkewAxpyRows<double>& rows) {
-  HWY_DYNAMIC_DISPATCH(SkewAxpyD)(rows);
-}
-template <>
-int64_t ShiftSumSkewAxpyMinChannels<float>() {
-  return HWY_DYNAMIC_DISPATCH(SkewAxpyMinChannelsF)();
-}
-template <>
-int64_t ShiftSumSkewAxpyMinChannels<double>() {
-  return HWY_DYNAMIC_DISPATCH(SkewAxpyMinChannelsD)();
-}
-template <>
-void ShiftSumFromPlanesAxpy<float>(const float* planes, int64_t plane_stride, const float* r,
-                                   int64_t r_step, const float* m, int64_t m_stride, float a,
-                                   int64_t pixels, int64_t channels, float* x) {
-  HWY_DYNAMIC_DISPATCH(FromPlanesAxpyF)
-  (planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels, x);
-}
-template <>
-void ShiftSumFromPlanesAxpy<double>(const double* planes, int64_t plane_stride, const double* r,
-                                    int64_t r_step, const double* m, int64_t m_stride, double a,
-                                    int64_t pixels, int64_t channels, double* x) {
-  HWY_DYNAMIC_DISPATCH(FromPlanesAxpyD)
-  (planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels, x);
-}
-template <>
-void ShiftSumToPlanes<float>(const float* x, int64_t pixels, int64_t channels, int64_t pixel_stride,
-                             float* planes, int64_t plane_stride, const float* prefetch,
-                             int64_t prefetch_count) {
-  HWY_DYNAMIC_DISPATCH(ToPlanesF)
-  (x, pixels, channels, pixel_stride, planes, plane_stride, prefetch, prefetch_count);
-}
-template <>
-void ShiftSumToPlanes<double>(const double* x, int64_t pixels, int64_t channels,
-                              int64_t pixel_stride, double* planes, int64_t plane_stride,
-                              const double* prefetch, int64_t prefetch_count) {
-  HWY_DYNAMIC_DISPATCH(ToPlanesD)
-  (x, pixels, channels, pixel_stride, planes, plane_stride, prefetch, prefetch_count);
-}
-template <>
-void ShiftSumFromPlanes<float>(const float* a, int64_t a_stride, const float* m, int64_t m_stride,
-                               float s, int64_t pixels, int64_t channels, float* x, bool stream) {
-  HWY_DYNAMIC_DISPATCH(FromPlanesF)(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
-}
-template <>
-void ShiftSumFromPlanes<double>(const double* a, int64_t a_stride, const double* m,
-                                int64_t m_stride, double s, int64_t pixels, int64_t channels,
-                                double* x, bool stream) {
-  HWY_DYNAMIC_DISPATCH(FromPlanesD)(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
-}
-template <>
-void ShiftSumScale<float>(float* y, float s, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(ScaleF)(y, s, n);
-}
-template <>
-void ShiftSumScale<double>(double* y, double s, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(ScaleD)(y, s, n);
-}
-template <>
-void ShiftSumAddSquares<float>(float* p, const float* m, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AddSquaresF)(p, m, n);
-}
-template <>
-void ShiftSumAddSquares<double>(double* p, const double* m, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AddSquaresD)(p, m, n);
-}
-template <>
-void ShiftSumDivide<float>(float* z, const float* y, const float* p, float a, float b, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(DivideF)(z, y, p, a, b, n);
-}
-template <>
-void ShiftSumDivide<double>(double* z, const double* y, const double* p, double a, double b,
-                            int64_t n) {
-  HWY_DYNAMIC_DISPATCH(DivideD)(z, y, p, a, b, n);
-}
-template <>
-void ShiftSumResidual<float>(float* z, const float* r, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(ResidualF)(z, r, n);
-}
-template <>
-void ShiftSumResidual<double>(double* z, const double* r, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(ResidualD)(z, r, n);
-}
-template <>
-void ShiftSumDivideByMask<float>(float* x, const float* z, const float* m, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(DivideByMaskF)(x, z, m, n);
-}
-template <>
-void ShiftSumDivideByMask<double>(double* x, const double* z, const double* m, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(DivideByMaskD)(x, z, m, n);
-}
-template <>
-void ShiftSumAxpy<float>(float* x, const float* r, const float* m, float a, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AxpyF)(x, r, m, a, n);
-}
-template <>
-void ShiftSumAxpy<double>(double* x, const double* r, const double* m, double a, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AxpyD)(x, r, m, a, n);
+const ShiftSumKernelTable<double>& ShiftSumKernels<double>() {
+  return *HWY_DYNAMIC_DISPATCH(KernelTableDouble)();
 }
 
 }  // namespace kernels

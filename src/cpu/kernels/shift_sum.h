@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Row kernels of the shift-sum (CASSI) operators, for float and double. Each works on
-// one row of n values; the caller (src/cpu/shift_sum.cc) owns the geometry and threads.
-// A null mask `m` means all ones.
+// Row kernels of the shift-sum (CASSI) operators, templates on the stored type T (float
+// and double). Each works on one row of n values; the caller (src/cpu/shift_sum.cc) owns
+// the geometry and threads. A null mask `m` means all ones. Every function below calls
+// through the dispatched target's ShiftSumKernelTable<T> (defined at the end).
 #ifndef NORMKIT_CPU_KERNELS_SHIFT_SUM_H_
 #define NORMKIT_CPU_KERNELS_SHIFT_SUM_H_
 
@@ -233,6 +234,122 @@ void ShiftSumDivideByMask(T* x, const T* z, const T* m, int64_t n);
 // x[i] += a * m[i] * r[i]
 template <class T>
 void ShiftSumAxpy(T* x, const T* r, const T* m, T a, int64_t n);
+
+// The entry points of one stored type on one SIMD target (kernels/shift_sum.cc fills
+// it from the kernel templates); the functions above call through it.
+template <class T>
+struct ShiftSumKernelTable {
+  void (*accumulate)(T* y, const T* x, const T* m, int64_t n);
+  void (*accumulate_tile)(const ShiftSumTile<T>& tile);
+  void (*sum_planes)(const ShiftSumPlanesRow<T>& row);
+  void (*skew)(const ShiftSumSkewRows<T>& rows);
+  int64_t (*skew_max_channels)();
+  void (*phases)(const ShiftSumPhaseRow<T>& row);
+  void (*phases_adjoint)(const ShiftSumPhaseAdjointRow<T>& row);
+  void (*skew_axpy)(const ShiftSumSkewAxpyRows<T>& rows);
+  int64_t (*skew_axpy_min_channels)();
+  void (*scaled_product)(T* y, const T* x, const T* m, T s, int64_t n, bool stream);
+  void (*to_planes)(const T* x, int64_t pixels, int64_t channels, int64_t pixel_stride,
+                    T* planes, int64_t plane_stride, const T* prefetch, int64_t prefetch_count);
+  void (*from_planes)(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s,
+                      int64_t pixels, int64_t channels, T* x, bool stream);
+  void (*from_planes_axpy)(const T* planes, int64_t plane_stride, const T* r, int64_t r_step,
+                           const T* m, int64_t m_stride, T a, int64_t pixels, int64_t channels,
+                           T* x);
+  void (*scale)(T* y, T s, int64_t n);
+  void (*add_squares)(T* p, const T* m, int64_t n);
+  void (*divide)(T* z, const T* y, const T* p, T a, T b, int64_t n);
+  void (*residual)(T* z, const T* r, int64_t n);
+  void (*divide_by_mask)(T* x, const T* z, const T* m, int64_t n);
+  void (*axpy)(T* x, const T* r, const T* m, T a, int64_t n);
+};
+
+// The table of the SIMD target this CPU dispatches to (float and double).
+template <class T>
+const ShiftSumKernelTable<T>& ShiftSumKernels();
+
+template <class T>
+void ShiftSumAccumulate(T* y, const T* x, const T* m, int64_t n) {
+  ShiftSumKernels<T>().accumulate(y, x, m, n);
+}
+template <class T>
+void ShiftSumAccumulateTile(const ShiftSumTile<T>& tile) {
+  ShiftSumKernels<T>().accumulate_tile(tile);
+}
+template <class T>
+void ShiftSumSumPlanes(const ShiftSumPlanesRow<T>& row) {
+  ShiftSumKernels<T>().sum_planes(row);
+}
+template <class T>
+void ShiftSumSkew(const ShiftSumSkewRows<T>& rows) {
+  ShiftSumKernels<T>().skew(rows);
+}
+template <class T>
+int64_t ShiftSumSkewMaxChannels() {
+  return ShiftSumKernels<T>().skew_max_channels();
+}
+template <class T>
+void ShiftSumPhases(const ShiftSumPhaseRow<T>& row) {
+  ShiftSumKernels<T>().phases(row);
+}
+template <class T>
+void ShiftSumPhasesAdjoint(const ShiftSumPhaseAdjointRow<T>& row) {
+  ShiftSumKernels<T>().phases_adjoint(row);
+}
+template <class T>
+void ShiftSumSkewAxpy(const ShiftSumSkewAxpyRows<T>& rows) {
+  ShiftSumKernels<T>().skew_axpy(rows);
+}
+template <class T>
+int64_t ShiftSumSkewAxpyMinChannels() {
+  return ShiftSumKernels<T>().skew_axpy_min_channels();
+}
+template <class T>
+void ShiftSumScaledProduct(T* y, const T* x, const T* m, T s, int64_t n, bool stream) {
+  ShiftSumKernels<T>().scaled_product(y, x, m, s, n, stream);
+}
+template <class T>
+void ShiftSumToPlanes(const T* x, int64_t pixels, int64_t channels, int64_t pixel_stride, T* planes,
+                      int64_t plane_stride, const T* prefetch, int64_t prefetch_count) {
+  ShiftSumKernels<T>().to_planes(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch,
+                                 prefetch_count);
+}
+template <class T>
+void ShiftSumFromPlanes(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s,
+                        int64_t pixels, int64_t channels, T* x, bool stream) {
+  ShiftSumKernels<T>().from_planes(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
+}
+template <class T>
+void ShiftSumFromPlanesAxpy(const T* planes, int64_t plane_stride, const T* r, int64_t r_step,
+                            const T* m, int64_t m_stride, T a, int64_t pixels, int64_t channels,
+                            T* x) {
+  ShiftSumKernels<T>().from_planes_axpy(planes, plane_stride, r, r_step, m, m_stride, a, pixels,
+                                        channels, x);
+}
+template <class T>
+void ShiftSumScale(T* y, T s, int64_t n) {
+  ShiftSumKernels<T>().scale(y, s, n);
+}
+template <class T>
+void ShiftSumAddSquares(T* p, const T* m, int64_t n) {
+  ShiftSumKernels<T>().add_squares(p, m, n);
+}
+template <class T>
+void ShiftSumDivide(T* z, const T* y, const T* p, T a, T b, int64_t n) {
+  ShiftSumKernels<T>().divide(z, y, p, a, b, n);
+}
+template <class T>
+void ShiftSumResidual(T* z, const T* r, int64_t n) {
+  ShiftSumKernels<T>().residual(z, r, n);
+}
+template <class T>
+void ShiftSumDivideByMask(T* x, const T* z, const T* m, int64_t n) {
+  ShiftSumKernels<T>().divide_by_mask(x, z, m, n);
+}
+template <class T>
+void ShiftSumAxpy(T* x, const T* r, const T* m, T a, int64_t n) {
+  ShiftSumKernels<T>().axpy(x, r, m, a, n);
+}
 
 }  // namespace kernels
 }  // namespace normkit
