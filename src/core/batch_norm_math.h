@@ -17,7 +17,6 @@ struct BatchNormParams {
   float eps;
 };
 
-
 // The folded form x * scale + (beta - mean * scale) rounds the shift to a float ulp of
 // mean * scale, so its error in units of the output's scale |gamma| + |beta| grows with
 // |mean| / std, about 1.5 * 2^-24 * |mean| / std: up to kExactFoldRatio under 6e-6 (plus

@@ -22,12 +22,16 @@ namespace normkit {
 struct ThreadingState {
 #if defined(NORMKIT_THREADING_TBB)
   // execute() on an arena is safe from many threads.
-  explicit ThreadingState(int32_t num_threads) : arena(num_threads) { arena.initialize(); }
+  explicit ThreadingState(int32_t num_threads) : arena(num_threads) {
+    arena.initialize();
+  }
   tbb::task_arena arena;
 #endif
 };
 
-void ThreadingStateDeleter::operator()(ThreadingState* state) const { delete state; }
+void ThreadingStateDeleter::operator()(ThreadingState* state) const {
+  delete state;
+}
 
 ThreadingState* NewThreadingState(int32_t num_threads) {
 #if defined(NORMKIT_THREADING_TBB)

@@ -9,7 +9,9 @@ namespace normkit {
 namespace cpu {
 
 // The SIMD target the kernels dispatch to on this CPU, e.g. "AVX2".
-inline const char* SimdTargetName() { return kernels::DispatchedTargetName(); }
+inline const char* SimdTargetName() {
+  return kernels::DispatchedTargetName();
+}
 
 }  // namespace cpu
 }  // namespace normkit

@@ -15,8 +15,8 @@
 #include <cstdint>
 
 #include "cpu/kernels/moments-inl.h"
-#include "hwy/highway.h"
 #include "hwy/cache_control.h"
+#include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace normkit {
@@ -250,9 +250,9 @@ HWY_INLINE void ShiftedSumsRowStreams(const float* HWY_RESTRICT x, size_t R, siz
 constexpr size_t kCachedRowStreamsMinFloats = 192;
 
 inline void ChannelShiftedSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
-                            const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
-                            double* HWY_RESTRICT s2, float* HWY_RESTRICT scratch,
-                            bool from_memory) {
+                                   const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
+                                   double* HWY_RESTRICT s2, float* HWY_RESTRICT scratch,
+                                   bool from_memory) {
   const size_t R = static_cast<size_t>(rows), C = static_cast<size_t>(channels);
   const size_t N = hn::Lanes(DF());
   size_t c = 0;
@@ -273,7 +273,7 @@ inline void ChannelShiftedSumsImpl(const float* HWY_RESTRICT x, int64_t rows, in
 }
 
 inline void SampledRowSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
-                        int64_t samples, float* HWY_RESTRICT out) {
+                               int64_t samples, float* HWY_RESTRICT out) {
   const DF d;
   const size_t N = hn::Lanes(d);
   const size_t C = static_cast<size_t>(channels);
@@ -321,10 +321,10 @@ HWY_INLINE bool ColumnsMeanRstd(size_t C, double count, const float* HWY_RESTRIC
 }
 
 inline void ColumnMeanRstdImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
-                        int64_t samples, float eps, bool from_memory, float* HWY_RESTRICT pivot,
-                        double* HWY_RESTRICT s1, double* HWY_RESTRICT s2,
-                        float* HWY_RESTRICT scratch, double* HWY_RESTRICT mean,
-                        double* HWY_RESTRICT rstd) {
+                               int64_t samples, float eps, bool from_memory,
+                               float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
+                               double* HWY_RESTRICT s2, float* HWY_RESTRICT scratch,
+                               double* HWY_RESTRICT mean, double* HWY_RESTRICT rstd) {
   const size_t C = static_cast<size_t>(channels);
   const double count = static_cast<double>(rows);
   SampledRowSumsImpl(x, rows, channels, samples, pivot);

@@ -227,7 +227,7 @@ HWY_INLINE void SpanShiftedSums(const float* HWY_RESTRICT x, size_t n, float p, 
 // that ends in MomentsAbout; the chained one ran 10% slower for it (1x256x14x14 G=32,
 // one thread).
 inline HWY_NOINLINE void SecondPassShiftedSums(const float* HWY_RESTRICT x, size_t n, float p,
-                                        double* s1_out, double* s2_out) {
+                                               double* s1_out, double* s2_out) {
   SpanShiftedSums(x, n, p, s1_out, s2_out);
 }
 
@@ -363,7 +363,7 @@ HWY_INLINE bool LaneParallelSpans(size_t n) {
 // the moments and rstd follow, in double lanes side by side. Spans whose pivot was
 // too far from their mean (PivotTooFar) get a second pass.
 inline void ShortSpansMeanRstd(const float* HWY_RESTRICT x, size_t n, size_t spans, float eps,
-                        double* HWY_RESTRICT mean_out, double* HWY_RESTRICT rstd_out) {
+                               double* HWY_RESTRICT mean_out, double* HWY_RESTRICT rstd_out) {
   const DF d;
   const DD dd;
   const DH dh;
@@ -472,7 +472,7 @@ inline void ShortSpansMeanRstd(const float* HWY_RESTRICT x, size_t n, size_t spa
 // at the span's end, the lanes already counted set to zero), one transposed reduction,
 // then the mean square and rstd in double lanes side by side.
 inline void ShortSpansRms(const float* HWY_RESTRICT x, size_t n, size_t spans, float eps,
-                   double* HWY_RESTRICT rstd_out) {
+                          double* HWY_RESTRICT rstd_out) {
   const DF d;
   const DD dd;
   const DH dh;
@@ -521,7 +521,7 @@ inline void ShortSpansRms(const float* HWY_RESTRICT x, size_t n, size_t spans, f
 #endif  // HWY_TARGET != HWY_SCALAR
 
 inline void SpanMeanRstdEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t count, float eps,
-                          double* mean, double* rstd) {
+                                 double* mean, double* rstd) {
   const size_t un = n > 0 ? static_cast<size_t>(n) : 0;
   int64_t k = 0;
 #if HWY_TARGET != HWY_SCALAR
@@ -547,10 +547,12 @@ inline void SpanMeanRstdEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t
   }
 }
 
-inline void ChannelParametersEachImpl(const double* HWY_RESTRICT mean, const double* HWY_RESTRICT rstd,
-                               const float* HWY_RESTRICT gamma, const float* HWY_RESTRICT beta,
-                               int64_t count, float* HWY_RESTRICT mean_f, float* HWY_RESTRICT scale,
-                               float* HWY_RESTRICT shift) {
+inline void ChannelParametersEachImpl(const double* HWY_RESTRICT mean,
+                                      const double* HWY_RESTRICT rstd,
+                                      const float* HWY_RESTRICT gamma,
+                                      const float* HWY_RESTRICT beta, int64_t count,
+                                      float* HWY_RESTRICT mean_f, float* HWY_RESTRICT scale,
+                                      float* HWY_RESTRICT shift) {
   const size_t n = count > 0 ? static_cast<size_t>(count) : 0;
   size_t i = 0;
 #if HWY_TARGET != HWY_SCALAR
@@ -614,7 +616,7 @@ inline double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
 }
 
 inline void SpanRmsEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t count, float eps,
-                     double* rstd) {
+                            double* rstd) {
   int64_t k = 0;
 #if HWY_TARGET != HWY_SCALAR
   const size_t un = n > 0 ? static_cast<size_t>(n) : 0;

@@ -18,8 +18,8 @@
 #include "cpu/kernels/activation-inl.h"
 #include "cpu/kernels/moments-inl.h"
 #include "cpu/kernels/store-inl.h"
-#include "hwy/highway.h"
 #include "hwy/cache_control.h"
+#include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace normkit {
@@ -191,9 +191,9 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
 // pointer to a mean per plane took this loop a register it needed (spills; 1x256x14x14
 // G=32, one thread: 5.72-5.88 us against 5.19-5.29 us).
 template <Activation kAct, bool kStream>
-inline Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t plane, size_t offset,
-                               float mean, const float* scale, const float* shift,
-                               const float* next) {
+inline Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t plane,
+                                      size_t offset, float mean, const float* scale,
+                                      const float* shift, const float* next) {
   const DF d;
   const size_t N = hn::Lanes(d);
   const size_t paired = n / (2 * N) * (2 * N);  // elements the pairs cover
@@ -268,11 +268,11 @@ HWY_INLINE void NormNarrowRowsT(const float* x, float* y, size_t rows, const Nor
 
 template <Activation kAct>
 inline void NormRowsShiftedT(const float* x, float* y, size_t rows, size_t C, const NormRows& p,
-                      bool from_memory);
+                             bool from_memory);
 
 template <Activation kAct, bool kStream>
 inline void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& p,
-               bool from_memory) {
+                      bool from_memory) {
   const DF d;
   const size_t N = hn::Lanes(d);
   if (C % N == 0 && kStream && !IsVectorAligned(d, y)) {
@@ -393,7 +393,7 @@ constexpr size_t kMaxRotatedChannels = 1024;
 
 template <Activation kAct>
 inline void NormRowsShiftedT(const float* x, float* y, size_t rows, size_t C, const NormRows& p,
-                      bool from_memory) {
+                             bool from_memory) {
   const size_t vector_bytes = hn::Lanes(DF()) * sizeof(float);
   const size_t misalign = reinterpret_cast<uintptr_t>(y) % vector_bytes;
   if (misalign % sizeof(float) != 0 || C > kMaxRotatedChannels || rows < 2) {
@@ -414,7 +414,7 @@ inline void NormRowsShiftedT(const float* x, float* y, size_t rows, size_t C, co
 
 template <bool kGamma, bool kBeta, bool kStream>
 inline void RowNormT(const float* x, float* y, size_t n, float mean, float rstd, float offset,
-              const float* gamma, const float* beta) {
+                     const float* gamma, const float* beta) {
   MapSpan<kStream>(x, y, n, [&](auto d, size_t c, auto v) {
     const auto t = hn::MulAdd(v - hn::Set(d, mean), hn::Set(d, rstd), hn::Set(d, offset));
     if constexpr (kGamma && kBeta) {
@@ -469,15 +469,15 @@ struct NormRowsFn {
 };
 
 inline void ApplyNormPlanesImpl(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
-                         const float* mean, const float* scale, const float* shift, Activation act,
-                         bool stream) {
+                                const float* mean, const float* scale, const float* shift,
+                                Activation act, bool stream) {
   DispatchActivation<NormPlanesOf<const float*>::Fn>(act, stream, x, y, n, plane, offset, mean,
                                                      scale, shift);
 }
 
-inline void ApplyNormGroupPlanesImpl(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
-                              float mean, const float* scale, const float* shift, Activation act,
-                              bool stream) {
+inline void ApplyNormGroupPlanesImpl(const float* x, float* y, int64_t n, int64_t plane,
+                                     int64_t offset, float mean, const float* scale,
+                                     const float* shift, Activation act, bool stream) {
   DispatchActivation<NormPlanesOf<OneMean>::Fn>(act, stream, x, y, n, plane, offset, OneMean{mean},
                                                 scale, shift);
 }
@@ -491,22 +491,22 @@ struct NormPlanesThenMomentsFn {
 };
 
 inline Moments ApplyNormPlanesThenMomentsImpl(const float* x, float* y, int64_t n, int64_t plane,
-                                       int64_t offset, float mean, const float* scale,
-                                       const float* shift, Activation act, bool stream,
-                                       const float* next) {
+                                              int64_t offset, float mean, const float* scale,
+                                              const float* shift, Activation act, bool stream,
+                                              const float* next) {
   if (n <= 0) return Moments();
   return DispatchActivation<NormPlanesThenMomentsFn>(
-      act, stream && IsVectorAligned(DF(), y), x, y, static_cast<size_t>(n), static_cast<size_t>(plane),
-      static_cast<size_t>(offset), mean, scale, shift, next);
+      act, stream && IsVectorAligned(DF(), y), x, y, static_cast<size_t>(n),
+      static_cast<size_t>(plane), static_cast<size_t>(offset), mean, scale, shift, next);
 }
 
-inline void ApplyNormRowsImpl(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
-                       Activation act, bool stream, bool from_memory) {
+inline void ApplyNormRowsImpl(const float* x, float* y, int64_t rows, int64_t channels,
+                              const NormRows& p, Activation act, bool stream, bool from_memory) {
   DispatchActivation<NormRowsFn>(act, stream, x, y, rows, channels, p, from_memory);
 }
 
-inline void ApplyRowNormImpl(const float* x, float* y, int64_t count, float mean, float rstd, float offset,
-                      const float* gamma, const float* beta, bool stream) {
+inline void ApplyRowNormImpl(const float* x, float* y, int64_t count, float mean, float rstd,
+                             float offset, const float* gamma, const float* beta, bool stream) {
   const size_t n = static_cast<size_t>(count);
   const int which = (gamma ? 2 : 0) + (beta ? 1 : 0);
   switch (which * 2 + (stream ? 1 : 0)) {

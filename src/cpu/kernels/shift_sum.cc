@@ -728,9 +728,8 @@ const ShiftSumKernelTable<T>* KernelTableT() {
                   prefetch_count);
       },
       [](const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s, int64_t pixels,
-         int64_t channels, T* x, bool stream) {
-        FromPlanesAny(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
-      },
+         int64_t channels, T* x,
+         bool stream) { FromPlanesAny(a, a_stride, m, m_stride, s, pixels, channels, x, stream); },
       [](const T* planes, int64_t plane_stride, const T* r, int64_t r_step, const T* m,
          int64_t m_stride, T a, int64_t pixels, int64_t channels, T* x) {
         FromPlanesAxpyT(planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels, x);
@@ -745,8 +744,12 @@ const ShiftSumKernelTable<T>* KernelTableT() {
   return &kTable;
 }
 
-const ShiftSumKernelTable<float>* KernelTableFloat() { return KernelTableT<float>(); }
-const ShiftSumKernelTable<double>* KernelTableDouble() { return KernelTableT<double>(); }
+const ShiftSumKernelTable<float>* KernelTableFloat() {
+  return KernelTableT<float>();
+}
+const ShiftSumKernelTable<double>* KernelTableDouble() {
+  return KernelTableT<double>();
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels

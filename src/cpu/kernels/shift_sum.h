@@ -249,8 +249,8 @@ struct ShiftSumKernelTable {
   void (*skew_axpy)(const ShiftSumSkewAxpyRows<T>& rows);
   int64_t (*skew_axpy_min_channels)();
   void (*scaled_product)(T* y, const T* x, const T* m, T s, int64_t n, bool stream);
-  void (*to_planes)(const T* x, int64_t pixels, int64_t channels, int64_t pixel_stride,
-                    T* planes, int64_t plane_stride, const T* prefetch, int64_t prefetch_count);
+  void (*to_planes)(const T* x, int64_t pixels, int64_t channels, int64_t pixel_stride, T* planes,
+                    int64_t plane_stride, const T* prefetch, int64_t prefetch_count);
   void (*from_planes)(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s,
                       int64_t pixels, int64_t channels, T* x, bool stream);
   void (*from_planes_axpy)(const T* planes, int64_t plane_stride, const T* r, int64_t r_step,

@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU shift-sum: the fused GAP / ADMM step, and the plain shift / unshift.
+#include <vector>
+
+#include "cpu/shift_sum.h"
+#include "cpu/shift_sum_rows.h"
+
+namespace normkit {
+namespace cpu {
+
+using namespace shift_sum_rows;  // NOLINT: this file's own internals
+
+template <class T>
+void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T lambda, T gamma,
+                     const T* given_normalizer, const T* y, T* x) {
+  const T step_scale = lambda * p.scale;
+  std::vector<T> table;
+  const T* normalizer = SharedNormalizer(ctx, p, given_normalizer, table);
+  if (!p.along_h && p.channels_last && CanSkewGapRows(p)) {
+    // Two rows at a time: A x straight from their [W, C] rows, the residual, and the
+    // update of the rows, none transposed (see CanSkewGapRows).
+    const auto make = [&](TaskRows<T>& s) {
+      Zeroed(s.rows, 2 * p.W_out);
+      Zeroed(s.normalizer, p.W_out);
+      SkewScratch(p, s);
+    };
+    const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+      for (int64_t row = begin; row < end; row += 2) {
+        const int64_t n = std::min<int64_t>(2, end - row);
+        T* res_rows[2] = {s.rows.data(), s.rows.data() + p.W_out};
+        // Rows past the range are another task's to update: not read.
+        SkewRows(p, static_cast<const T*>(x), row, n, res_rows, end, s.padded);
+        kernels::ShiftSumSkewAxpyRows<T> update{};
+        update.W = p.W;
+        update.C = p.C;
+        update.step = p.step;
+        update.a = step_scale;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t b = (row + i) / p.H, h = (row + i) % p.H;
+          ShiftSumResidual(res_rows[i], y + (row + i) * p.W_out, p.W_out);
+          const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
+          ShiftSumDivide(res_rows[i], res_rows[i], pr, p.scale * p.scale, gamma, p.W_out);
+          update.x[i] = x + ChannelsLastRow(p, b, h);
+          update.r[i] = res_rows[i];
+          update.m[i] = AlignedMask(p, b, 0, h);
+        }
+        kernels::ShiftSumSkewAxpy(update);
+      }
+    };
+    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
+    return;
+  }
+  if (CanSumPhases(p) && !CanSkewRows(p)) {  // as the forward: C past four vectors
+    const auto make = [&](TaskRows<T>& s) {
+      Zeroed(s.rows, p.W_out);
+      Zeroed(s.normalizer, p.W_out);
+      PhasesScratch(p, s);
+    };
+    const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+      GapStepChannelsLastPhases(p, step_scale, gamma, normalizer, y, x, begin, end, s);
+    };
+    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
+    return;
+  }
+  if (!p.along_h) {
+    // Along W, y row h depends on x rows (., h) only: one task forms A x for a tile of
+    // rows, the residual, and updates the C rows of each while they are in cache.
+    const auto make = [&](TaskRows<T>& s) {
+      Zeroed(s.rows, kTileRows * p.W_out);
+      Zeroed(s.normalizer, p.W_out);
+      if (p.channels_last) Zeroed(s.planes, kTileRows * p.C * p.W);
+    };
+    const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+      std::vector<T>& res = s.rows;
+      std::vector<T>& block = s.planes;
+      const int64_t ahead = std::max<int64_t>(kTileRows, kGapPrefetchBytes / XRowBytes(p));
+      ForTiles(begin, end, p.H, kTileRows, [&](int64_t b, int64_t h0, int64_t h1) {
+        // Channels-first: the rows `ahead` below, requested a channel at a time as the
+        // sums go (see ShiftSumForward; one burst of C rows of requests is partly
+        // dropped). Channels-last: each [W, C] row block is transposed to planes once
+        // (prefetching as it goes), updated, and transposed back.
+        const int64_t pf0 = h0 + ahead, pf1 = std::min(h1 + ahead, p.H);
+        const auto xrow = [&](int64_t c, int64_t h) -> T* {
+          return p.channels_last ? &block[((h - h0) * p.C + c) * p.W]
+                                 : x + ((b * p.C + c) * p.H + h) * p.W;
+        };
+        if (p.channels_last) {
+          for (int64_t h = h0; h < h1; ++h) {
+            const PlanesPrefetch<T> pf = PrefetchAhead(p, x, b * p.H + h, 1);
+            ShiftSumToPlanes(x + ChannelsLastRow(p, b, h), p.W, p.C, p.C, xrow(0, h), p.W, pf.begin,
+                             pf.count);
+          }
+        }
+        std::fill(res.begin(), res.end(), T(0));
+        kernels::ShiftSumTile<T> tile{};  // A x for the tile, as in ShiftSumForward
+        tile.y = res.data() + p.Offset(0);
+        tile.y_row_stride = p.W_out;
+        tile.y_channel_step = p.step;
+        tile.x = xrow(0, h0);
+        tile.x_row_stride = p.channels_last ? p.C * p.W : p.W;
+        tile.x_channel_stride = p.channels_last ? p.W : p.H * p.W;
+        tile.m = AlignedMask(p, b, 0, h0);
+        tile.m_row_stride = p.PhiMask() ? p.W_out : p.W;
+        tile.m_channel_stride = MaskChannelStride(p);
+        tile.channels = p.C;
+        tile.rows = h1 - h0;
+        tile.n = p.W;
+        if (!p.channels_last && pf0 < pf1) {
+          tile.prefetch_offset = (pf0 - h0) * p.W;
+          tile.prefetch_count = (pf1 - pf0) * p.W;
+        }
+        ShiftSumAccumulateTile(tile);
+        for (int64_t h = h0; h < h1; ++h) {
+          T* rr = &res[(h - h0) * p.W_out];
+          if (p.scale != T(1)) ShiftSumScale(rr, p.scale, p.W_out);
+          ShiftSumResidual(rr, y + (b * p.H + h) * p.W_out, p.W_out);
+          const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
+          ShiftSumDivide(rr, rr, pr, p.scale * p.scale, gamma, p.W_out);
+        }
+        if (p.channels_last) {  // the update and the transposition back in one walk
+          for (int64_t h = h0; h < h1; ++h) {
+            ShiftSumFromPlanesAxpy(xrow(0, h), p.W, &res[(h - h0) * p.W_out + p.Offset(0)], p.step,
+                                   AlignedMask(p, b, 0, h), MaskChannelStride(p), step_scale, p.W,
+                                   p.C, x + ChannelsLastRow(p, b, h));
+          }
+          return;
+        }
+        for (int64_t c = 0; c < p.C; ++c) {
+          for (int64_t h = h0; h < h1; ++h) {
+            ShiftSumAxpy(xrow(c, h), &res[(h - h0) * p.W_out + p.Offset(c)],
+                         AlignedMask(p, b, c, h), step_scale, p.W);
+          }
+        }
+      });
+    };
+    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
+    return;
+  }
+  // Along H a y row mixes C different x rows: form the residual for all of y first.
+  std::vector<T> res(static_cast<size_t>(p.B * p.H_out * p.W_out));
+  ShiftSumForward(ctx, p, x, res.data());
+  const auto make_res = [&](TaskRows<T>& s) { Zeroed(s.normalizer, p.W_out); };
+  const auto residual = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+    for (int64_t row = begin; row < end; ++row) {
+      T* rr = &res[row * p.W_out];
+      ShiftSumResidual(rr, y + row * p.W_out, p.W_out);
+      const T* pr =
+          NormalizerRowOrGiven(p, normalizer, row / p.H_out, row % p.H_out, s.normalizer.data());
+      ShiftSumDivide(rr, rr, pr, p.scale * p.scale, gamma, p.W_out);
+    }
+  };
+  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), make_res, residual);
+  const auto make_x = [&](TaskRows<T>& s) { XRowsScratch(p, s); };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+    XRows<T> xr(p, s.gather);
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t b = row / p.H, h = row % p.H;
+      for (int64_t c = 0; c < p.C; ++c) {
+        const Placement at = Place(p, c, h);
+        T* dst = xr.Modify(x, b, c, h);
+        ShiftSumAxpy(dst, &res[(b * p.H_out + at.r) * p.W_out + at.col], AlignedMask(p, b, c, h),
+                     step_scale, p.W);
+        xr.Commit(x, b, c, h);
+      }
+    }
+  };
+  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make_x, task);
+}
+
+template <class T>
+void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* xs) {
+  // xs has x's layout with (H', W') spatial dims; each xs row (b, c, r) is zeros plus
+  // at most one x row.
+  // Channels-last along W: the x row as planes placed at their shifts in zeroed
+  // [C, W'] planes, transposed back into the xs row.
+  const auto make = [&](TaskRows<T>& s) {
+    if (p.channels_last && !p.along_h) Zeroed(s.planes, p.C * p.W_out);
+  };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+    std::vector<T>& planes = s.planes;
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t b = row / p.H_out, r = row % p.H_out;
+      if (!planes.empty()) {
+        std::fill(planes.begin(), planes.end(), T(0));
+        ShiftSumToPlanes(x + ChannelsLastRow(p, b, r), p.W, p.C, p.C, &planes[p.Offset(0)],
+                         p.W_out + p.step);
+        ShiftSumFromPlanes(planes.data(), p.W_out, static_cast<const T*>(nullptr), 0, T(1), p.W_out,
+                           p.C, xs + row * p.W_out * p.C);
+        continue;
+      }
+      if (p.channels_last) {
+        T* block = xs + row * p.W_out * p.C;
+        std::fill(block, block + p.W_out * p.C, T(0));
+        for (int64_t c = 0; c < p.C; ++c) {
+          const int64_t h = SourceRow(p, c, r);
+          if (h < 0) continue;
+          const T* src = x + (b * p.H + h) * p.W * p.C + c;
+          T* dst = block + Place(p, c, h).col * p.C + c;
+          for (int64_t w = 0; w < p.W; ++w) dst[w * p.C] = src[w * p.C];
+        }
+        continue;
+      }
+      for (int64_t c = 0; c < p.C; ++c) {
+        T* dst = xs + ((b * p.C + c) * p.H_out + r) * p.W_out;
+        std::fill(dst, dst + p.W_out, T(0));
+        const int64_t h = SourceRow(p, c, r);
+        if (h < 0) continue;
+        const T* src = x + ((b * p.C + c) * p.H + h) * p.W;
+        std::copy(src, src + p.W, dst + Place(p, c, h).col);
+      }
+    }
+  };
+  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), make, task);
+}
+
+template <class T>
+void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* xs, T* x) {
+  // Channels-last along W: the xs row as [C, W'] planes, each channel's window
+  // transposed back into the x row.
+  const auto make = [&](TaskRows<T>& s) {
+    if (p.channels_last && !p.along_h) Zeroed(s.planes, p.C * p.W_out);
+  };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+    std::vector<T>& planes = s.planes;
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t b = row / p.H, h = row % p.H;
+      if (!planes.empty()) {
+        ShiftSumToPlanes(xs + row * p.W_out * p.C, p.W_out, p.C, p.C, planes.data(), p.W_out);
+        ShiftSumFromPlanes(&planes[p.Offset(0)], p.W_out + p.step, static_cast<const T*>(nullptr),
+                           0, T(1), p.W, p.C, x + ChannelsLastRow(p, b, h));
+        continue;
+      }
+      for (int64_t c = 0; c < p.C; ++c) {
+        const Placement at = Place(p, c, h);
+        if (p.channels_last) {
+          const T* src = xs + ((b * p.H_out + at.r) * p.W_out + at.col) * p.C + c;
+          T* dst = x + (b * p.H + h) * p.W * p.C + c;
+          for (int64_t w = 0; w < p.W; ++w) dst[w * p.C] = src[w * p.C];
+        } else {
+          const T* src = xs + ((b * p.C + c) * p.H_out + at.r) * p.W_out + at.col;
+          std::copy(src, src + p.W, x + ((b * p.C + c) * p.H + h) * p.W);
+        }
+      }
+    }
+  };
+  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
+}
+
+#define NORMKIT_INSTANTIATE_SHIFT_SUM_GAP(T)                                                \
+  template void ShiftSumGapStep<T>(const normkit_context&, const ShiftSumProblem<T>&, T, T, \
+                                   const T*, const T*, T*);                                 \
+  template void Shift<T>(const normkit_context&, const ShiftSumProblem<T>&, const T*, T*);  \
+  template void Unshift<T>(const normkit_context&, const ShiftSumProblem<T>&, const T*, T*);
+NORMKIT_INSTANTIATE_SHIFT_SUM_GAP(float)
+NORMKIT_INSTANTIATE_SHIFT_SUM_GAP(double)
+#undef NORMKIT_INSTANTIATE_SHIFT_SUM_GAP
+
+}  // namespace cpu
+}  // namespace normkit
