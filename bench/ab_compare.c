@@ -14,7 +14,10 @@
  * scale and shift), G = bn normkit_batch_norm_inference (running means within a few
  * standard deviations: the folded path; bnfar: about 100 standard deviations out, where
  * builds from stop 42 on subtract the mean first). act: none (default), relu or silu, group norm's fused
- * activation.
+ * activation. G = ssA, ssAt or gap: normkit_shift_sum (A), normkit_shift_sum_adjoint (A^T) or
+ * normkit_shift_sum_gap_step (lambda 0.5, gamma 0.01, x restored before each call, untimed) on
+ * [batch, C, H, W] with step 2 along W and an [H, W] mask; the output compared is y for A,
+ * x for A^T and the GAP step.
  *
  * Why: this 2-core VM drifts between phases where the same call takes 5.4 or
  * 8.5 us. Two builds timed in separate runs compare phases, not code; in one
@@ -53,6 +56,11 @@ typedef normkit_status (*BatchNormFn)(const normkit_context*, const normkit_tens
                                       const float*, const float*, const float*, float,
                                       const normkit_tensor*);
 typedef normkit_status (*ContextCreateFn)(int32_t, normkit_context**);
+typedef normkit_status (*ShiftSumFn)(const normkit_context*, const normkit_tensor*,
+                                     const normkit_shift_sum_params*, const normkit_tensor*);
+typedef normkit_status (*GapStepFn)(const normkit_context*, const normkit_tensor*,
+                                    const normkit_tensor*, const normkit_shift_sum_params*, double,
+                                    double, const void*);
 
 static double NowNs(void) {
   struct timespec t;
@@ -79,7 +87,12 @@ int main(int argc, char** argv) {
   const int bn_far = strcmp(argv[6], "bnfar") == 0; /* running means 100 std out */
   const int bn_op = strcmp(argv[6], "bn") == 0 || bn_far;
   const int affine_op = strcmp(argv[6], "affine") == 0 || bn_op;
-  const long G = rows_op || affine_op ? 1 : atol(argv[6]);
+  /* shift-sum: 1 = A, 2 = A^T, 3 = GAP step */
+  const int ss_op = strcmp(argv[6], "ssA") == 0    ? 1
+                    : strcmp(argv[6], "ssAt") == 0 ? 2
+                    : strcmp(argv[6], "gap") == 0  ? 3
+                                                   : 0;
+  const long G = rows_op || affine_op || ss_op ? 1 : atol(argv[6]);
   const int calls = argc > 7 ? atoi(argv[7]) : 3000;
   const int nhwc = argc > 8 ? atoi(argv[8]) : 0;
   const int threads = argc > 9 ? atoi(argv[9]) : 1;
@@ -102,6 +115,8 @@ int main(int argc, char** argv) {
   AffineFn affine[2];
   BatchNormFn batch_norm[2];
   RmsNormFn rms_norm[2];
+  ShiftSumFn shift_sum[2], shift_sum_adjoint[2];
+  GapStepFn gap_step[2];
   normkit_context* context[2];
   for (int k = 0; k < 2; ++k) {
     void* lib = dlmopen(LM_ID_NEWLM, argv[1 + k], RTLD_NOW | RTLD_LOCAL);
@@ -114,19 +129,30 @@ int main(int argc, char** argv) {
     affine[k] = (AffineFn)dlsym(lib, "normkit_affine");
     batch_norm[k] = (BatchNormFn)dlsym(lib, "normkit_batch_norm_inference");
     rms_norm[k] = (RmsNormFn)dlsym(lib, "normkit_rms_norm");
+    shift_sum[k] = (ShiftSumFn)dlsym(lib, "normkit_shift_sum");
+    shift_sum_adjoint[k] = (ShiftSumFn)dlsym(lib, "normkit_shift_sum_adjoint");
+    gap_step[k] = (GapStepFn)dlsym(lib, "normkit_shift_sum_gap_step");
     ContextCreateFn create = (ContextCreateFn)dlsym(lib, "normkit_context_create");
     if (group_norm[k] == NULL || layer_norm[k] == NULL || rms_norm[k] == NULL ||
-        affine[k] == NULL || batch_norm[k] == NULL || create == NULL ||
+        affine[k] == NULL || batch_norm[k] == NULL || create == NULL || shift_sum[k] == NULL ||
+        shift_sum_adjoint[k] == NULL || gap_step[k] == NULL ||
         create(threads, &context[k]) != 0) {
       fprintf(stderr, "%s: no normkit_group_norm / normkit_context_create\n", argv[1 + k]);
       return 1;
     }
   }
   const long n = batch * C * H * W;
-  float* x = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);
-  float* y = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64);
-  float* y_a = malloc((size_t)n * 4); /* the builds' last outputs, copied out of y */
-  float* y_b = malloc((size_t)n * 4);
+  const long ss_w = W + (C - 1) * 2;            /* shift-sum: y is [batch, 1, H, ss_w] */
+  const long ny = ss_op ? batch * H * ss_w : n; /* elements of y */
+  const long big = ny > n ? ny : n;
+  float* x = aligned_alloc(64, ((size_t)big * 4 + 63) / 64 * 64);
+  float* y = aligned_alloc(64, ((size_t)big * 4 + 63) / 64 * 64);
+  float* x0 = malloc((size_t)n * 4); /* x as made: restored before each GAP step */
+  float* mask = malloc((size_t)H * W * 4);
+  float* y_a = malloc((size_t)big * 4); /* the builds' last outputs, copied out */
+  float* y_b = malloc((size_t)big * 4);
+  float* copy_dst = aligned_alloc(64, ((size_t)n * 4 + 63) / 64 * 64); /* memcpy's, shift-sum */
+  if (!x0 || !mask || !copy_dst) return 1;
   const long params = rows_op ? H * W : C;
   float* gamma = malloc((size_t)params * 4);
   float* beta = malloc((size_t)params * 4);
@@ -138,6 +164,13 @@ int main(int argc, char** argv) {
   }
   for (long i = 0; i < n; ++i)
     x[i] = (float)((i * 2654435761u) % 1000) / 1000.f + (flat ? 0 : (i / (H * W)) % 7);
+  for (long i = 0; i < ny; ++i) y[i] = (float)((i * 40503u) % 997) / 997.f;
+  for (long i = 0; i < H * W; ++i) mask[i] = (i * 7919u) % 5 == 0 ? 0.f : 0.5f + (i % 3) * 0.25f;
+  memcpy(x0, x, (size_t)n * 4);
+  normkit_shift_sum_params ssp;
+  normkit_shift_sum_params_init(&ssp, 2);
+  ssp.mask_kind = NORMKIT_MASK_HW;
+  ssp.mask = mask;
   float* far_mean = malloc((size_t)params * 4);
   if (!far_mean) return 1;
   for (long c = 0; c < params; ++c) {
@@ -163,13 +196,23 @@ int main(int argc, char** argv) {
   }
   yt = xt;
   yt.data = y;
+  if (ss_op) {
+    yt.shape[1] = 1;
+    yt.shape[3] = ss_w;
+  }
+  float* out_data = ss_op >= 2 ? x : y; /* what the op writes */
+  const long n_out = ss_op >= 2 ? n : ny;
   for (int r = 0; r < calls; ++r) {
     for (int j = 0; j < 2; ++j) {
       const int k = (r & 1) ? 1 - j : j;  // alternate which build goes first
       const normkit_tensor* out = &yt;    // one output buffer: the same cache state for both
+      if (ss_op == 3) memcpy(x, x0, (size_t)n * 4); /* the GAP step updates x */
       const double t0 = NowNs();
       const normkit_status s =
-          bn_op ? batch_norm[k](context[k], &xt, gamma, beta, bn_far ? far_mean : beta, gamma, 1e-5f,
+          ss_op == 1   ? shift_sum[k](context[k], &xt, &ssp, &yt)
+          : ss_op == 2 ? shift_sum_adjoint[k](context[k], &yt, &ssp, &xt)
+          : ss_op == 3 ? gap_step[k](context[k], &xt, &yt, &ssp, 0.5, 0.01, NULL)
+          : bn_op ? batch_norm[k](context[k], &xt, gamma, beta, bn_far ? far_mean : beta, gamma, 1e-5f,
                                 out)
           : affine_op    ? affine[k](context[k], &xt, gamma, beta, NORMKIT_PARAMS_PER_CHANNEL, out)
           : rows_op == 1 ? layer_norm[k](context[k], &xt, gamma, beta, 1e-5f, out, NULL, NULL)
@@ -177,14 +220,14 @@ int main(int argc, char** argv) {
               ? rms_norm[k](context[k], &xt, gamma, 1e-5f, out, NULL)
               : group_norm[k](context[k], &xt, G, gamma, beta, 1e-5f, act, out, NULL, NULL);
       times[k][r] = NowNs() - t0;
-      if (r == calls - 1) memcpy(k == 0 ? y_a : y_b, y, (size_t)n * 4);  // last outputs
+      if (r == calls - 1) memcpy(k == 0 ? y_a : y_b, out_data, (size_t)n_out * 4);  // last outputs
       if (s != 0) {
         fprintf(stderr, "%s: status %d\n", argv[1 + k], (int)s);
         return 1;
       }
     }
     const double t0 = NowNs();
-    memcpy(y, x, (size_t)n * 4);
+    memcpy(ss_op ? copy_dst : y, x, (size_t)n * 4); /* shift-sum: y is an input, kept */
     times[2][r] = NowNs() - t0;
   }
   for (int k = 0; k < 3; ++k) qsort(times[k], (size_t)calls, sizeof(double), CompareDoubles);
@@ -192,8 +235,8 @@ int main(int argc, char** argv) {
   printf(
       "%ldx%ldx%ldx%ld %s%s %s %s threads=%d: A %.2f us  B %.2f us  memcpy %.2f us  "
       "ratios %.3f %.3f  B/A %.3f  outputs %s\n",
-      batch, C, H, W, rows_op || affine_op ? "" : "G=", argv[6], nhwc ? "NHWC" : "NCHW", act_name,
+      batch, C, H, W, rows_op || affine_op || ss_op ? "" : "G=", argv[6], nhwc ? "NHWC" : "NCHW", act_name,
       threads, a / 1e3, b / 1e3, copy / 1e3, copy / a, copy / b, b / a,
-      memcmp(y_a, y_b, (size_t)n * 4) == 0 ? "same bits" : "DIFFER");
+      memcmp(y_a, y_b, (size_t)n_out * 4) == 0 ? "same bits" : "DIFFER");
   return 0;
 }

@@ -318,7 +318,7 @@ NORMKIT_HOST_DEVICE inline ShiftedSums FlatCacheSums(const float* cache, const F
 
 // After a pass of sums about *pivot: the unit's mean and variance (RMS norm: both the
 // mean of squares), true; or, when `may_retry` and the pivot was too far from the mean
-// to trust the sums (more than about 0.7 standard deviations: the CPU kernels' test),
+// to trust the sums (PivotTooFar, the CPU kernels' test),
 // false with *pivot moved to the mean they give, to sum again about it.
 NORMKIT_HOST_DEVICE inline bool FlatMoments(bool rms, const ShiftedSums& s, double count,
                                             bool may_retry, float* pivot, double* mean,
@@ -327,7 +327,7 @@ NORMKIT_HOST_DEVICE inline bool FlatMoments(bool rms, const ShiftedSums& s, doub
     *mean = *var = s.s2 / count;
     return true;
   }
-  if (may_retry && s.s1 * s.s1 > 0.5 * s.s2 * count) {
+  if (may_retry && PivotTooFar(count, s.s1, s.s2)) {
     *pivot = static_cast<float>(*pivot + s.s1 / count);
     return false;
   }

@@ -16,6 +16,7 @@
 
 #include "cpu/kernels/moments-inl.h"
 #include "hwy/cache_control.h"
+#include "cpu/kernels/float_tags-inl.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -23,14 +24,6 @@ namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-using DF = hn::ScalableTag<float>;
-#if HWY_TARGET == HWY_SCALAR
-using DD = hn::Rebind<double, DF>;
-#else
-using DD = hn::Repartition<double, DF>;
-using DH = hn::Half<DF>;
-#endif
 
 // Channels-last rows of at most four vectors are walked a few vectors of channels at
 // a time down all rows of the block (a walk that stays within a few KiB), with the

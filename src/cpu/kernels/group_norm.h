@@ -17,7 +17,9 @@ namespace kernels {
 // Activation fused after the affine of a normalization.
 enum class Activation : int { kNone = 0, kRelu = 1, kSilu = 2 };
 
+using ::normkit::FromShiftedSums;
 using ::normkit::MergeMoments;
+using ::normkit::PivotTooFar;
 using ::normkit::Moments;
 
 // SpanMoments' pivot is the mean of kPivotVectors vectors of the span (spans of
@@ -100,26 +102,6 @@ void SampledRowSums(const float* x, int64_t rows, int64_t channels, int64_t samp
 void ColumnMeanRstd(const float* x, int64_t rows, int64_t channels, int64_t samples, float eps,
                     bool from_memory, float* pivot, double* s1, double* s2, float* scratch,
                     double* mean, double* rstd);
-
-// Whether shifted sums about a pivot lost too many digits to trust: true when the
-// pivot is further from the mean than one standard deviation, i.e. when
-// s1^2 / n > s2 / 2. Below that, s2 - s1^2 / n keeps all but one bit of s2's
-// precision.
-inline bool PivotTooFar(double count, double s1, double s2) {
-  return s1 * s1 > 0.5 * count * s2;
-}
-
-// Moments of `count` values from their shifted sums about `pivot`. With the pivot
-// near the mean (in units of the spread) s2 - s1^2 / count does not cancel; this is
-// not E[x^2] - E[x]^2, whose pivot is 0.
-inline Moments FromShiftedSums(double count, float pivot, double s1, double s2) {
-  Moments m;
-  m.count = count;
-  m.mean = static_cast<double>(pivot) + s1 / count;
-  const double m2 = s2 - s1 * (s1 / count);
-  m.m2 = m2 > 0.0 ? m2 : 0.0;
-  return m;
-}
 
 // `stream`: non-temporal stores (outputs larger than the last-level cache); each call
 // ends with the fence that orders them.

@@ -18,6 +18,7 @@
 
 #include "core/moments.h"
 #include "cpu/kernels/group_norm.h"
+#include "cpu/kernels/float_tags-inl.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -25,14 +26,6 @@ namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-using DF = hn::ScalableTag<float>;
-#if HWY_TARGET == HWY_SCALAR
-using DD = hn::Rebind<double, DF>;
-#else
-using DD = hn::Repartition<double, DF>;
-using DH = hn::Half<DF>;
-#endif
 
 // Adds the two halves of v, widened to double, to lo and hi.
 HWY_INLINE void AccumulateWide(hn::Vec<DF> v, hn::Vec<DD>& lo, hn::Vec<DD>& hi) {

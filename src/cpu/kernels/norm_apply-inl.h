@@ -19,6 +19,7 @@
 #include "cpu/kernels/moments-inl.h"
 #include "cpu/kernels/store-inl.h"
 #include "hwy/cache_control.h"
+#include "cpu/kernels/float_tags-inl.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -26,14 +27,6 @@ namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-using DF = hn::ScalableTag<float>;
-#if HWY_TARGET == HWY_SCALAR
-using DD = hn::Rebind<double, DF>;
-#else
-using DD = hn::Repartition<double, DF>;
-using DH = hn::Half<DF>;
-#endif
 
 // y[i] = f(d, i, x[i..]) for i < n: whole vectors, a 1-lane tag for spans shorter than a
 // vector (and the streaming peel), and an overlapping last vector whose lanes already
