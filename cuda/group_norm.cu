@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include "cuda/async_copy.h"
+#include "cuda/norm_cluster_math.h"
 #include "cuda/norm_math.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"

@@ -12,6 +12,7 @@
 
 #include "cuda/affine_math.h"
 #include "cuda/channel_cursor.h"
+#include "cuda/norm_cluster_math.h"
 #include "cuda/norm_math.h"
 #include "cuda/shift_sum_math.h"
 #include "norm_reference.h"

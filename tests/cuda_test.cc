@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/norm_cluster_math.h"
 #include "cuda/norm_math.h"
 #include "norm_reference.h"
 #include "test_util.h"

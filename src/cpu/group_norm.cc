@@ -58,12 +58,7 @@ struct GroupNormPlan {
 
 // Scratch of the channels-last statistics (C values each; run: 2C): on the stack of
 // BlockStats, or one run's share of the plan's buffers.
-struct ChannelScratch {
-  float* pivot;
-  float* run;  // the kernel's float run sums
-  double* s1;
-  double* s2;
-};
+using ChannelScratch = kernels::ColumnScratch;
 
 // Up to this many channels the scratch is on the stack (14 KiB): two allocations a
 // call measured 0.1-0.2 us of a 6-7 us 1x256x14x14 group norm.
@@ -88,23 +83,6 @@ Moments* PartialOf(GroupNormPlan& p, int64_t unit, int64_t block) {
   return &p.partial[static_cast<size_t>((unit * p.blocks + block) * p.unit_groups)];
 }
 
-// Sum of a[0..n) in double, in four interleaved chains combined at the end: one chain
-// of dependent adds, a group's channels one at a time, took 1280 adds' latency for a
-// 1x1280x8x8 NHWC sample, twice (pivots, then shifted sums).
-template <class T>
-double SumOfChannels(const T* a, int64_t n) {
-  double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += static_cast<double>(a[i]);
-    s1 += static_cast<double>(a[i + 1]);
-    s2 += static_cast<double>(a[i + 2]);
-    s3 += static_cast<double>(a[i + 3]);
-  }
-  for (; i < n; ++i) s0 += static_cast<double>(a[i]);
-  return (s0 + s1) + (s2 + s3);
-}
-
 // Moments of block `k` of unit `u` into its own partial slots; `run`: the scratch
 // (channels-last) of the run of blocks it is part of.
 void BlockStats(GroupNormPlan& p, int64_t u, int64_t k, int64_t run) {
@@ -122,38 +100,11 @@ void BlockStats(GroupNormPlan& p, int64_t u, int64_t k, int64_t run) {
     out[0] = kernels::SpanMoments(xb, rows * p.C);
     return;
   }
-  // Groups strided across rows: per-channel shifted sums about a pivot per group
-  // (the mean of the group's channels in a few sampled rows) add up to the group's.
-  // Groups whose pivot was too far from their mean get a second pass.
   alignas(64) float stack_floats[3 * kStackScratchChannels];
   alignas(64) double stack_doubles[2 * kStackScratchChannels];
   const ChannelScratch s = ScratchOfRun(p, run, stack_floats, stack_doubles);
-  const double count = static_cast<double>(rows * p.Cg);
-  const int64_t samples = PivotSamples(rows, p.Cg, p.from_memory);
-  // s.pivot holds the per-channel sample sums first; each group's are read, then
-  // overwritten by the group's pivot (groups own disjoint channels).
-  kernels::SampledRowSums(xb, rows, p.C, samples, s.pivot);
-  for (int64_t g = 0; g < p.G; ++g) {
-    const double sum = SumOfChannels(s.pivot + g * p.Cg, p.Cg);
-    const float pivot = static_cast<float>(sum / static_cast<double>(samples * p.Cg));
-    for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) s.pivot[c] = pivot;
-  }
-  for (int pass = 0; pass < 2; ++pass) {
-    kernels::ChannelShiftedSums(xb, rows, p.C, s.pivot, s.s1, s.s2, s.run, p.from_memory);
-    bool again = false;
-    for (int64_t g = 0; g < p.G; ++g) {
-      const double s1 = SumOfChannels(s.s1 + g * p.Cg, p.Cg);
-      const double s2 = SumOfChannels(s.s2 + g * p.Cg, p.Cg);
-      const float pivot = s.pivot[g * p.Cg];
-      out[g] = kernels::FromShiftedSums(count, pivot, s1, s2);
-      if (pass == 0 && kernels::PivotTooFar(count, s1, s2)) {
-        again = true;
-        const float better = static_cast<float>(out[g].mean);
-        for (int64_t c = g * p.Cg; c < (g + 1) * p.Cg; ++c) s.pivot[c] = better;
-      }
-    }
-    if (!again) break;
-  }
+  kernels::ColumnBlockMoments(xb, rows, p.C, p.G, PivotSamples(rows, p.Cg, p.from_memory),
+                              p.from_memory, s, out);
 }
 
 // From a group's mean and reciprocal standard deviation: the optional mean / rstd

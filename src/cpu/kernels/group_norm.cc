@@ -25,8 +25,7 @@ HWY_EXPORT(SpanMeanRstdEachImpl);
 HWY_EXPORT(SpanRmsEachImpl);
 HWY_EXPORT(ChannelParametersEachImpl);
 HWY_EXPORT(SpanSumSquaresImpl);
-HWY_EXPORT(ChannelShiftedSumsImpl);
-HWY_EXPORT(SampledRowSumsImpl);
+HWY_EXPORT(ColumnBlockMomentsImpl);
 HWY_EXPORT(ColumnMeanRstdImpl);
 HWY_EXPORT(ApplyNormPlanesImpl);
 HWY_EXPORT(ApplyNormGroupPlanesImpl);
@@ -62,14 +61,11 @@ double SpanSumSquares(const float* x, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(SpanSumSquaresImpl)(x, n);
 }
 
-void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const float* pivot,
-                        double* s1, double* s2, float* scratch, bool from_memory) {
-  HWY_DYNAMIC_DISPATCH(ChannelShiftedSumsImpl)
-  (x, rows, channels, pivot, s1, s2, scratch, from_memory);
-}
-
-void SampledRowSums(const float* x, int64_t rows, int64_t channels, int64_t samples, float* out) {
-  HWY_DYNAMIC_DISPATCH(SampledRowSumsImpl)(x, rows, channels, samples, out);
+void ColumnBlockMoments(const float* x, int64_t rows, int64_t channels, int64_t groups,
+                        int64_t samples, bool from_memory, const ColumnScratch& scratch,
+                        Moments* out) {
+  HWY_DYNAMIC_DISPATCH(ColumnBlockMomentsImpl)
+  (x, rows, channels, groups, samples, from_memory, scratch, out);
 }
 
 void ColumnMeanRstd(const float* x, int64_t rows, int64_t channels, int64_t samples, float eps,

@@ -19,8 +19,8 @@ enum class Activation : int { kNone = 0, kRelu = 1, kSilu = 2 };
 
 using ::normkit::FromShiftedSums;
 using ::normkit::MergeMoments;
-using ::normkit::PivotTooFar;
 using ::normkit::Moments;
+using ::normkit::PivotTooFar;
 
 // SpanMoments' pivot is the mean of kPivotVectors vectors of the span (spans of
 // at least that many vectors) loaded at these offsets.
@@ -73,14 +73,6 @@ void ChannelParametersEach(const double* mean, const double* rstd, const float* 
 // Sum of x[i]^2 over x[0, n), carried in double (RMS norm).
 double SpanSumSquares(const float* x, int64_t n);
 
-// Per-channel shifted sums about pivot[c], carried in double:
-// s1[c] = sum_r (x[r, c] - pivot[c]), s2[c] = sum_r (x[r, c] - pivot[c])^2.
-// scratch: 2 * channels floats. from_memory: x comes from DRAM rather than cache,
-// which picks the order rows are read in (the sums are the same either way only up
-// to rounding; the choice must depend on the shape alone).
-void ChannelShiftedSums(const float* x, int64_t rows, int64_t channels, const float* pivot,
-                        double* s1, double* s2, float* scratch, bool from_memory);
-
 // The rows a block's statistics pivots are sampled from: `samples` rows spread evenly
 // over the block, the first one included. Spread rather than consecutive: neighbouring
 // positions of an image are alike, and a pivot more than a standard deviation from the
@@ -89,16 +81,32 @@ inline int64_t SampledRow(int64_t j, int64_t samples, int64_t rows) {
   return j * rows / samples;
 }
 
-// out[c] = sum over j < samples of x[SampledRow(j, samples, rows), c], in float.
-void SampledRowSums(const float* x, int64_t rows, int64_t channels, int64_t samples, float* out);
+// Scratch of a channels-last block's statistics: pivot (channels floats), run (2 *
+// channels floats: the row streams' float sums), s1 and s2 (channels doubles each).
+struct ColumnScratch {
+  float* pivot;
+  float* run;
+  double* s1;
+  double* s2;
+};
+
+// Moments of each of `groups` groups of a channels-last block of `rows` rows of `channels`
+// floats (out[g]): per-channel shifted sums about a pivot per group, the mean of its
+// channels in `samples` sampled rows (SampledRow), carried in double and added up per
+// group; groups whose pivot was too far from their mean (PivotTooFar) are summed again
+// about it. from_memory: x comes from DRAM rather than cache, which picks the order rows
+// are read in (the sums are the same either way only up to rounding: the choice must
+// depend on the shape alone). One call does the whole block.
+void ColumnBlockMoments(const float* x, int64_t rows, int64_t channels, int64_t groups,
+                        int64_t samples, bool from_memory, const ColumnScratch& scratch,
+                        Moments* out);
 
 // Channels-last instance norm of a block of `rows` rows of `channels` floats: mean[c]
 // and rstd[c] (ReciprocalStd) of each channel's column, from shifted sums about the
 // mean of its values in `samples` sampled rows (SampledRow), with a second pass for
 // the channels whose pivot was too far from their mean. The same bits as
-// SampledRowSums, ChannelShiftedSums and FromShiftedSums per channel with these
-// pivots. Scratch: pivot (channels floats), s1 and s2 (channels doubles each),
-// scratch (2 * channels floats).
+// ColumnBlockMoments with one channel a group. Scratch: pivot (channels floats), s1 and s2
+// (channels doubles each), scratch (2 * channels floats).
 void ColumnMeanRstd(const float* x, int64_t rows, int64_t channels, int64_t samples, float eps,
                     bool from_memory, float* pivot, double* s1, double* s2, float* scratch,
                     double* mean, double* rstd);
