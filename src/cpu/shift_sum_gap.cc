@@ -37,9 +37,9 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
         update.a = step_scale;
         for (int64_t i = 0; i < n; ++i) {
           const int64_t b = (row + i) / p.H, h = (row + i) % p.H;
-          ShiftSumResidual(res_rows[i], y + (row + i) * p.W_out, p.W_out);
           const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
-          ShiftSumDivide(res_rows[i], res_rows[i], pr, p.scale * p.scale, gamma, p.W_out);
+          ShiftSumGapResidual(res_rows[i], y + (row + i) * p.W_out, pr, T(1), p.scale * p.scale,
+                              gamma, p.W_out);
           update.x[i] = x + ChannelsLastRow(p, b, h);
           update.r[i] = res_rows[i];
           update.m[i] = AlignedMask(p, b, 0, h);
@@ -112,10 +112,9 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
         ShiftSumAccumulateTile(tile);
         for (int64_t h = h0; h < h1; ++h) {
           T* rr = &res[(h - h0) * p.W_out];
-          if (p.scale != T(1)) ShiftSumScale(rr, p.scale, p.W_out);
-          ShiftSumResidual(rr, y + (b * p.H + h) * p.W_out, p.W_out);
           const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
-          ShiftSumDivide(rr, rr, pr, p.scale * p.scale, gamma, p.W_out);
+          ShiftSumGapResidual(rr, y + (b * p.H + h) * p.W_out, pr, p.scale, p.scale * p.scale,
+                              gamma, p.W_out);
         }
         if (p.channels_last) {  // the update and the transposition back in one walk
           for (int64_t h = h0; h < h1; ++h) {
@@ -143,10 +142,9 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
   const auto residual = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
     for (int64_t row = begin; row < end; ++row) {
       T* rr = &res[row * p.W_out];
-      ShiftSumResidual(rr, y + row * p.W_out, p.W_out);
       const T* pr =
           NormalizerRowOrGiven(p, normalizer, row / p.H_out, row % p.H_out, s.normalizer.data());
-      ShiftSumDivide(rr, rr, pr, p.scale * p.scale, gamma, p.W_out);
+      ShiftSumGapResidual(rr, y + row * p.W_out, pr, T(1), p.scale * p.scale, gamma, p.W_out);
     }
   };
   ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), make_res, residual);

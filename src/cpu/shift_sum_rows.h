@@ -29,7 +29,7 @@ using kernels::ShiftSumDivide;
 using kernels::ShiftSumDivideByMask;
 using kernels::ShiftSumFromPlanes;
 using kernels::ShiftSumFromPlanesAxpy;
-using kernels::ShiftSumResidual;
+using kernels::ShiftSumGapResidual;
 using kernels::ShiftSumScale;
 using kernels::ShiftSumScaledProduct;
 using kernels::ShiftSumToPlanes;
@@ -627,9 +627,8 @@ void GapStepChannelsLastPhases(const ShiftSumProblem<T>& p, T step_scale, T gamm
   for (int64_t row = begin; row < end; ++row) {
     const T* next_x = row + 1 < end ? x + (row + 1) * p.W * p.C : nullptr;
     SumRowByPhases(p, static_cast<const T*>(x), row, next_x, s.phases, res);
-    ShiftSumResidual(res, y + row * p.W_out, p.W_out);
     const T* pr = NormalizerRowOrGiven(p, normalizer, row / p.H, row % p.H, s.normalizer.data());
-    ShiftSumDivide(res, res, pr, p.scale * p.scale, gamma, p.W_out);
+    ShiftSumGapResidual(res, y + row * p.W_out, pr, T(1), p.scale * p.scale, gamma, p.W_out);
     SpreadRowByPhases(p, res, row, step_scale, false, true, s.phases, x);
   }
 }

@@ -469,10 +469,18 @@ void DivideT(T* z, const T* y, const T* HWY_RESTRICT p, T a, T b, size_t n) {
   });
 }
 
-template <class T>
-void ResidualT(T* z, const T* HWY_RESTRICT r, size_t n) {
+// y - r after ScaleT (when kScale), then DivideT, in one pass: the same operations per element.
+template <bool kScale, class T>
+void GapResidualT(T* HWY_RESTRICT r, const T* HWY_RESTRICT y, const T* HWY_RESTRICT p, T scale, T a,
+                  T b, size_t n) {
   ForRow<T>(n, [&](auto d, size_t i) {
-    hn::StoreU(hn::LoadU(d, r + i) - hn::LoadU(d, z + i), d, z + i);
+    auto v = hn::LoadU(d, r + i);
+    if constexpr (kScale) v = hn::Set(d, scale) * v;
+    v = hn::LoadU(d, y + i) - v;
+    const auto den = hn::MulAdd(hn::Set(d, a), hn::LoadU(d, p + i), hn::Set(d, b));
+    const auto nonzero = hn::Ne(den, hn::Zero(d));
+    const auto q = v / hn::IfThenElse(nonzero, den, hn::Set(d, T(1)));
+    hn::StoreU(hn::IfThenElseZero(nonzero, q), d, r + i);
   });
 }
 
@@ -531,7 +539,10 @@ const ShiftSumKernelTable<T>* KernelTableT() {
       [](T* y, T s, int64_t n) { ScaleT(y, s, n); },
       [](T* p, const T* m, int64_t n) { AddSquaresT(p, m, n); },
       [](T* z, const T* y, const T* p, T a, T b, int64_t n) { DivideT(z, y, p, a, b, n); },
-      [](T* z, const T* r, int64_t n) { ResidualT(z, r, n); },
+      [](T* r, const T* y, const T* p, T scale, T a, T b, int64_t n) {
+        scale != T(1) ? GapResidualT<true>(r, y, p, scale, a, b, n)
+                      : GapResidualT<false>(r, y, p, scale, a, b, n);
+      },
       [](T* x, const T* z, const T* m, int64_t n) { DivideByMaskT(x, z, m, n); },
       [](T* x, const T* r, const T* m, T a, int64_t n) { AxpyT(x, r, m, a, n); },
   };

@@ -223,9 +223,11 @@ void ShiftSumAddSquares(T* p, const T* m, int64_t n);
 template <class T>
 void ShiftSumDivide(T* z, const T* y, const T* p, T a, T b, int64_t n);
 
-// z[i] = r[i] - z[i]  (the residual r - A x, in place in z)
+// The GAP step's divided residual, in place: r[i] = (y[i] - scale * r[i]) / (a * p[i] + b),
+// 0 where a * p[i] + b == 0; y - r after ShiftSumScale (when scale != 1), then
+// ShiftSumDivide, in one pass over the row, with their bits.
 template <class T>
-void ShiftSumResidual(T* z, const T* r, int64_t n);
+void ShiftSumGapResidual(T* r, const T* y, const T* p, T scale, T a, T b, int64_t n);
 
 // x[i] = m[i] != 0 ? z[i] / m[i] : 0
 template <class T>
@@ -259,7 +261,7 @@ struct ShiftSumKernelTable {
   void (*scale)(T* y, T s, int64_t n);
   void (*add_squares)(T* p, const T* m, int64_t n);
   void (*divide)(T* z, const T* y, const T* p, T a, T b, int64_t n);
-  void (*residual)(T* z, const T* r, int64_t n);
+  void (*gap_residual)(T* r, const T* y, const T* p, T scale, T a, T b, int64_t n);
   void (*divide_by_mask)(T* x, const T* z, const T* m, int64_t n);
   void (*axpy)(T* x, const T* r, const T* m, T a, int64_t n);
 };
@@ -339,8 +341,8 @@ void ShiftSumDivide(T* z, const T* y, const T* p, T a, T b, int64_t n) {
   ShiftSumKernels<T>().divide(z, y, p, a, b, n);
 }
 template <class T>
-void ShiftSumResidual(T* z, const T* r, int64_t n) {
-  ShiftSumKernels<T>().residual(z, r, n);
+void ShiftSumGapResidual(T* r, const T* y, const T* p, T scale, T a, T b, int64_t n) {
+  ShiftSumKernels<T>().gap_residual(r, y, p, scale, a, b, n);
 }
 template <class T>
 void ShiftSumDivideByMask(T* x, const T* z, const T* m, int64_t n) {
