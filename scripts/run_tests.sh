@@ -2,6 +2,7 @@
 # The whole test suite: set up, then for each threading backend (OpenMP, TBB, pool, serial)
 # build and run the GoogleTest suite, the C / C++ / Python examples and the quick demo;
 # then install the library and build an example against the installed CMake package;
+# then build the Python wheel, install it into a fresh venv and run its pytest suite;
 # then the sanitizer builds and the bounded fuzzing (scripts/run_sanitizers.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,14 @@ py=/usr/bin/python3
 # TBB, pool and serial builds reuse the OpenMP build's objects (seconds instead of minutes).
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/normkit-ccache}" CCACHE_NOHASHDIR=1
 launcher=()
-if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+wheel_launcher=()
+if command -v ccache >/dev/null; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  wheel_launcher=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
+# One compiler name for every build, the wheel's included (scikit-build-core names g++):
+# the cache keys on it.
+export CC=gcc CXX=g++
 
 # The CUDA module is compiled (when nvcc is there) in the OpenMP build, the default one and
 # the one installed below; the TBB, pool and serial builds leave it out, which tests the
@@ -29,6 +37,17 @@ for backend in OPENMP TBB POOL SERIAL; do
   cmake --build "$dir" -j"$jobs"
   (cd "$dir" && ctest --output-on-failure -j"$jobs")
 done
+
+echo "=== Python package: a wheel (pip wheel .), installed into a fresh venv, and its pytest suite"
+pydir="$PWD/build-test-python"
+rm -rf "$pydir"
+"$py" -m venv "$pydir/venv"
+"$pydir/venv/bin/pip" install -q --upgrade pip
+"$pydir/venv/bin/pip" install -q numpy pytest
+"$pydir/venv/bin/pip" wheel -q . -w "$pydir/dist" --no-deps "${wheel_launcher[@]}"
+"$pydir/venv/bin/pip" install -q "$pydir"/dist/normkit-*.whl
+# From outside the source tree, so that `import normkit` is the installed wheel.
+(cd "$pydir" && venv/bin/python -m pytest -q "$OLDPWD/tests/python")
 
 echo "=== more than 2^31 elements (8.6 GB; skips itself when the memory is not there)"
 ./build-test-openmp/tests/normkit_large_test

@@ -4,7 +4,7 @@
 set -euo pipefail
 PACKAGES=(cmake make g++ pkg-config libhwy-dev libtbb-dev libeigen3-dev libgtest-dev
           libbenchmark-dev python3 python3-numpy clang libclang-rt-14-dev libomp-dev
-          ccache)
+          ccache python3-venv python3-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,318 @@
+// SPDX-License-Identifier: Apache-2.0
+// The normkit Python extension (nanobind): each op takes DLPack / buffer-protocol arrays
+// (numpy, PyTorch CPU tensors) without copying, describes them to the C API (layout from
+// the strides), checks what the C API cannot (the lengths of parameter arrays), and calls
+// it with the GIL released. Outputs are allocated by the Python layer (normkit/_ops.py).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "normkit/normkit.h"
+
+namespace nb = nanobind;
+
+namespace {
+
+using Array = nb::ndarray<nb::device::cpu>;
+using OptArray = std::optional<Array>;
+
+// Raises the Python exception for a failed call, with normkit's message.
+void Check(normkit_status status) {
+  if (status == NORMKIT_SUCCESS) return;
+  const std::string message = normkit_last_error();
+  switch (status) {
+    case NORMKIT_ERROR_INVALID_ARGUMENT: throw nb::value_error(message.c_str());
+    case NORMKIT_ERROR_UNSUPPORTED: throw nb::type_error(message.c_str());
+    case NORMKIT_ERROR_OUT_OF_MEMORY: throw std::bad_alloc();
+    default: throw std::runtime_error(message);
+  }
+}
+
+std::string Name(const char* op, const char* arg) {
+  return std::string(op) + ": " + arg;
+}
+
+int32_t DtypeOf(const Array& a, const char* op, const char* arg) {
+  if (a.dtype() == nb::dtype<float>()) return NORMKIT_DTYPE_FLOAT32;
+  if (a.dtype() == nb::dtype<double>()) return NORMKIT_DTYPE_FLOAT64;
+  throw nb::type_error(
+      (Name(op, arg) + " must be float32 (float64 for the shift-sum family)").c_str());
+}
+
+// Whether the strides are those of a dense array whose dimensions, from the innermost out,
+// are taken in `order` (dimension indices, innermost first).
+bool DenseInOrder(const Array& a, const int* order, size_t rank) {
+  int64_t expected = 1;
+  for (size_t k = 0; k < rank; ++k) {
+    const size_t dim = static_cast<size_t>(order[k]);
+    if (a.shape(dim) != 1 && a.stride(dim) != expected) return false;
+    expected *= static_cast<int64_t>(a.shape(dim));
+  }
+  return true;
+}
+
+// normkit's layout of `a`: channels-first when its strides are C-contiguous,
+// channels-last when they are those of N, spatial..., C (PyTorch's channels_last).
+// `requested` (-1: either) picks one where both hold (C = 1 or a spatial size of 1).
+int32_t LayoutOf(const Array& a, int32_t requested, const char* op, const char* arg) {
+  const size_t rank = a.ndim();
+  int first[NORMKIT_MAX_RANK], last[NORMKIT_MAX_RANK];
+  for (size_t k = 0; k < rank; ++k) first[k] = static_cast<int>(rank - 1 - k);
+  // Channels-last: C innermost, then the spatial dimensions from the last, then N.
+  last[0] = 1;
+  for (size_t k = 1; k + 1 < rank; ++k) last[k] = static_cast<int>(rank - k);
+  if (rank >= 2) last[rank - 1] = 0;
+  const bool cf = DenseInOrder(a, first, rank);
+  const bool cl = rank > 2 && DenseInOrder(a, last, rank);
+  if (requested == NORMKIT_LAYOUT_CHANNELS_FIRST && cf) return requested;
+  if (requested == NORMKIT_LAYOUT_CHANNELS_LAST && cl) return requested;
+  if (requested < 0 && cf) return NORMKIT_LAYOUT_CHANNELS_FIRST;
+  if (requested < 0 && cl) return NORMKIT_LAYOUT_CHANNELS_LAST;
+  throw nb::value_error(
+      (Name(op, arg) +
+       (requested == NORMKIT_LAYOUT_CHANNELS_LAST
+            ? " is not dense in channels-last order (use .contiguous(memory_format="
+              "torch.channels_last))"
+            : " is not a dense array in channels-first (C-contiguous) or channels-last order "
+              "(use .contiguous() or np.ascontiguousarray)"))
+          .c_str());
+}
+
+// A tensor descriptor over `a` (rank 2 to 5).
+normkit_tensor TensorOf(const Array& a, int32_t layout, const char* op, const char* arg) {
+  if (a.ndim() < 2 || a.ndim() > NORMKIT_MAX_RANK) {
+    throw nb::value_error(
+        (Name(op, arg) + " must have rank 2 to 5, not " + std::to_string(a.ndim())).c_str());
+  }
+  normkit_tensor t;
+  int64_t shape[NORMKIT_MAX_RANK];
+  for (size_t k = 0; k < a.ndim(); ++k) shape[k] = static_cast<int64_t>(a.shape(k));
+  normkit_tensor_init(&t, a.data(), static_cast<normkit_dtype>(DtypeOf(a, op, arg)),
+                      static_cast<normkit_layout>(LayoutOf(a, layout, op, arg)),
+                      static_cast<int32_t>(a.ndim()), shape);
+  return t;
+}
+
+// A dense float32 array of exactly `count` elements (any shape), or null when absent.
+template <class T = float>
+T* ParamOf(const OptArray& a, int64_t count, const char* op, const char* arg) {
+  if (!a) return nullptr;
+  if (a->dtype() != nb::dtype<T>()) {
+    throw nb::type_error(
+        (Name(op, arg) + (sizeof(T) == 4 ? " must be float32" : " must be float64")).c_str());
+  }
+  if (static_cast<int64_t>(a->size()) != count) {
+    throw nb::value_error((Name(op, arg) + " has " + std::to_string(a->size()) +
+                           " elements, expected " + std::to_string(count))
+                              .c_str());
+  }
+  int64_t expected = 1;
+  for (size_t k = a->ndim(); k-- > 0;) {
+    if (a->shape(k) != 1 && a->stride(k) != expected) {
+      throw nb::value_error((Name(op, arg) + " must be contiguous").c_str());
+    }
+    expected *= static_cast<int64_t>(a->shape(k));
+  }
+  return static_cast<T*>(a->data());
+}
+
+// Threads for the calls made with it; wraps normkit_context.
+class Context {
+ public:
+  explicit Context(int32_t num_threads) { Check(normkit_context_create(num_threads, &ctx_)); }
+  ~Context() { normkit_context_destroy(ctx_); }
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  int32_t num_threads() const { return normkit_context_num_threads(ctx_); }
+  const normkit_context* get() const { return ctx_; }
+
+ private:
+  normkit_context* ctx_ = nullptr;
+};
+
+const normkit_context* ContextOf(const Context* c) {
+  return c ? c->get() : nullptr;
+}
+
+int64_t Channels(const normkit_tensor& t) {
+  return t.shape[1];
+}
+
+// Calls `f` without the GIL, then raises for a failed status.
+template <class F>
+void Call(F&& f) {
+  normkit_status status;
+  {
+    nb::gil_scoped_release release;
+    status = f();
+  }
+  Check(status);
+}
+
+void Affine(const Array& x, const OptArray& scale, const OptArray& shift, bool per_sample,
+            const Array& out, int32_t layout, const Context* ctx) {
+  constexpr const char* op = "affine";
+  const normkit_tensor xt = TensorOf(x, layout, op, "x");
+  const normkit_tensor yt = TensorOf(out, xt.layout, op, "out");
+  const int64_t n = per_sample ? xt.shape[0] * Channels(xt) : Channels(xt);
+  const float* s = ParamOf(scale, n, op, "scale");
+  const float* b = ParamOf(shift, n, op, "shift");
+  const int32_t kind = per_sample ? NORMKIT_PARAMS_PER_SAMPLE_CHANNEL : NORMKIT_PARAMS_PER_CHANNEL;
+  Call([&] { return normkit_affine(ContextOf(ctx), &xt, s, b, kind, &yt); });
+}
+
+void BatchNorm(const Array& x, const Array& running_mean, const Array& running_var,
+               const OptArray& weight, const OptArray& bias, float eps, const Array& out,
+               int32_t layout, const Context* ctx) {
+  constexpr const char* op = "batch_norm";
+  const normkit_tensor xt = TensorOf(x, layout, op, "x");
+  const normkit_tensor yt = TensorOf(out, xt.layout, op, "out");
+  const int64_t C = Channels(xt);
+  const float* mean = ParamOf(OptArray(running_mean), C, op, "running_mean");
+  const float* var = ParamOf(OptArray(running_var), C, op, "running_var");
+  const float* g = ParamOf(weight, C, op, "weight");
+  const float* b = ParamOf(bias, C, op, "bias");
+  Call(
+      [&] { return normkit_batch_norm_inference(ContextOf(ctx), &xt, g, b, mean, var, eps, &yt); });
+}
+
+void BatchNormFold(const Array& running_mean, const Array& running_var, const OptArray& weight,
+                   const OptArray& bias, float eps, const Array& scale, const Array& shift) {
+  constexpr const char* op = "batch_norm_fold";
+  const auto C = static_cast<int64_t>(running_mean.size());
+  const float* mean = ParamOf(OptArray(running_mean), C, op, "running_mean");
+  const float* var = ParamOf(OptArray(running_var), C, op, "running_var");
+  const float* g = ParamOf(weight, C, op, "weight");
+  const float* b = ParamOf(bias, C, op, "bias");
+  float* s = ParamOf(OptArray(scale), C, op, "scale");
+  float* h = ParamOf(OptArray(shift), C, op, "shift");
+  Call([&] { return normkit_batch_norm_fold(C, g, b, mean, var, eps, s, h); });
+}
+
+void FoldIntoConv(const Array& weight, const OptArray& bias, const Array& folded_bias,
+                  int64_t groups, bool transposed, const Array& running_mean,
+                  const Array& running_var, const OptArray& bn_weight, const OptArray& bn_bias,
+                  float eps) {
+  constexpr const char* op = "fold_batch_norm_into_conv";
+  if (weight.ndim() < 3)
+    throw nb::value_error("fold_batch_norm_into_conv: weight must have rank >= 3");
+  // OIHW: [out, in / groups, k...]; transposed IOHW: [in, out / groups, k...].
+  int64_t kernel = 1;
+  for (size_t k = 2; k < weight.ndim(); ++k) kernel *= static_cast<int64_t>(weight.shape(k));
+  const auto d0 = static_cast<int64_t>(weight.shape(0)), d1 = static_cast<int64_t>(weight.shape(1));
+  const int64_t out_channels = transposed ? d1 * groups : d0;
+  const int64_t in_channels = transposed ? d0 : d1 * groups;
+  float* w = ParamOf(OptArray(weight), static_cast<int64_t>(weight.size()), op, "weight");
+  const float* b = ParamOf(bias, out_channels, op, "bias");
+  float* fb = ParamOf(OptArray(folded_bias), out_channels, op, "folded_bias");
+  const float* mean = ParamOf(OptArray(running_mean), out_channels, op, "running_mean");
+  const float* var = ParamOf(OptArray(running_var), out_channels, op, "running_var");
+  const float* g = ParamOf(bn_weight, out_channels, op, "bn_weight");
+  const float* be = ParamOf(bn_bias, out_channels, op, "bn_bias");
+  const int32_t order = transposed ? NORMKIT_CONV_WEIGHT_IOHW_TRANSPOSED : NORMKIT_CONV_WEIGHT_OIHW;
+  Call([&] {
+    return normkit_fold_batch_norm_into_conv(w, out_channels, in_channels, groups, kernel, order, b,
+                                             fb, g, be, mean, var, eps);
+  });
+}
+
+void FoldIntoLinear(const Array& weight, const OptArray& bias, const Array& folded_bias,
+                    const Array& running_mean, const Array& running_var, const OptArray& bn_weight,
+                    const OptArray& bn_bias, float eps) {
+  constexpr const char* op = "fold_batch_norm_into_linear";
+  if (weight.ndim() != 2)
+    throw nb::value_error("fold_batch_norm_into_linear: weight must be [out, in]");
+  const auto out_f = static_cast<int64_t>(weight.shape(0));
+  const auto in_f = static_cast<int64_t>(weight.shape(1));
+  float* w = ParamOf(OptArray(weight), out_f * in_f, op, "weight");
+  const float* b = ParamOf(bias, out_f, op, "bias");
+  float* fb = ParamOf(OptArray(folded_bias), out_f, op, "folded_bias");
+  const float* mean = ParamOf(OptArray(running_mean), out_f, op, "running_mean");
+  const float* var = ParamOf(OptArray(running_var), out_f, op, "running_var");
+  const float* g = ParamOf(bn_weight, out_f, op, "bn_weight");
+  const float* be = ParamOf(bn_bias, out_f, op, "bn_bias");
+  Call([&] {
+    return normkit_fold_batch_norm_into_linear(w, out_f, in_f, b, fb, g, be, mean, var, eps);
+  });
+}
+
+// Group norm and its forms; groups = 0: instance norm (G = C), -1: channel layer norm (G = 1).
+void GroupNorm(const Array& x, int64_t groups, const OptArray& weight, const OptArray& bias,
+               float eps, int32_t activation, const Array& out, const OptArray& mean_out,
+               const OptArray& rstd_out, int32_t layout, const Context* ctx) {
+  const char* op = groups == 0 ? "instance_norm" : groups < 0 ? "channel_layer_norm" : "group_norm";
+  const normkit_tensor xt = TensorOf(x, layout, op, "x");
+  const normkit_tensor yt = TensorOf(out, xt.layout, op, "out");
+  const int64_t C = Channels(xt);
+  const int64_t G = groups == 0 ? C : groups < 0 ? 1 : groups;
+  const float* g = ParamOf(weight, C, op, "weight");
+  const float* b = ParamOf(bias, C, op, "bias");
+  float* m = ParamOf(mean_out, xt.shape[0] * G, op, "mean_out");
+  float* r = ParamOf(rstd_out, xt.shape[0] * G, op, "rstd_out");
+  Call([&] {
+    if (groups == 0)
+      return normkit_instance_norm(ContextOf(ctx), &xt, g, b, eps, activation, &yt, m, r);
+    if (groups < 0) {
+      return normkit_channel_layer_norm(ContextOf(ctx), &xt, g, b, eps, activation, &yt, m, r);
+    }
+    return normkit_group_norm(ContextOf(ctx), &xt, groups, g, b, eps, activation, &yt, m, r);
+  });
+}
+
+// Layer norm (rms = false) or RMS norm of [rows, D] (x viewed as 2-D by the Python layer).
+void RowNorm(const Array& x, const OptArray& weight, const OptArray& bias, float eps, bool rms,
+             const Array& out, const OptArray& mean_out, const OptArray& rstd_out,
+             const Context* ctx) {
+  const char* op = rms ? "rms_norm" : "layer_norm";
+  const normkit_tensor xt = TensorOf(x, NORMKIT_LAYOUT_CHANNELS_FIRST, op, "x");
+  const normkit_tensor yt = TensorOf(out, NORMKIT_LAYOUT_CHANNELS_FIRST, op, "out");
+  const int64_t D = xt.shape[1], rows = xt.shape[0];
+  const float* g = ParamOf(weight, D, op, "weight");
+  const float* b = ParamOf(bias, D, op, "bias");
+  float* m = ParamOf(mean_out, rows, op, "mean_out");
+  float* r = ParamOf(rstd_out, rows, op, "rstd_out");
+  Call([&] {
+    return rms ? normkit_rms_norm(ContextOf(ctx), &xt, g, eps, &yt, r)
+               : normkit_layer_norm(ContextOf(ctx), &xt, g, b, eps, &yt, m, r);
+  });
+}
+
+}  // namespace
+
+NB_MODULE(_normkit, m) {
+  m.doc() = "normkit's C API for Python: zero-copy, the GIL released during calls.";
+  nb::class_<Context>(m, "Context", "Threads for the calls made with it (0: the default).")
+      .def(nb::init<int32_t>(), nb::arg("num_threads") = 0)
+      .def_prop_ro("num_threads", &Context::num_threads);
+  m.def("version", [] { return std::string(normkit_version_string()); });
+  m.def("simd_target", [] { return std::string(normkit_simd_target()); });
+  m.def("threading_backend", [] { return std::string(normkit_threading_backend()); });
+  m.def("cuda_device_count", [] { return normkit_cuda_device_count(); });
+  m.def("affine", &Affine, nb::arg("x"), nb::arg("scale").none(), nb::arg("shift").none(),
+        nb::arg("per_sample"), nb::arg("out"), nb::arg("layout"), nb::arg("context").none());
+  m.def("batch_norm", &BatchNorm, nb::arg("x"), nb::arg("running_mean"), nb::arg("running_var"),
+        nb::arg("weight").none(), nb::arg("bias").none(), nb::arg("eps"), nb::arg("out"),
+        nb::arg("layout"), nb::arg("context").none());
+  m.def("batch_norm_fold", &BatchNormFold, nb::arg("running_mean"), nb::arg("running_var"),
+        nb::arg("weight").none(), nb::arg("bias").none(), nb::arg("eps"), nb::arg("scale"),
+        nb::arg("shift"));
+  m.def("fold_batch_norm_into_conv", &FoldIntoConv, nb::arg("weight"), nb::arg("bias").none(),
+        nb::arg("folded_bias"), nb::arg("groups"), nb::arg("transposed"), nb::arg("running_mean"),
+        nb::arg("running_var"), nb::arg("bn_weight").none(), nb::arg("bn_bias").none(),
+        nb::arg("eps"));
+  m.def("fold_batch_norm_into_linear", &FoldIntoLinear, nb::arg("weight"), nb::arg("bias").none(),
+        nb::arg("folded_bias"), nb::arg("running_mean"), nb::arg("running_var"),
+        nb::arg("bn_weight").none(), nb::arg("bn_bias").none(), nb::arg("eps"));
+  m.def("group_norm", &GroupNorm, nb::arg("x"), nb::arg("groups"), nb::arg("weight").none(),
+        nb::arg("bias").none(), nb::arg("eps"), nb::arg("activation"), nb::arg("out"),
+        nb::arg("mean_out").none(), nb::arg("rstd_out").none(), nb::arg("layout"),
+        nb::arg("context").none());
+  m.def("row_norm", &RowNorm, nb::arg("x"), nb::arg("weight").none(), nb::arg("bias").none(),
+        nb::arg("eps"), nb::arg("rms"), nb::arg("out"), nb::arg("mean_out").none(),
+        nb::arg("rstd_out").none(), nb::arg("context").none());
+}

@@ -1,0 +1,176 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Python package against float64 numpy references written plainly."""
+import numpy as np
+import pytest
+
+import normkit
+
+RNG = np.random.default_rng(7)
+
+
+def channels_last(a):
+    """a (N, C, ...) as a channels-last strided view of the same logical shape."""
+    perm = (0,) + tuple(range(2, a.ndim)) + (1,)
+    inverse = np.argsort(perm)
+    return np.ascontiguousarray(a.transpose(perm)).transpose(inverse)
+
+
+def layouts(a):
+    return [("channels_first", np.ascontiguousarray(a)), ("channels_last", channels_last(a))]
+
+
+def ref_group_norm(x, groups, weight, bias, eps, activation=None):
+    x = x.astype(np.float64)
+    n, c = x.shape[:2]
+    g = x.reshape(n, groups, -1)
+    mean = g.mean(axis=2, keepdims=True)
+    var = g.var(axis=2, keepdims=True)
+    y = ((g - mean) / np.sqrt(var + eps)).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        y = y * weight.astype(np.float64).reshape(shape)
+    if bias is not None:
+        y = y + bias.astype(np.float64).reshape(shape)
+    if activation == "relu":
+        y = np.maximum(y, 0)
+    elif activation == "silu":
+        y = y / (1 + np.exp(-y))
+    return y, mean.reshape(n, groups), 1 / np.sqrt(var.reshape(n, groups) + eps)
+
+
+def close(a, b, tol=1e-5):
+    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), b, rtol=tol, atol=tol)
+
+
+def test_info():
+    assert normkit.__version__.count(".") == 2
+    assert normkit.simd_target()
+    assert normkit.threading_backend() in ("openmp", "tbb", "pool", "serial")
+    assert normkit.Context(2).num_threads == 2
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 5, 7), (3, 4, 9), (1, 8, 2, 3, 4)])
+def test_affine_both_layouts_and_in_place(shape):
+    x0 = RNG.standard_normal(shape).astype(np.float32)
+    c = shape[1]
+    scale = RNG.standard_normal(c).astype(np.float32)
+    shift = RNG.standard_normal(c).astype(np.float32)
+    bshape = (1, c) + (1,) * (len(shape) - 2)
+    ref = x0.astype(np.float64) * scale.reshape(bshape) + shift.reshape(bshape)
+    for name, x in layouts(x0):
+        y = normkit.affine(x, scale, shift)
+        assert y.strides == x.strides, name  # the output keeps x's layout
+        close(y, ref)
+        normkit.affine(x, scale, shift, out=x)  # in place
+        close(x, ref)
+
+
+def test_affine_per_sample_and_missing_terms():
+    x = RNG.standard_normal((3, 4, 5, 5)).astype(np.float32)
+    scale = RNG.standard_normal((3, 4)).astype(np.float32)
+    y = normkit.affine(x, scale, None, per_sample=True)
+    close(y, x.astype(np.float64) * scale[:, :, None, None])
+    close(normkit.affine(x), x)
+
+
+def test_batch_norm_and_fold():
+    x0 = RNG.standard_normal((2, 5, 4, 6)).astype(np.float32) * 3 + 1
+    mean = RNG.standard_normal(5).astype(np.float32)
+    var = RNG.uniform(0.5, 2, 5).astype(np.float32)
+    w = RNG.standard_normal(5).astype(np.float32)
+    b = RNG.standard_normal(5).astype(np.float32)
+    s = (w / np.sqrt(var.astype(np.float64) + 1e-5))[None, :, None, None]
+    ref = (x0 - mean[None, :, None, None]) * s + b[None, :, None, None]
+    for _, x in layouts(x0):
+        close(normkit.batch_norm(x, mean, var, w, b, 1e-5), ref)
+    scale, shift = normkit.batch_norm_fold(mean, var, w, b, 1e-5)
+    close(x0 * scale[None, :, None, None] + shift[None, :, None, None], ref, 1e-4)
+
+
+def test_fold_into_conv_and_linear():
+    weight = RNG.standard_normal((6, 2, 3, 3)).astype(np.float32)  # groups = 2, in = 4
+    bias = RNG.standard_normal(6).astype(np.float32)
+    mean = RNG.standard_normal(6).astype(np.float32)
+    var = RNG.uniform(0.5, 2, 6).astype(np.float32)
+    g = RNG.standard_normal(6).astype(np.float32)
+    be = RNG.standard_normal(6).astype(np.float32)
+    s = g.astype(np.float64) / np.sqrt(var.astype(np.float64) + 1e-5)
+    ref_w = weight.astype(np.float64) * s[:, None, None, None]
+    ref_b = (bias - mean) * s + be
+    w = weight.copy()
+    fb = normkit.fold_batch_norm_into_conv(w, bias, mean, var, g, be, 1e-5, groups=2)
+    close(w, ref_w)
+    close(fb, ref_b)
+    lw = RNG.standard_normal((6, 3)).astype(np.float32)
+    ref_lw = lw.astype(np.float64) * s[:, None]
+    fb = normkit.fold_batch_norm_into_linear(lw, None, mean, var, g, be, 1e-5)
+    close(lw, ref_lw)
+    close(fb, -mean * s + be)
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "silu"])
+@pytest.mark.parametrize("shape,groups", [((2, 8, 5, 6), 4), ((1, 6, 3, 3, 4), 3), ((3, 4, 7), 2)])
+def test_group_norm(shape, groups, activation):
+    x0 = (RNG.standard_normal(shape) * 2 + 50).astype(np.float32)
+    c = shape[1]
+    w = RNG.standard_normal(c).astype(np.float32)
+    b = RNG.standard_normal(c).astype(np.float32)
+    ref, rmean, rrstd = ref_group_norm(x0, groups, w, b, 1e-5, activation)
+    for name, x in layouts(x0):
+        mean_out = np.empty((shape[0], groups), np.float32)
+        rstd_out = np.empty((shape[0], groups), np.float32)
+        y = normkit.group_norm(x, groups, w, b, 1e-5, activation=activation, mean_out=mean_out,
+                               rstd_out=rstd_out)
+        close(y, ref)
+        close(mean_out, rmean)
+        np.testing.assert_allclose(rstd_out, rrstd, rtol=1e-5)
+
+
+def test_instance_and_channel_layer_norm():
+    x = RNG.standard_normal((2, 4, 5, 5)).astype(np.float32)
+    w = RNG.standard_normal(4).astype(np.float32)
+    close(normkit.instance_norm(x, w, None), ref_group_norm(x, 4, w, None, 1e-5)[0])
+    close(normkit.channel_layer_norm(channels_last(x), None, w),
+          ref_group_norm(x, 1, None, w, 1e-5)[0])
+
+
+@pytest.mark.parametrize("shape", [(7, 96), (2, 3, 40)])
+def test_layer_and_rms_norm(shape):
+    x = (RNG.standard_normal(shape) + 3).astype(np.float32)
+    d = shape[-1]
+    w = RNG.standard_normal(d).astype(np.float32)
+    b = RNG.standard_normal(d).astype(np.float32)
+    xd = x.astype(np.float64)
+    mean = xd.mean(-1, keepdims=True)
+    var = xd.var(-1, keepdims=True)
+    close(normkit.layer_norm(x, w, b, 1e-5), (xd - mean) / np.sqrt(var + 1e-5) * w + b)
+    ms = (xd * xd).mean(-1, keepdims=True)
+    rstd_out = np.empty(x.size // d, np.float32)
+    close(normkit.rms_norm(x, w, 1e-6, rstd_out=rstd_out), xd / np.sqrt(ms + 1e-6) * w)
+    close(rstd_out, 1 / np.sqrt(ms.reshape(-1) + 1e-6))
+
+
+def test_bitwise_identical_for_any_thread_count():
+    x = RNG.standard_normal((4, 32, 32, 32)).astype(np.float32)
+    ys = [normkit.group_norm(channels_last(x), 8, context=normkit.Context(t)) for t in (1, 2, 3)]
+    assert all(np.array_equal(ys[0], y) for y in ys[1:])
+
+
+def test_errors_name_the_argument_and_leave_outputs():
+    x = RNG.standard_normal((2, 4, 3, 3)).astype(np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        normkit.group_norm(x.astype(np.float64), 2)
+    with pytest.raises(ValueError, match="dense"):
+        normkit.group_norm(x[:, :, ::2], 2)
+    with pytest.raises(ValueError, match="weight has 3 elements, expected 4"):
+        normkit.group_norm(x, 2, np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="divisible"):
+        normkit.group_norm(x, 3)
+    out = np.full((2, 4, 3, 4), 7, np.float32)
+    with pytest.raises(ValueError, match="differs"):  # normkit's message calls out y
+        normkit.group_norm(x, 2, out=out)
+    assert (out == 7).all()
+    with pytest.raises(ValueError, match="layout"):
+        normkit.affine(x, layout="nchwc")
+    with pytest.raises(ValueError, match="channels-last"):
+        normkit.affine(x, layout="channels_last")
