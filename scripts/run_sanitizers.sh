@@ -35,8 +35,17 @@ cmake -S . -B "$asan" "${common[@]}" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMP
       -DNORMKIT_THREADING=OPENMP -DNORMKIT_BUILD_FUZZERS=ON \
       -DNORMKIT_SANITIZE=address,undefined >/dev/null
 cmake --build "$asan" -j"$jobs" >/dev/null
-(cd "$asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --output-on-failure -j"$jobs" | tail -3)
+# LLVM's libomp keeps per-thread allocations to the end of the process (scripts/lsan.supp).
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp"
+if ! (cd "$asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --output-on-failure -j"$jobs" > ctest.log 2>&1); then
+  # Each failing test's output (what the sanitizer said, and where), then the summary.
+  grep -B3 -A30 "runtime error\|ERROR: \|SUMMARY: \|Failure\|\*\*\*Failed\|\*\*\*Exception" \
+    "$asan/ctest.log" | head -150
+  tail -12 "$asan/ctest.log"
+  exit 1
+fi
+tail -3 "$asan/ctest.log"
 
 for backend in POOL; do
   dir="build-tsan-${backend,,}"

@@ -93,8 +93,8 @@ TEST(CudaKernelMath, AffineWithCenterMatchesReference) {
     const AffineShape shape = AffineShape::Of(C, S, false, cl);
     for (int64_t block = 0; block < N * shape.chunks; ++block)
       for (int64_t t = 0; t < kThreads; ++t)
-        normkit::cuda::AffineThread(x.data(), y.data(), scale.data(), shift.data(), shape, block,
-                                    t, kThreads, center.data());
+        normkit::cuda::AffineThread(x.data(), y.data(), scale.data(), shift.data(), shape, block, t,
+                                    kThreads, center.data());
     for (int64_t i = 0; i < N * C * S; ++i) {
       const int64_t c = cl ? i % C : (i / S) % C;
       const double want = (static_cast<double>(x[i]) - center[c]) * scale[c] + shift[c];
@@ -393,6 +393,12 @@ TEST(CudaKernelMath, FlatPlanRetriesAboutTheMeanAfterAnOutlierPivot) {
   }
 }
 
+// A block's rows of x from channel c0 on; nullptr for a block without rows (no offset
+// is applied to the null data() of an empty vector).
+const float* RowsFrom(const std::vector<float>& rows, uint32_t c0) {
+  return rows.empty() ? nullptr : rows.data() + c0;
+}
+
 // The cluster plan's grid: for each cluster (a slice of a sample's channels), every
 // block takes its groups' moments (its threads' sums about the block's pivots, again
 // about the block's means where a pivot was far off), the moments are merged in rank
@@ -425,7 +431,7 @@ void ReplayCluster(const std::vector<float>& x, std::vector<float>* y, const Clu
           float pivot[4];
           for (int l = 0; l < 4; ++l) pivot[l] = pivots[(4 * col + l) / p.Cg];
           const normkit::cuda::LaneSums s = normkit::cuda::ClusterThreadSums(
-              memory[r].data() + c0, cache[r].data(), p, rows, col, lane, pivot);
+              RowsFrom(memory[r], c0), cache[r].data(), p, rows, col, lane, pivot);
           for (int l = 0; l < 4; ++l) {
             sums[(4 * col + l) / p.Cg].s1 += s.s1[l];
             sums[(4 * col + l) / p.Cg].s2 += s.s2[l];
@@ -435,7 +441,8 @@ void ReplayCluster(const std::vector<float>& x, std::vector<float>* y, const Clu
       };
       std::vector<float> pivots(G);
       for (uint32_t g = 0; g < G; ++g)
-        pivots[g] = normkit::cuda::ClusterPivot(memory[r].data() + c0, cache[r].data(), p, rows, g);
+        pivots[g] =
+            normkit::cuda::ClusterPivot(RowsFrom(memory[r], c0), cache[r].data(), p, rows, g);
       const double count = static_cast<double>(p.Cg) * rows;
       const std::vector<ShiftedSums> first_sums = group_sums(pivots);
       std::vector<Moments> block(G);
@@ -471,7 +478,7 @@ void ReplayCluster(const std::vector<float>& x, std::vector<float>* y, const Clu
           scale[l] = ua.Scale(gamma != nullptr ? gamma[c0 + c] : 1.0f);
           shift[l] = ua.Shift(scale[l], beta != nullptr ? beta[c0 + c] : 0.0f);
         }
-        normkit::cuda::ClusterThreadApply(memory[r].data() + c0, cache[r].data(), out, p,
+        normkit::cuda::ClusterThreadApply(RowsFrom(memory[r], c0), cache[r].data(), out, p,
                                           p.RowsOf(r), col, lane, mean_f, scale, shift, activation);
       }
     }
