@@ -286,6 +286,8 @@ void RowNorm(const Array& x, const OptArray& weight, const OptArray& bias, float
 
 NB_MODULE(_normkit, m) {
   m.doc() = "normkit's C API for Python: zero-copy, the GIL released during calls.";
+  // Contexts held by other modules' globals (normkit.torch) outlive this module at exit.
+  nb::set_leak_warnings(false);
   nb::class_<Context>(m, "Context", "Threads for the calls made with it (0: the default).")
       .def(nb::init<int32_t>(), nb::arg("num_threads") = 0)
       .def_prop_ro("num_threads", &Context::num_threads);

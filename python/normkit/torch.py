@@ -1,0 +1,281 @@
+# SPDX-License-Identifier: Apache-2.0
+"""normkit for PyTorch models on the CPU.
+
+- Modules that are PyTorch's own (subclasses: same parameters, buffers and state_dict)
+  with a normkit forward for inference: GroupNorm (and GroupNormSiLU, GroupNorm with the
+  SiLU after it fused), BatchNorm1d/2d/3d in eval mode, InstanceNorm1d/2d/3d, LayerNorm
+  over the last dimension, RMSNorm over the last dimension.
+- convert(model): turns those modules of a model into normkit's, in place (a GroupNorm
+  followed by an nn.SiLU in an nn.Sequential becomes one GroupNormSiLU).
+- fold_batch_norms(model): folds eval-mode BatchNorms into the Conv / Linear before them
+  (in nn.Sequential), with normkit's fold.
+
+A module falls back to PyTorch's forward for what normkit does not do: training mode,
+autograd (an input or parameter that requires grad while grad is enabled), tensors not
+on the CPU, dtypes other than float32, and layouts other than contiguous or
+channels_last. The normkit path runs through torch.library custom ops (normkit::*), so
+torch.compile and torch.export see one op per norm.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import _normkit, _ops
+
+__all__ = [
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "GroupNorm",
+    "GroupNormSiLU",
+    "InstanceNorm1d",
+    "InstanceNorm2d",
+    "InstanceNorm3d",
+    "LayerNorm",
+    "RMSNorm",
+    "convert",
+    "fold_batch_norms",
+    "set_num_threads",
+]
+
+# The context of the modules' calls (None: normkit's process default, NORMKIT_NUM_THREADS
+# or every hardware thread).
+_context: Optional[_normkit.Context] = None
+
+
+def set_num_threads(num_threads: int) -> None:
+    """Threads for normkit's calls from these modules (0: the process default); PyTorch's
+    own ops keep torch.set_num_threads."""
+    global _context
+    _context = _normkit.Context(int(num_threads)) if num_threads else None
+
+
+def _dense(x: torch.Tensor) -> bool:
+    if x.is_contiguous():
+        return True
+    if x.dim() == 4:
+        return x.is_contiguous(memory_format=torch.channels_last)
+    if x.dim() == 5:
+        return x.is_contiguous(memory_format=torch.channels_last_3d)
+    return False
+
+
+def _usable(x: torch.Tensor, *params: Optional[torch.Tensor]) -> bool:
+    """Whether normkit can run this call: inference, float32 CPU tensors, a dense layout."""
+    if x.device.type != "cpu" or x.dtype != torch.float32 or not _dense(x):
+        return False
+    if torch.is_grad_enabled() and (
+        x.requires_grad or any(p is not None and p.requires_grad for p in params)
+    ):
+        return False
+    return all(
+        p is None or (p.device.type == "cpu" and p.dtype == torch.float32 and p.is_contiguous())
+        for p in params
+    )
+
+
+# ---- custom ops: opaque to torch.compile / torch.export, with fake (meta) kernels ----
+
+@torch.library.custom_op("normkit::group_norm", mutates_args=())
+def _group_norm_op(x: torch.Tensor, groups: int, weight: Optional[torch.Tensor],
+                   bias: Optional[torch.Tensor], eps: float, activation: int) -> torch.Tensor:
+    act = {0: None, 1: "relu", 2: "silu"}[activation]
+    if groups == 0:
+        return _ops.instance_norm(x, weight, bias, eps, activation=act, context=_context)
+    return _ops.group_norm(x, groups, weight, bias, eps, activation=act, context=_context)
+
+
+@_group_norm_op.register_fake
+def _(x, groups, weight, bias, eps, activation):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("normkit::batch_norm", mutates_args=())
+def _batch_norm_op(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+                   weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                   eps: float) -> torch.Tensor:
+    return _ops.batch_norm(x, running_mean, running_var, weight, bias, eps, context=_context)
+
+
+@_batch_norm_op.register_fake
+def _(x, running_mean, running_var, weight, bias, eps):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("normkit::layer_norm", mutates_args=())
+def _layer_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                   eps: float) -> torch.Tensor:
+    return _ops.layer_norm(x, weight, bias, eps, context=_context)
+
+
+@_layer_norm_op.register_fake
+def _(x, weight, bias, eps):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("normkit::rms_norm", mutates_args=())
+def _rms_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+    return _ops.rms_norm(x, weight, eps, context=_context)
+
+
+@_rms_norm_op.register_fake
+def _(x, weight, eps):
+    return torch.empty_like(x)
+
+
+def _detached(p: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return None if p is None else p.detach()
+
+
+# ---- modules ----
+
+class GroupNorm(nn.GroupNorm):
+    """nn.GroupNorm with normkit's forward (same parameters and state_dict)."""
+
+    _activation = 0  # 2: SiLU fused after the affine (GroupNormSiLU)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() >= 3 and _usable(x, self.weight, self.bias):
+            return _group_norm_op(x, self.num_groups, _detached(self.weight),
+                                  _detached(self.bias), self.eps, self._activation)
+        y = F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+        return F.silu(y) if self._activation == 2 else y
+
+
+class GroupNormSiLU(GroupNorm):
+    """nn.GroupNorm followed by nn.SiLU, as one normkit pass."""
+
+    _activation = 2
+
+
+class _BatchNorm:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (not self.training and self.running_mean is not None and x.dim() >= 2
+                and _usable(x, self.weight, self.bias, self.running_mean, self.running_var)):
+            return _batch_norm_op(x, self.running_mean, self.running_var, _detached(self.weight),
+                                  _detached(self.bias), self.eps)
+        return super().forward(x)
+
+
+class BatchNorm1d(_BatchNorm, nn.BatchNorm1d):
+    """nn.BatchNorm1d; normkit's forward in eval mode."""
+
+
+class BatchNorm2d(_BatchNorm, nn.BatchNorm2d):
+    """nn.BatchNorm2d; normkit's forward in eval mode."""
+
+
+class BatchNorm3d(_BatchNorm, nn.BatchNorm3d):
+    """nn.BatchNorm3d; normkit's forward in eval mode."""
+
+
+class _InstanceNorm:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batched = x.dim() == self._get_no_batch_dim() + 1
+        if (batched and not self.track_running_stats
+                and _usable(x, self.weight, self.bias)):
+            return _group_norm_op(x, 0, _detached(self.weight), _detached(self.bias), self.eps, 0)
+        return super().forward(x)
+
+
+class InstanceNorm1d(_InstanceNorm, nn.InstanceNorm1d):
+    """nn.InstanceNorm1d (without running statistics) with normkit's forward."""
+
+
+class InstanceNorm2d(_InstanceNorm, nn.InstanceNorm2d):
+    """nn.InstanceNorm2d (without running statistics) with normkit's forward."""
+
+
+class InstanceNorm3d(_InstanceNorm, nn.InstanceNorm3d):
+    """nn.InstanceNorm3d (without running statistics) with normkit's forward."""
+
+
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm; normkit's forward when it normalizes over the last dimension only."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (len(self.normalized_shape) == 1 and x.dim() >= 2 and x.is_contiguous()
+                and _usable(x, self.weight, self.bias)):
+            return _layer_norm_op(x, _detached(self.weight), _detached(self.bias), self.eps)
+        return super().forward(x)
+
+
+class RMSNorm(nn.RMSNorm):
+    """nn.RMSNorm; normkit's forward when it normalizes over the last dimension only."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (len(self.normalized_shape) == 1 and x.dim() >= 2 and x.is_contiguous()
+                and _usable(x, self.weight)):
+            eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+            return _rms_norm_op(x, _detached(self.weight), eps)
+        return super().forward(x)
+
+
+_CONVERSIONS = {
+    nn.GroupNorm: GroupNorm,
+    nn.BatchNorm1d: BatchNorm1d,
+    nn.BatchNorm2d: BatchNorm2d,
+    nn.BatchNorm3d: BatchNorm3d,
+    nn.InstanceNorm1d: InstanceNorm1d,
+    nn.InstanceNorm2d: InstanceNorm2d,
+    nn.InstanceNorm3d: InstanceNorm3d,
+    nn.LayerNorm: LayerNorm,
+    nn.RMSNorm: RMSNorm,
+}
+
+
+def convert(model: nn.Module) -> nn.Module:
+    """Turns the model's PyTorch norms into normkit's, in place (their class changes; the
+    parameters, buffers and state_dict stay as they are), and fuses a GroupNorm followed by
+    an nn.SiLU in an nn.Sequential into one GroupNormSiLU (the SiLU becomes nn.Identity).
+    Returns the model."""
+    for module in list(model.modules()):
+        if type(module) in _CONVERSIONS:
+            module.__class__ = _CONVERSIONS[type(module)]
+    for module in list(model.modules()):
+        if isinstance(module, nn.Sequential):
+            names = list(module._modules)
+            for a, b in zip(names, names[1:]):
+                first, second = module._modules[a], module._modules[b]
+                if type(first) is GroupNorm and type(second) is nn.SiLU:
+                    first.__class__ = GroupNormSiLU
+                    module._modules[b] = nn.Identity()
+    return model
+
+
+@torch.no_grad()
+def fold_batch_norms(model: nn.Module) -> nn.Module:
+    """Folds each eval-mode BatchNorm that follows a Conv1d/2d/3d, ConvTranspose or Linear in
+    an nn.Sequential into that layer's weight and bias (normkit's fold), and replaces the
+    BatchNorm with nn.Identity. Returns the model."""
+    convs = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+    transposed = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+    norms = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+    for module in list(model.modules()):
+        if not isinstance(module, nn.Sequential):
+            continue
+        names = list(module._modules)
+        for a, b in zip(names, names[1:]):
+            layer, bn = module._modules[a], module._modules[b]
+            if (not isinstance(bn, norms) or bn.training or bn.running_mean is None
+                    or not isinstance(layer, convs + transposed + (nn.Linear,))
+                    or layer.weight.dtype != torch.float32 or layer.weight.device.type != "cpu"):
+                continue
+            weight = layer.weight.data.contiguous()
+            bias = None if layer.bias is None else layer.bias.data.contiguous()
+            args = (bn.running_mean.contiguous(), bn.running_var.contiguous(),
+                    _detached(bn.weight), _detached(bn.bias), bn.eps)
+            if isinstance(layer, nn.Linear):
+                folded = _ops.fold_batch_norm_into_linear(weight, bias, *args)
+            else:
+                folded = _ops.fold_batch_norm_into_conv(
+                    weight, bias, *args, groups=layer.groups,
+                    transposed=isinstance(layer, transposed))
+            layer.weight.data = weight
+            layer.bias = nn.Parameter(folded, requires_grad=layer.weight.requires_grad)
+            module._modules[b] = nn.Identity()
+    return model

@@ -1,0 +1,199 @@
+# SPDX-License-Identifier: Apache-2.0
+"""normkit.torch against PyTorch's own modules, and whole converted models."""
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import normkit  # noqa: E402
+import normkit.torch as nkt  # noqa: E402
+
+torch.manual_seed(0)
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+def formats(x):
+    out = [("contiguous", x.contiguous())]
+    if x.dim() == 4:
+        out.append(("channels_last", x.contiguous(memory_format=torch.channels_last)))
+    if x.dim() == 5:
+        out.append(("channels_last_3d", x.contiguous(memory_format=torch.channels_last_3d)))
+    return out
+
+
+def randomize(module):
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p))
+        for name, b in module.named_buffers():
+            if name == "running_var":
+                b.copy_(torch.rand_like(b) + 0.5)
+            elif name == "running_mean":
+                b.copy_(torch.randn_like(b))
+    return module
+
+
+def check_module(theirs, ours, shape, shift=0.0):
+    """ours against PyTorch's own module run in float64 (PyTorch's float32 channels-last
+    GroupNorm takes E[x^2] - E[x]^2 and is itself 1e-4 off with a mean of 30)."""
+    ours.load_state_dict(theirs.state_dict())
+    theirs.eval()
+    ours.eval()
+    reference = copy.deepcopy(theirs).double()
+    x = torch.randn(shape) * 2 + shift
+    with torch.no_grad():
+        for name, xf in formats(x):
+            want = reference(xf.double()).float()
+            got = ours(xf)
+            torch.testing.assert_close(got, want, **TOL, msg=name)
+            if xf.dim() >= 4:
+                assert got.stride() == xf.stride(), name  # the memory format is kept
+
+
+@pytest.mark.parametrize("shape,groups", [((2, 32, 7, 9), 8), ((1, 16, 3, 4, 5), 4), ((3, 8, 11), 2)])
+def test_group_norm(shape, groups):
+    c = shape[1]
+    check_module(randomize(nn.GroupNorm(groups, c)), nkt.GroupNorm(groups, c), shape, shift=30)
+
+
+def test_group_norm_silu_fused():
+    theirs = nn.Sequential(randomize(nn.GroupNorm(4, 16)), nn.SiLU())
+    ours = nkt.convert(copy.deepcopy(theirs))
+    assert type(ours[0]) is nkt.GroupNormSiLU and isinstance(ours[1], nn.Identity)
+    x = torch.randn(2, 16, 6, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs.double()(x.double()).float(), **TOL)
+
+
+@pytest.mark.parametrize("cls,ours,shape", [
+    (nn.BatchNorm1d, nkt.BatchNorm1d, (4, 10)),
+    (nn.BatchNorm1d, nkt.BatchNorm1d, (4, 10, 7)),
+    (nn.BatchNorm2d, nkt.BatchNorm2d, (2, 12, 5, 6)),
+    (nn.BatchNorm3d, nkt.BatchNorm3d, (2, 6, 3, 4, 5)),
+])
+def test_batch_norm_eval(cls, ours, shape):
+    check_module(randomize(cls(shape[1])), ours(shape[1]), shape)
+
+
+def test_batch_norm_training_falls_back():
+    theirs, ours = randomize(nn.BatchNorm2d(8)), nkt.BatchNorm2d(8)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(4, 8, 5, 5)
+    torch.testing.assert_close(ours(x), theirs(x), **TOL)  # training mode: batch statistics
+    torch.testing.assert_close(ours.running_mean, theirs.running_mean)
+
+
+@pytest.mark.parametrize("cls,ours,shape", [
+    (nn.InstanceNorm1d, nkt.InstanceNorm1d, (3, 6, 20)),
+    (nn.InstanceNorm2d, nkt.InstanceNorm2d, (2, 8, 9, 7)),
+    (nn.InstanceNorm3d, nkt.InstanceNorm3d, (2, 4, 3, 5, 6)),
+])
+def test_instance_norm(cls, ours, shape):
+    check_module(randomize(cls(shape[1], affine=True)), ours(shape[1], affine=True), shape)
+
+
+@pytest.mark.parametrize("shape", [(5, 64), (2, 7, 96)])
+def test_layer_and_rms_norm(shape):
+    d = shape[-1]
+    check_module(randomize(nn.LayerNorm(d)), nkt.LayerNorm(d), shape, shift=5)
+    check_module(randomize(nn.LayerNorm(d, bias=False)), nkt.LayerNorm(d, bias=False), shape)
+    check_module(randomize(nn.RMSNorm(d, eps=1e-6)), nkt.RMSNorm(d, eps=1e-6), shape)
+
+
+def test_autograd_falls_back():
+    m = nkt.convert(randomize(nn.GroupNorm(2, 8)))
+    x = torch.randn(2, 8, 4, 4, requires_grad=True)
+    m(x).sum().backward()
+    assert x.grad is not None and m.weight.grad is not None
+
+
+class ResBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c),
+                                  nn.ReLU(), nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        return torch.relu(x + self.body(x))
+
+
+class UNetBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.a = nn.Sequential(nn.GroupNorm(8, c), nn.SiLU(), nn.Conv2d(c, c, 3, padding=1))
+        self.b = nn.Sequential(nn.GroupNorm(8, c), nn.SiLU(), nn.Conv2d(c, c, 3, padding=1))
+
+    def forward(self, x):
+        return x + self.b(self.a(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, 4, batch_first=True)
+        self.norm2 = nn.RMSNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+
+    def forward(self, x):
+        h = self.norm1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.norm2(x))
+
+
+@pytest.mark.parametrize("make,shape", [
+    (lambda: ResBlock(16), (2, 16, 12, 12)),
+    (lambda: UNetBlock(32), (2, 32, 10, 10)),
+    (lambda: TransformerBlock(32), (2, 9, 32)),
+])
+def test_converted_models_match(make, shape):
+    theirs = randomize(make()).eval()
+    ours = nkt.fold_batch_norms(nkt.convert(copy.deepcopy(theirs)))
+    reference = copy.deepcopy(theirs).double()
+    x = torch.randn(shape)
+    with torch.no_grad():
+        for name, xf in formats(x):
+            want = reference(xf.double()).float()
+            torch.testing.assert_close(ours(xf), want, rtol=1e-4, atol=1e-4, msg=name)
+
+
+def test_fold_batch_norms_replaces_them():
+    model = nkt.fold_batch_norms(randomize(ResBlock(8)).eval())
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+    assert model.body[0].bias is not None
+
+
+def test_torch_compile_of_a_converted_model():
+    model = nkt.convert(randomize(UNetBlock(16)).eval())
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    x = torch.randn(1, 16, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), **TOL)
+
+
+def test_functional_ops_take_torch_tensors_zero_copy():
+    x = (torch.randn(2, 8, 5, 5) * 3 + 1).contiguous(memory_format=torch.channels_last)
+    want = nn.functional.group_norm(x, 4)
+    y = normkit.group_norm(x, 4, out=x)  # in place, through DLPack
+    assert y is x
+    torch.testing.assert_close(x, want, **TOL)
+
+
+def test_converted_modules_run_normkit(monkeypatch):
+    """Inference calls of converted modules go through normkit, not the fallback."""
+    from normkit import _ops
+
+    calls = []
+    for name in ("group_norm", "instance_norm", "batch_norm", "layer_norm", "rms_norm"):
+        original = getattr(_ops, name)
+        monkeypatch.setattr(_ops, name,
+                            lambda *a, _f=original, _n=name, **k: calls.append(_n) or _f(*a, **k))
+    with torch.no_grad():
+        nkt.convert(UNetBlock(16).eval())(torch.randn(1, 16, 6, 6))
+        nkt.convert(randomize(ResBlock(8)).eval())(torch.randn(1, 8, 6, 6))
+        nkt.convert(TransformerBlock(32).eval())(torch.randn(1, 5, 32))
+        nkt.convert(nn.InstanceNorm2d(4))(torch.randn(1, 4, 5, 5))
+    assert calls.count("group_norm") == 2 and calls.count("batch_norm") == 2
+    assert "layer_norm" in calls and "rms_norm" in calls and "instance_norm" in calls
