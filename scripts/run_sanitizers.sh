@@ -54,7 +54,7 @@ for backend in POOL; do
         -DNORMKIT_SANITIZE=thread >/dev/null
   cmake --build "$dir" -j"$jobs" >/dev/null
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "$dir/tests/normkit_tests" \
-    --gtest_filter='Concurrency.*:Determinism.*:*BitwiseIdentical*:Context*:Validation.*:ThreadPool.*' \
+    --gtest_filter='Concurrency.*:Determinism.*:*BitwiseIdentical*:Context*:Validation.*:ThreadPool.*:HostPool.*' \
     --gtest_brief=1
 done
 

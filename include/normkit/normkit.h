@@ -104,6 +104,25 @@ typedef struct normkit_context normkit_context;
  * [0, NORMKIT_MAX_THREADS]. */
 NORMKIT_API normkit_status normkit_context_create(int32_t num_threads, normkit_context** out);
 
+/* The host application's parallel-for (a framework's thread pool, as XNNPACK takes a
+ * pthreadpool): it must call task(task_context, i) exactly once for every i in [0, n), on
+ * any threads and in any order (the calling thread may take part), and return only when
+ * all have returned. `pool` is what the host passed to
+ * normkit_context_create_with_parallel_for. */
+typedef void (*normkit_parallel_for_fn)(void* pool, int64_t n,
+                                        void (*task)(void* task_context, int64_t i),
+                                        void* task_context);
+
+/* Creates a context whose calls run their parallel parts on the host's parallel-for
+ * instead of normkit's threading backend: each loop asks it for at most `num_threads`
+ * tasks (1 to NORMKIT_MAX_THREADS), each a contiguous run of normkit's blocks. The
+ * blocks depend on the shape alone, so results are bitwise identical to those of any
+ * other context. Calls on CUDA tensors ignore it. Errors: INVALID_ARGUMENT if `out` or
+ * `parallel_for` is NULL or num_threads is not in [1, NORMKIT_MAX_THREADS]. */
+NORMKIT_API normkit_status normkit_context_create_with_parallel_for(
+    int32_t num_threads, normkit_parallel_for_fn parallel_for, void* pool,
+    normkit_context** out);
+
 /* Destroys a context. NULL is accepted and ignored. */
 NORMKIT_API void normkit_context_destroy(normkit_context* context);
 

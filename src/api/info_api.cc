@@ -64,6 +64,29 @@ NORMKIT_API normkit_status normkit_context_create(int32_t num_threads, normkit_c
   });
 }
 
+NORMKIT_API normkit_status normkit_context_create_with_parallel_for(
+    int32_t num_threads, normkit_parallel_for_fn parallel_for, void* pool, normkit_context** out) {
+  constexpr const char* kOp = "context_create_with_parallel_for";
+  return normkit::Guarded(kOp, [&] {
+    NORMKIT_RETURN_IF_ERROR(normkit::CheckNotNull(kOp, "out", out));
+    if (parallel_for == nullptr) {
+      return normkit::Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: parallel_for is NULL", kOp);
+    }
+    if (num_threads < 1 || num_threads > NORMKIT_MAX_THREADS) {
+      return normkit::Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                           "%s: num_threads = %d, must be in [1, %d]", kOp, num_threads,
+                           NORMKIT_MAX_THREADS);
+    }
+    // One thread of normkit's backend: the host's pool does the parallel work.
+    auto context = normkit::MakeContext(1);
+    context->num_threads = num_threads;
+    context->host_parallel_for = parallel_for;
+    context->host_pool = pool;
+    *out = context.release();
+    return NORMKIT_SUCCESS;
+  });
+}
+
 NORMKIT_API void normkit_context_destroy(normkit_context* context) {
   delete context;
 }

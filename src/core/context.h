@@ -26,6 +26,10 @@ struct normkit_context {
   // cudaStream_t for calls on CUDA tensors; nullptr is the default stream.
   void* cuda_stream = nullptr;
   std::unique_ptr<normkit::ThreadingState, normkit::ThreadingStateDeleter> threading;
+  // The host's parallel-for (normkit_context_create_with_parallel_for), used instead of
+  // the threading backend when set.
+  normkit_parallel_for_fn host_parallel_for = nullptr;
+  void* host_pool = nullptr;
 };
 
 namespace normkit {

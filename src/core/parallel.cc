@@ -68,6 +68,31 @@ class FirstException {
   std::exception_ptr error_;
 };
 
+// On the host's parallel-for: tasks [0, num_tasks) cut into `parts` contiguous runs, run
+// r = [r * n / parts, (r + 1) * n / parts) as the host's task r, which is also its worker
+// index (the host runs each of its tasks once, so no two share one).
+void RunOnHost(const normkit_context& context, int64_t num_tasks, int64_t parts,
+               FunctionRef<void(int64_t, int64_t, int64_t)> run) {
+  struct Call {
+    FunctionRef<void(int64_t, int64_t, int64_t)>* run;
+    int64_t num_tasks, parts;
+    FirstException first;
+  } call{&run, num_tasks, parts, {}};
+  context.host_parallel_for(
+      context.host_pool, parts,
+      [](void* p, int64_t r) {
+        auto& c = *static_cast<Call*>(p);
+        const int64_t begin = c.num_tasks * r / c.parts, end = c.num_tasks * (r + 1) / c.parts;
+        if (begin < end) c.first.Run([&] { (*c.run)(begin, end, r); });
+      },
+      &call);
+  call.first.Rethrow();
+}
+
+int64_t HostParts(const normkit_context& context, int64_t num_tasks) {
+  return num_tasks < context.num_threads ? num_tasks : context.num_threads;
+}
+
 #if defined(NORMKIT_THREADING_OPENMP)
 // libgomp ends the process (gomp_fatal, exit 1) when it cannot create a thread for a
 // region: an address-space or thread limit would take the host down. So before a calling
@@ -122,6 +147,12 @@ void ParallelFor(const normkit_context& context, int64_t num_tasks,
     for (int64_t task = 0; task < num_tasks; ++task) body(task);
     return;
   }
+  if (context.host_parallel_for) {
+    return RunOnHost(context, num_tasks, HostParts(context, num_tasks),
+                     [&](int64_t begin, int64_t end, int64_t) {
+                       for (int64_t task = begin; task < end; ++task) body(task);
+                     });
+  }
 #if defined(NORMKIT_THREADING_TBB)
   context.threading->arena.execute([&] {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, num_tasks, 1),
@@ -148,6 +179,10 @@ void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
   if (num_tasks == 1 || context.num_threads <= 1) {
     body(0, num_tasks);
     return;
+  }
+  if (context.host_parallel_for) {
+    return RunOnHost(context, num_tasks, HostParts(context, num_tasks),
+                     [&](int64_t begin, int64_t end, int64_t) { body(begin, end); });
   }
 #if defined(NORMKIT_THREADING_TBB)
   context.threading->arena.execute([&] {
@@ -182,6 +217,7 @@ void ParallelForRuns(const normkit_context& context, int64_t num_tasks,
 
 int64_t ParallelWorkers(const normkit_context& context, int64_t num_tasks) {
   if (num_tasks <= 1 || context.num_threads <= 1) return 1;
+  if (context.host_parallel_for) return HostParts(context, num_tasks);
 #if defined(NORMKIT_THREADING_TBB)
   return context.threading->arena.max_concurrency();  // a thread's slot in the arena
 #elif defined(NORMKIT_THREADING_OPENMP) || defined(NORMKIT_THREADING_POOL)
@@ -197,6 +233,12 @@ void ParallelForWorkers(const normkit_context& context, int64_t num_tasks,
   if (num_tasks == 1 || context.num_threads <= 1) {
     for (int64_t task = 0; task < num_tasks; ++task) body(task, 0);
     return;
+  }
+  if (context.host_parallel_for) {
+    return RunOnHost(context, num_tasks, HostParts(context, num_tasks),
+                     [&](int64_t begin, int64_t end, int64_t worker) {
+                       for (int64_t task = begin; task < end; ++task) body(task, worker);
+                     });
   }
 #if defined(NORMKIT_THREADING_TBB)
   context.threading->arena.execute([&] {
