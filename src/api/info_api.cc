@@ -18,7 +18,11 @@
 extern "C" {
 
 NORMKIT_API const char* normkit_status_string(normkit_status status) {
-  switch (status) {
+  // As an integer: C callers may pass any value, which a C++ enum cannot hold.
+  static_assert(sizeof(normkit_status) == sizeof(int32_t), "normkit_status is an int");
+  int32_t code;
+  std::memcpy(&code, &status, sizeof code);
+  switch (code) {
     case NORMKIT_SUCCESS: return "success";
     case NORMKIT_ERROR_INVALID_ARGUMENT: return "invalid argument";
     case NORMKIT_ERROR_UNSUPPORTED: return "unsupported";

@@ -375,7 +375,9 @@ inline void ColumnMeanRstdImpl(const float* HWY_RESTRICT x, int64_t rows, int64_
   // take it (the same bits): the double mean of its sampled values, rounded.
   const double dsamples = static_cast<double>(samples);
   size_t c = 0;
-#if HWY_TARGET != HWY_SCALAR
+// Not on EMU128: its DemoteTo clamps infinities to +-FLT_MAX (Highway's emulation avoids
+// an out-of-range cast); the one-lane loop keeps them, as the hardware targets do.
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
   const DD dd;
   const hn::Rebind<float, DD> df;
   for (; c + hn::Lanes(dd) <= C; c += hn::Lanes(dd)) {

@@ -548,7 +548,9 @@ inline void ChannelParametersEachImpl(const double* HWY_RESTRICT mean,
                                       float* HWY_RESTRICT shift) {
   const size_t n = count > 0 ? static_cast<size_t>(count) : 0;
   size_t i = 0;
-#if HWY_TARGET != HWY_SCALAR
+// Not on EMU128: its DemoteTo clamps infinities to +-FLT_MAX (Highway's emulation avoids
+// an out-of-range cast); the one-lane loop keeps them, as the hardware targets do.
+#if HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
   const DD dd;
   const hn::Rebind<float, DD> df;  // as many floats as doubles
   const size_t N = hn::Lanes(dd);
