@@ -499,7 +499,7 @@ typedef enum normkit_pinv_mode {
   /* x = A^T(y / (s^2 Phi_s)), the Moore-Penrose pseudo-inverse; positions no channel
    * covers (Phi_s = 0) give 0, never NaN. */
   NORMKIT_PINV_MOORE_PENROSE = 0,
-  /* Seed 003's A_pinv: x_c = window_c(y / (s * alpha)) / M_c with alpha the count of
+  /* The pseudo-inverse of coded-aperture reconstruction codes: x_c = window_c(y / (s * alpha)) / M_c with alpha the count of
    * covering channels; pixels where the mask is 0 give 0 rather than 0/0. */
   NORMKIT_PINV_DIVIDE_BY_MASK = 1
 } normkit_pinv_mode;

@@ -19,6 +19,13 @@ from ._ops import (
     instance_norm,
     layer_norm,
     rms_norm,
+    shift,
+    shift_sum,
+    shift_sum_adjoint,
+    shift_sum_gap_step,
+    shift_sum_normalizer,
+    shift_sum_pinv,
+    unshift,
 )
 
 __version__ = version()
@@ -35,6 +42,13 @@ __all__ = [
     "instance_norm",
     "layer_norm",
     "rms_norm",
+    "shift",
+    "shift_sum",
+    "shift_sum_adjoint",
+    "shift_sum_gap_step",
+    "shift_sum_normalizer",
+    "shift_sum_pinv",
     "simd_target",
     "threading_backend",
+    "unshift",
 ]

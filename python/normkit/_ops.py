@@ -167,3 +167,172 @@ def rms_norm(x, weight=None, eps: float = 1e-6, *, out=None, rstd_out=None,
              context: Optional[_normkit.Context] = None):
     """RMS norm over the last dimension (torch.nn.functional.rms_norm)."""
     return _row_norm(x, weight, None, eps, True, out, None, rstd_out, context)
+
+
+# ---- shift-sum family (coded-aperture imaging) ----
+
+_AXES = {"w": 0, "h": 1}
+_MASK_KINDS = {None: 0, "none": 0, "hw": 1, "chw": 2, "bchw": 3, "phi_chw": 4, "phi_bchw": 5}
+_PINV_MODES = {"moore_penrose": 0, "divide_by_mask": 1}
+
+
+def _shift_geometry(x_shape, step, axis):
+    b, c, h, w = (int(v) for v in x_shape)
+    spread = (c - 1) * abs(int(step))
+    return (h + spread, w) if axis == "h" else (h, w + spread)
+
+
+def _mask_kind(mask, mask_kind, x_shape, step, axis):
+    """The mask's kind: given, or from its shape ([H, W], [C, H, W], [B, C, H, W] before
+    shifting; [C, H', W'] or [B, C, H', W'] in the shifted domain)."""
+    if mask is None:
+        if mask_kind not in (None, "none"):
+            raise ValueError(f"mask_kind {mask_kind!r} needs a mask")
+        return 0
+    if mask_kind is not None:
+        try:
+            return _MASK_KINDS[str(mask_kind).lower()]
+        except KeyError:
+            raise ValueError(f"mask_kind must be one of {sorted(k for k in _MASK_KINDS if k)}, "
+                             f"not {mask_kind!r}") from None
+    b, c, h, w = (int(v) for v in x_shape)
+    ho, wo = _shift_geometry(x_shape, step, axis)
+    shape = tuple(int(v) for v in mask.shape)
+    kinds = {(h, w): 1, (c, h, w): 2, (b, c, h, w): 3, (c, ho, wo): 4, (b, c, ho, wo): 5}
+    if shape not in kinds:
+        raise ValueError(f"mask shape {shape} is none of [H, W], [C, H, W], [B, C, H, W], "
+                         f"[C, H', W'], [B, C, H', W'] for x {tuple(x_shape)}; give mask_kind")
+    return kinds[shape]
+
+
+def _axis(axis):
+    try:
+        return _AXES[str(axis).lower()]
+    except KeyError:
+        raise ValueError(f"axis must be 'w' or 'h', not {axis!r}") from None
+
+
+def _shift_call(which, x, other, step, axis, scale, mask, mask_kind, pinv_mode, lambda_, gamma,
+                normalizer, layout, context):
+    kind = _mask_kind(mask, mask_kind, x.shape, step, str(axis).lower())
+    _normkit.shift_sum_call(which, x, other, int(step), _axis(axis), float(scale), mask, kind,
+                            pinv_mode, float(lambda_), float(gamma), normalizer, _layout(layout),
+                            context)
+
+
+def _y_like(x, step, axis):
+    ho, wo = _shift_geometry(x.shape, step, str(axis).lower())
+    return _empty(x, (x.shape[0], 1, ho, wo))
+
+
+def shift_sum(x, step: int, *, axis="w", scale: float = 1.0, mask=None, mask_kind=None,
+              out=None, layout=None, context: Optional[_normkit.Context] = None):
+    """The CASSI forward operator A: channel c of x [B, C, H, W] shifted by c * step along
+    `axis`, masked and summed, times `scale`. Returns y [B, 1, H', W']."""
+    out = _y_like(x, step, axis) if out is None else out
+    _shift_call(0, x, out, step, axis, scale, mask, mask_kind, 0, 0.0, 0.0, None, layout,
+                context)
+    return out
+
+
+def _x_shape_for(y, channels, step, axis):
+    b, _, ho, wo = (int(v) for v in y.shape)
+    spread = (int(channels) - 1) * abs(int(step))
+    return (b, int(channels), ho - spread, wo) if str(axis).lower() == "h" else (
+        b, int(channels), ho, wo - spread)
+
+
+def shift_sum_adjoint(y, step: int, channels: Optional[int] = None, *, axis="w",
+                      scale: float = 1.0, mask=None, mask_kind=None, out=None, layout=None,
+                      context: Optional[_normkit.Context] = None):
+    """The adjoint A^T of shift_sum: x [B, C, H, W] from y [B, 1, H', W'] (C from
+    `channels` or `out`)."""
+    if out is None:
+        if channels is None:
+            raise ValueError("shift_sum_adjoint: give channels or out")
+        out = _empty(y, _x_shape_for(y, channels, step, axis))
+        if layout in ("channels_last", "nhwc"):
+            out = _channels_last_empty(y, out.shape)
+    _shift_call(1, out, y, step, axis, scale, mask, mask_kind, 0, 0.0, 0.0, None, layout, context)
+    return out
+
+
+def _channels_last_empty(like, shape):
+    if _is_torch(like):
+        import torch
+
+        return like.new_empty(shape).contiguous(memory_format=torch.channels_last)
+    import numpy as np
+
+    b, c, h, w = shape
+    return np.empty((b, h, w, c), dtype=like.dtype).transpose(0, 3, 1, 2)
+
+
+def shift_sum_pinv(y, step: int, channels: Optional[int] = None, *, mode="moore_penrose",
+                   axis="w", scale: float = 1.0, mask=None, mask_kind=None, normalizer=None,
+                   out=None, layout=None, context: Optional[_normkit.Context] = None):
+    """A pseudo-inverse of A: 'moore_penrose' (A^T(y / (s^2 Phi_s)), 0 where no channel
+    covers) or 'divide_by_mask'. normalizer: Phi_s from shift_sum_normalizer, or None."""
+    try:
+        pinv_mode = _PINV_MODES[mode]
+    except KeyError:
+        raise ValueError(f"mode must be 'moore_penrose' or 'divide_by_mask', not {mode!r}") from None
+    if out is None:
+        if channels is None:
+            raise ValueError("shift_sum_pinv: give channels or out")
+        out = _empty(y, _x_shape_for(y, channels, step, axis))
+        if layout in ("channels_last", "nhwc"):
+            out = _channels_last_empty(y, out.shape)
+    _shift_call(2, out, y, step, axis, scale, mask, mask_kind, pinv_mode, 0.0, 0.0, normalizer,
+                layout, context)
+    return out
+
+
+def shift_sum_gap_step(x, y, step: int, lambda_: float = 1.0, gamma: float = 0.0, *, axis="w",
+                       scale: float = 1.0, mask=None, mask_kind=None, normalizer=None,
+                       layout=None, context: Optional[_normkit.Context] = None):
+    """One GAP / ADMM data-consistency step, in place on x:
+    x += lambda_ * A^T((y - A x) / (s^2 Phi_s + gamma)). Returns x."""
+    _shift_call(3, x, y, step, axis, scale, mask, mask_kind, 0, lambda_, gamma, normalizer,
+                layout, context)
+    return x
+
+
+def shift_sum_normalizer(x, step: int, *, axis="w", scale: float = 1.0, mask=None,
+                         mask_kind=None, out=None, layout=None,
+                         context: Optional[_normkit.Context] = None):
+    """Phi_s = sum_c Phi_c^2 over the covered positions ([H', W'], or [B, H', W'] for
+    per-sample masks) for x's shape (x's values are not read)."""
+    kind = _mask_kind(mask, mask_kind, x.shape, step, str(axis).lower())
+    ho, wo = _shift_geometry(x.shape, step, str(axis).lower())
+    if out is None:
+        out = _empty(x, ((x.shape[0],) if kind in (3, 5) else ()) + (ho, wo))
+    _normkit.shift_sum_normalizer(x, int(step), _axis(axis), float(scale), mask, kind, out,
+                                  _layout(layout), context)
+    return out
+
+
+def shift(x, step: int, *, axis="w", out=None, layout=None,
+          context: Optional[_normkit.Context] = None):
+    """The zero-padded stack of shifted channels: [B, C, H', W'] in x's layout."""
+    if out is None:
+        b, c = x.shape[0], x.shape[1]
+        ho, wo = _shift_geometry(x.shape, step, str(axis).lower())
+        out = _empty_like_shape(x, (b, c, ho, wo))
+    _shift_call(4, x, out, step, axis, 1.0, None, None, 0, 0.0, 0.0, None, layout, context)
+    return out
+
+
+def unshift(xs, step: int, *, axis="w", out=None, layout=None,
+            context: Optional[_normkit.Context] = None):
+    """The inverse of shift: x [B, C, H, W] from the stack xs [B, C, H', W']."""
+    if out is None:
+        out = _empty_like_shape(xs, _x_shape_for(xs, xs.shape[1], step, axis))
+    _shift_call(5, out, xs, step, axis, 1.0, None, None, 0, 0.0, 0.0, None, layout, context)
+    return out
+
+
+def _empty_like_shape(x, shape):
+    """A new array of `shape` in x's layout (channels-last when x is)."""
+    dense_first = x.is_contiguous() if _is_torch(x) else x.flags.c_contiguous
+    return _empty(x, shape) if dense_first else _channels_last_empty(x, shape)

@@ -282,6 +282,103 @@ void RowNorm(const Array& x, const OptArray& weight, const OptArray& bias, float
   });
 }
 
+// ---- shift-sum family ----
+
+// The shift-sum call's parameters over a validated mask: its kind (NORMKIT_MASK_*) and the
+// element count the kind implies for x [B, C, H, W], step and axis.
+struct ShiftSumArgs {
+  normkit_shift_sum_params params;
+  int64_t B, C, H, W, H_out, W_out;
+  bool per_sample;
+};
+
+template <class T>
+ShiftSumArgs ShiftSumArgsOf(const char* op, const normkit_tensor& x, int64_t step, int32_t axis,
+                            double scale, const OptArray& mask, int32_t mask_kind) {
+  if (x.rank != 4) throw nb::value_error((Name(op, "x") + " must be [B, C, H, W]").c_str());
+  ShiftSumArgs a;
+  a.B = x.shape[0];
+  a.C = x.shape[1];
+  a.H = x.shape[2];
+  a.W = x.shape[3];
+  const int64_t spread = (a.C - 1) * (step < 0 ? -step : step);
+  a.H_out = axis == NORMKIT_SHIFT_ALONG_H ? a.H + spread : a.H;
+  a.W_out = axis == NORMKIT_SHIFT_ALONG_H ? a.W : a.W + spread;
+  int64_t count = 0;
+  switch (mask_kind) {
+    case NORMKIT_MASK_NONE: count = 0; break;
+    case NORMKIT_MASK_HW: count = a.H * a.W; break;
+    case NORMKIT_MASK_CHW: count = a.C * a.H * a.W; break;
+    case NORMKIT_MASK_BCHW: count = a.B * a.C * a.H * a.W; break;
+    case NORMKIT_MASK_PHI_CHW: count = a.C * a.H_out * a.W_out; break;
+    case NORMKIT_MASK_PHI_BCHW: count = a.B * a.C * a.H_out * a.W_out; break;
+    default: throw nb::value_error((Name(op, "mask_kind") + " is not a mask kind").c_str());
+  }
+  if (mask_kind == NORMKIT_MASK_NONE && mask) {
+    throw nb::value_error((Name(op, "mask") + " given with mask_kind 'none'").c_str());
+  }
+  const T* m = mask_kind == NORMKIT_MASK_NONE ? nullptr : ParamOf<T>(mask, count, op, "mask");
+  if (mask_kind != NORMKIT_MASK_NONE && m == nullptr) {
+    throw nb::value_error((Name(op, "mask") + " is missing for its mask_kind").c_str());
+  }
+  normkit_shift_sum_params_init(&a.params, step);
+  a.params.axis = axis;
+  a.params.scale = scale;
+  a.params.mask_kind = mask_kind;
+  a.params.mask = m;
+  a.per_sample = mask_kind == NORMKIT_MASK_BCHW || mask_kind == NORMKIT_MASK_PHI_BCHW;
+  return a;
+}
+
+// op: 0 A (x -> out = y), 1 A^T (x = y -> out = x), 2 pinv, 3 GAP step (x in place, y),
+// 4 shift (x -> out = xs), 5 unshift (x = xs -> out = x). `x` is always the [B, C, H, W]
+// side (its shape fixes the geometry), `other` the y / xs side.
+void ShiftSumCall(int32_t which, const Array& x, const Array& other, int64_t step, int32_t axis,
+                  double scale, const OptArray& mask, int32_t mask_kind, int32_t pinv_mode,
+                  double lambda, double gamma, const OptArray& normalizer, int32_t layout,
+                  const Context* ctx) {
+  static const char* const kOps[] = {
+      "shift_sum", "shift_sum_adjoint", "shift_sum_pinv", "shift_sum_gap_step", "shift", "unshift"};
+  const char* op = kOps[which];
+  const normkit_tensor xt = TensorOf(x, layout, op, "x");
+  // y [B, 1, H', W'] is dense in both layouts: it takes x's tag (rank 3: channels-first).
+  const normkit_tensor ot = TensorOf(other, other.ndim() == 4 ? xt.layout : -1, op,
+                                     which == 4 || which == 5 ? "xs" : "y");
+  const bool f64 = xt.dtype == NORMKIT_DTYPE_FLOAT64;
+  const ShiftSumArgs a = f64 ? ShiftSumArgsOf<double>(op, xt, step, axis, scale, mask, mask_kind)
+                             : ShiftSumArgsOf<float>(op, xt, step, axis, scale, mask, mask_kind);
+  const int64_t phi = (a.per_sample ? a.B : 1) * a.H_out * a.W_out;
+  const void* norm =
+      f64 ? static_cast<const void*>(ParamOf<double>(normalizer, phi, op, "normalizer"))
+          : static_cast<const void*>(ParamOf<float>(normalizer, phi, op, "normalizer"));
+  const normkit_context* c = ContextOf(ctx);
+  Call([&] {
+    switch (which) {
+      case 0: return normkit_shift_sum(c, &xt, &a.params, &ot);
+      case 1: return normkit_shift_sum_adjoint(c, &ot, &a.params, &xt);
+      case 2: return normkit_shift_sum_pinv(c, &ot, &a.params, pinv_mode, norm, &xt);
+      case 3: return normkit_shift_sum_gap_step(c, &xt, &ot, &a.params, lambda, gamma, norm);
+      case 4: return normkit_shift(c, &xt, &a.params, &ot);
+      default: return normkit_unshift(c, &ot, &a.params, &xt);
+    }
+  });
+}
+
+// Phi_s for x's shape (x's data is not read), into `out` ([H', W'] or [B, H', W']).
+void ShiftSumNormalizer(const Array& x, int64_t step, int32_t axis, double scale,
+                        const OptArray& mask, int32_t mask_kind, const Array& out, int32_t layout,
+                        const Context* ctx) {
+  constexpr const char* op = "shift_sum_normalizer";
+  const normkit_tensor xt = TensorOf(x, layout, op, "x");
+  const bool f64 = xt.dtype == NORMKIT_DTYPE_FLOAT64;
+  const ShiftSumArgs a = f64 ? ShiftSumArgsOf<double>(op, xt, step, axis, scale, mask, mask_kind)
+                             : ShiftSumArgsOf<float>(op, xt, step, axis, scale, mask, mask_kind);
+  const int64_t phi = (a.per_sample ? a.B : 1) * a.H_out * a.W_out;
+  void* p = f64 ? static_cast<void*>(ParamOf<double>(OptArray(out), phi, op, "out"))
+                : static_cast<void*>(ParamOf<float>(OptArray(out), phi, op, "out"));
+  Call([&] { return normkit_shift_sum_normalizer(ContextOf(ctx), &xt, &a.params, p); });
+}
+
 }  // namespace
 
 NB_MODULE(_normkit, m) {
@@ -314,6 +411,13 @@ NB_MODULE(_normkit, m) {
         nb::arg("bias").none(), nb::arg("eps"), nb::arg("activation"), nb::arg("out"),
         nb::arg("mean_out").none(), nb::arg("rstd_out").none(), nb::arg("layout"),
         nb::arg("context").none());
+  m.def("shift_sum_call", &ShiftSumCall, nb::arg("which"), nb::arg("x"), nb::arg("other"),
+        nb::arg("step"), nb::arg("axis"), nb::arg("scale"), nb::arg("mask").none(),
+        nb::arg("mask_kind"), nb::arg("pinv_mode"), nb::arg("lambda_"), nb::arg("gamma"),
+        nb::arg("normalizer").none(), nb::arg("layout"), nb::arg("context").none());
+  m.def("shift_sum_normalizer", &ShiftSumNormalizer, nb::arg("x"), nb::arg("step"), nb::arg("axis"),
+        nb::arg("scale"), nb::arg("mask").none(), nb::arg("mask_kind"), nb::arg("out"),
+        nb::arg("layout"), nb::arg("context").none());
   m.def("row_norm", &RowNorm, nb::arg("x"), nb::arg("weight").none(), nb::arg("bias").none(),
         nb::arg("eps"), nb::arg("rms"), nb::arg("out"), nb::arg("mean_out").none(),
         nb::arg("rstd_out").none(), nb::arg("context").none());

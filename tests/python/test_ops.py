@@ -174,3 +174,55 @@ def test_errors_name_the_argument_and_leave_outputs():
         normkit.affine(x, layout="nchwc")
     with pytest.raises(ValueError, match="channels-last"):
         normkit.affine(x, layout="channels_last")
+
+
+def ref_shift_sum(x, step, scale, mask):
+    """A along W in float64, written plainly: y[b, h, w + c*step + o] += s * m[h, w] x[b, c, h, w]."""
+    b, c, h, w = x.shape
+    o = (c - 1) * max(0, -step)
+    y = np.zeros((b, 1, h, w + (c - 1) * abs(step)))
+    m = np.ones((h, w)) if mask is None else mask.astype(np.float64)
+    for ch in range(c):
+        off = ch * step + o
+        y[:, 0, :, off:off + w] += scale * m * x[:, ch].astype(np.float64)
+    return y
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("step", [2, -1])
+def test_shift_sum_family(dtype, step):
+    x0 = RNG.standard_normal((2, 5, 6, 7)).astype(dtype)
+    mask = (RNG.uniform(0, 1, (6, 7)) > 0.3).astype(dtype) * RNG.uniform(0.5, 1.5, (6, 7)).astype(dtype)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    want = ref_shift_sum(x0, step, 0.5, mask)
+    r = RNG.standard_normal(want.shape).astype(dtype)
+    for name, x in layouts(x0):
+        y = normkit.shift_sum(x, step, scale=0.5, mask=mask)
+        assert y.shape == want.shape and y.dtype == dtype
+        close(y, want, tol)
+        # <A x, r> = <x, A^T r>
+        xt = normkit.shift_sum_adjoint(r, step, channels=5, scale=0.5, mask=mask, layout=name)
+        lhs = float((want * r.astype(np.float64)).sum())
+        rhs = float((x0.astype(np.float64) * np.asarray(xt, np.float64)).sum())
+        assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs)), name
+        # Phi_s and the Moore-Penrose pinv; one GAP step from 0 (lambda 1, gamma 0) is the pinv.
+        phi = normkit.shift_sum_normalizer(x, step, mask=mask)
+        ones = ref_shift_sum(np.ones((1,) + x0.shape[1:]), step, 1.0, mask.astype(np.float64) ** 2)
+        close(phi, ones[0, 0], tol)
+        pinv = normkit.shift_sum_pinv(want.astype(dtype), step, channels=5, scale=0.5, mask=mask,
+                                      normalizer=phi, layout=name)
+        gap = normkit.shift_sum_gap_step(np.zeros_like(x), want.astype(dtype), step, 1.0, 0.0,
+                                         scale=0.5, mask=mask, layout=name)
+        close(gap, np.asarray(pinv, np.float64), tol)
+        stack = normkit.shift(x, step)
+        assert np.array_equal(normkit.unshift(stack, step), x)
+
+
+def test_shift_sum_errors():
+    x = np.zeros((1, 3, 4, 4), np.float32)
+    with pytest.raises(ValueError, match="mask shape"):
+        normkit.shift_sum(x, 1, mask=np.ones((5, 5), np.float32))
+    with pytest.raises(TypeError, match="float32"):
+        normkit.shift_sum(x, 1, mask=np.ones((4, 4), np.float64))
+    with pytest.raises(ValueError, match="channels"):
+        normkit.shift_sum_adjoint(np.zeros((1, 1, 4, 6), np.float32), 1)
