@@ -18,7 +18,9 @@ namespace nb = nanobind;
 
 namespace {
 
-using Array = nb::ndarray<nb::device::cpu>;
+// Any device: CPU arrays, and CUDA tensors, which normkit runs on the GPU when the library
+// has its CUDA module (else the call raises with normkit's DEVICE_UNAVAILABLE message).
+using Array = nb::ndarray<>;
 using OptArray = std::optional<Array>;
 
 // Raises the Python exception for a failed call, with normkit's message.
@@ -95,13 +97,28 @@ normkit_tensor TensorOf(const Array& a, int32_t layout, const char* op, const ch
   normkit_tensor_init(&t, a.data(), static_cast<normkit_dtype>(DtypeOf(a, op, arg)),
                       static_cast<normkit_layout>(LayoutOf(a, layout, op, arg)),
                       static_cast<int32_t>(a.ndim()), shape);
+  if (a.device_type() == nb::device::cuda::value) {
+    normkit_tensor_set_device(&t, NORMKIT_DEVICE_CUDA, a.device_id());
+  } else if (a.device_type() != nb::device::cpu::value) {
+    throw nb::value_error((Name(op, arg) + " is on a device normkit does not run on").c_str());
+  }
   return t;
 }
 
 // A dense float32 array of exactly `count` elements (any shape), or null when absent.
 template <class T = float>
-T* ParamOf(const OptArray& a, int64_t count, const char* op, const char* arg) {
+T* ParamOf(const OptArray& a, int64_t count, const char* op, const char* arg,
+           int32_t device = NORMKIT_DEVICE_CPU) {
   if (!a) return nullptr;
+  const int32_t where = a->device_type() == nb::device::cuda::value  ? NORMKIT_DEVICE_CUDA
+                        : a->device_type() == nb::device::cpu::value ? NORMKIT_DEVICE_CPU
+                                                                     : -1;
+  if (where != device) {
+    throw nb::value_error((Name(op, arg) + (device == NORMKIT_DEVICE_CUDA
+                                                ? " must be a CUDA array, as the tensors are"
+                                                : " must be a CPU array, as the tensors are"))
+                              .c_str());
+  }
   if (a->dtype() != nb::dtype<T>()) {
     throw nb::type_error(
         (Name(op, arg) + (sizeof(T) == 4 ? " must be float32" : " must be float64")).c_str());
@@ -160,8 +177,8 @@ void Affine(const Array& x, const OptArray& scale, const OptArray& shift, bool p
   const normkit_tensor xt = TensorOf(x, layout, op, "x");
   const normkit_tensor yt = TensorOf(out, xt.layout, op, "out");
   const int64_t n = per_sample ? xt.shape[0] * Channels(xt) : Channels(xt);
-  const float* s = ParamOf(scale, n, op, "scale");
-  const float* b = ParamOf(shift, n, op, "shift");
+  const float* s = ParamOf(scale, n, op, "scale", xt.device);
+  const float* b = ParamOf(shift, n, op, "shift", xt.device);
   const int32_t kind = per_sample ? NORMKIT_PARAMS_PER_SAMPLE_CHANNEL : NORMKIT_PARAMS_PER_CHANNEL;
   Call([&] { return normkit_affine(ContextOf(ctx), &xt, s, b, kind, &yt); });
 }
@@ -173,10 +190,10 @@ void BatchNorm(const Array& x, const Array& running_mean, const Array& running_v
   const normkit_tensor xt = TensorOf(x, layout, op, "x");
   const normkit_tensor yt = TensorOf(out, xt.layout, op, "out");
   const int64_t C = Channels(xt);
-  const float* mean = ParamOf(OptArray(running_mean), C, op, "running_mean");
-  const float* var = ParamOf(OptArray(running_var), C, op, "running_var");
-  const float* g = ParamOf(weight, C, op, "weight");
-  const float* b = ParamOf(bias, C, op, "bias");
+  const float* mean = ParamOf(OptArray(running_mean), C, op, "running_mean", xt.device);
+  const float* var = ParamOf(OptArray(running_var), C, op, "running_var", xt.device);
+  const float* g = ParamOf(weight, C, op, "weight", xt.device);
+  const float* b = ParamOf(bias, C, op, "bias", xt.device);
   Call(
       [&] { return normkit_batch_norm_inference(ContextOf(ctx), &xt, g, b, mean, var, eps, &yt); });
 }
@@ -250,10 +267,10 @@ void GroupNorm(const Array& x, int64_t groups, const OptArray& weight, const Opt
   const normkit_tensor yt = TensorOf(out, xt.layout, op, "out");
   const int64_t C = Channels(xt);
   const int64_t G = groups == 0 ? C : groups < 0 ? 1 : groups;
-  const float* g = ParamOf(weight, C, op, "weight");
-  const float* b = ParamOf(bias, C, op, "bias");
-  float* m = ParamOf(mean_out, xt.shape[0] * G, op, "mean_out");
-  float* r = ParamOf(rstd_out, xt.shape[0] * G, op, "rstd_out");
+  const float* g = ParamOf(weight, C, op, "weight", xt.device);
+  const float* b = ParamOf(bias, C, op, "bias", xt.device);
+  float* m = ParamOf(mean_out, xt.shape[0] * G, op, "mean_out", xt.device);
+  float* r = ParamOf(rstd_out, xt.shape[0] * G, op, "rstd_out", xt.device);
   Call([&] {
     if (groups == 0)
       return normkit_instance_norm(ContextOf(ctx), &xt, g, b, eps, activation, &yt, m, r);
@@ -272,10 +289,10 @@ void RowNorm(const Array& x, const OptArray& weight, const OptArray& bias, float
   const normkit_tensor xt = TensorOf(x, NORMKIT_LAYOUT_CHANNELS_FIRST, op, "x");
   const normkit_tensor yt = TensorOf(out, NORMKIT_LAYOUT_CHANNELS_FIRST, op, "out");
   const int64_t D = xt.shape[1], rows = xt.shape[0];
-  const float* g = ParamOf(weight, D, op, "weight");
-  const float* b = ParamOf(bias, D, op, "bias");
-  float* m = ParamOf(mean_out, rows, op, "mean_out");
-  float* r = ParamOf(rstd_out, rows, op, "rstd_out");
+  const float* g = ParamOf(weight, D, op, "weight", xt.device);
+  const float* b = ParamOf(bias, D, op, "bias", xt.device);
+  float* m = ParamOf(mean_out, rows, op, "mean_out", xt.device);
+  float* r = ParamOf(rstd_out, rows, op, "rstd_out", xt.device);
   Call([&] {
     return rms ? normkit_rms_norm(ContextOf(ctx), &xt, g, eps, &yt, r)
                : normkit_layer_norm(ContextOf(ctx), &xt, g, b, eps, &yt, m, r);
@@ -317,7 +334,8 @@ ShiftSumArgs ShiftSumArgsOf(const char* op, const normkit_tensor& x, int64_t ste
   if (mask_kind == NORMKIT_MASK_NONE && mask) {
     throw nb::value_error((Name(op, "mask") + " given with mask_kind 'none'").c_str());
   }
-  const T* m = mask_kind == NORMKIT_MASK_NONE ? nullptr : ParamOf<T>(mask, count, op, "mask");
+  const T* m =
+      mask_kind == NORMKIT_MASK_NONE ? nullptr : ParamOf<T>(mask, count, op, "mask", x.device);
   if (mask_kind != NORMKIT_MASK_NONE && m == nullptr) {
     throw nb::value_error((Name(op, "mask") + " is missing for its mask_kind").c_str());
   }
@@ -349,8 +367,8 @@ void ShiftSumCall(int32_t which, const Array& x, const Array& other, int64_t ste
                              : ShiftSumArgsOf<float>(op, xt, step, axis, scale, mask, mask_kind);
   const int64_t phi = (a.per_sample ? a.B : 1) * a.H_out * a.W_out;
   const void* norm =
-      f64 ? static_cast<const void*>(ParamOf<double>(normalizer, phi, op, "normalizer"))
-          : static_cast<const void*>(ParamOf<float>(normalizer, phi, op, "normalizer"));
+      f64 ? static_cast<const void*>(ParamOf<double>(normalizer, phi, op, "normalizer", xt.device))
+          : static_cast<const void*>(ParamOf<float>(normalizer, phi, op, "normalizer", xt.device));
   const normkit_context* c = ContextOf(ctx);
   Call([&] {
     switch (which) {
@@ -374,8 +392,8 @@ void ShiftSumNormalizer(const Array& x, int64_t step, int32_t axis, double scale
   const ShiftSumArgs a = f64 ? ShiftSumArgsOf<double>(op, xt, step, axis, scale, mask, mask_kind)
                              : ShiftSumArgsOf<float>(op, xt, step, axis, scale, mask, mask_kind);
   const int64_t phi = (a.per_sample ? a.B : 1) * a.H_out * a.W_out;
-  void* p = f64 ? static_cast<void*>(ParamOf<double>(OptArray(out), phi, op, "out"))
-                : static_cast<void*>(ParamOf<float>(OptArray(out), phi, op, "out"));
+  void* p = f64 ? static_cast<void*>(ParamOf<double>(OptArray(out), phi, op, "out", xt.device))
+                : static_cast<void*>(ParamOf<float>(OptArray(out), phi, op, "out", xt.device));
   Call([&] { return normkit_shift_sum_normalizer(ContextOf(ctx), &xt, &a.params, p); });
 }
 

@@ -226,3 +226,4 @@ def test_shift_sum_errors():
         normkit.shift_sum(x, 1, mask=np.ones((4, 4), np.float64))
     with pytest.raises(ValueError, match="channels"):
         normkit.shift_sum_adjoint(np.zeros((1, 1, 4, 6), np.float32), 1)
+

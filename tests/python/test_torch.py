@@ -197,3 +197,19 @@ def test_converted_modules_run_normkit(monkeypatch):
         nkt.convert(nn.InstanceNorm2d(4))(torch.randn(1, 4, 5, 5))
     assert calls.count("group_norm") == 2 and calls.count("batch_norm") == 2
     assert "layer_norm" in calls and "rms_norm" in calls and "instance_norm" in calls
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or normkit.cuda_device_count() == 0,
+                    reason="needs a GPU and a normkit built with its CUDA module")
+def test_cuda_tensors_run_on_the_gpu():
+    x = torch.randn(2, 8, 5, 5, device="cuda")
+    y = normkit.group_norm(x, 4)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, nn.functional.group_norm(x.double(), 4).float(), **TOL)
+
+
+def test_cuda_tensors_without_the_module_say_why():
+    if normkit.cuda_device_count() > 0 or not torch.cuda.is_available():
+        pytest.skip("covered by test_cuda_tensors_run_on_the_gpu, or no CUDA tensors here")
+    with pytest.raises(RuntimeError, match="CUDA"):
+        normkit.group_norm(torch.randn(2, 8, 5, 5, device="cuda"), 4)
