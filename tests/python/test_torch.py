@@ -213,3 +213,14 @@ def test_cuda_tensors_without_the_module_say_why():
         pytest.skip("covered by test_cuda_tensors_run_on_the_gpu, or no CUDA tensors here")
     with pytest.raises(RuntimeError, match="CUDA"):
         normkit.group_norm(torch.randn(2, 8, 5, 5, device="cuda"), 4)
+
+
+def test_torch_export_of_a_converted_model():
+    model = nkt.convert(randomize(UNetBlock(16)).eval())
+    x = torch.randn(1, 16, 8, 8)
+    with torch.no_grad():  # inference: the parameters' requires_grad would select PyTorch's path
+        exported = torch.export.export(model, (x,))
+    ops = {str(n.target) for n in exported.graph.nodes if n.op == "call_function"}
+    assert any("normkit.group_norm" in op for op in ops), ops
+    with torch.no_grad():
+        torch.testing.assert_close(exported.module()(x), model(x), **TOL)
