@@ -247,14 +247,21 @@ def shift_sum_adjoint(y, step: int, channels: Optional[int] = None, *, axis="w",
                       context: Optional[_normkit.Context] = None):
     """The adjoint A^T of shift_sum: x [B, C, H, W] from y [B, 1, H', W'] (C from
     `channels` or `out`)."""
-    if out is None:
-        if channels is None:
-            raise ValueError("shift_sum_adjoint: give channels or out")
-        out = _empty(y, _x_shape_for(y, channels, step, axis))
-        if layout in ("channels_last", "nhwc"):
-            out = _channels_last_empty(y, out.shape)
+    out = _x_out(out, y, channels, step, axis, layout, "shift_sum_adjoint")
     _shift_call(1, out, y, step, axis, scale, mask, mask_kind, 0, 0.0, 0.0, None, layout, context)
     return out
+
+
+def _x_out(out, y, channels, step, axis, layout, op):
+    """`out`, or a new x [B, C, H, W] for y (channels-last when layout asks for it)."""
+    if out is not None:
+        return out
+    if channels is None:
+        raise ValueError(f"{op}: give channels or out")
+    shape = _x_shape_for(y, channels, step, axis)
+    if layout in ("channels_last", "nhwc"):
+        return _channels_last_empty(y, shape)
+    return _empty(y, shape)
 
 
 def _channels_last_empty(like, shape):
@@ -277,12 +284,7 @@ def shift_sum_pinv(y, step: int, channels: Optional[int] = None, *, mode="moore_
         pinv_mode = _PINV_MODES[mode]
     except KeyError:
         raise ValueError(f"mode must be 'moore_penrose' or 'divide_by_mask', not {mode!r}") from None
-    if out is None:
-        if channels is None:
-            raise ValueError("shift_sum_pinv: give channels or out")
-        out = _empty(y, _x_shape_for(y, channels, step, axis))
-        if layout in ("channels_last", "nhwc"):
-            out = _channels_last_empty(y, out.shape)
+    out = _x_out(out, y, channels, step, axis, layout, "shift_sum_pinv")
     _shift_call(2, out, y, step, axis, scale, mask, mask_kind, pinv_mode, 0.0, 0.0, normalizer,
                 layout, context)
     return out
