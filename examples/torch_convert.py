@@ -3,7 +3,9 @@
 on the CPU against PyTorch's, after checking that the outputs agree.
 
     pip install .[torch] (or torch next to the normkit wheel)
-    python examples/torch_convert.py [--rounds 7]
+    python examples/torch_convert.py [--rounds 7] [--modules]
+
+--modules times each norm module alone instead (PyTorch's against normkit's).
 
 Networks: a ResNet-style block (conv + BatchNorm, folded into the convs with
 normkit.torch.fold_batch_norms), a diffusion-UNet-style block (GroupNorm + SiLU, fused),
@@ -78,11 +80,53 @@ def timed(model, x, calls):
     return (time.perf_counter() - t0) / calls
 
 
+def modules_alone(rounds):
+    """Each norm module alone: PyTorch's, and the same module converted."""
+    cases = [
+        ("GroupNorm(32, 256)", lambda: nn.GroupNorm(32, 256), (8, 256, 28, 28), True),
+        ("GroupNorm(32, 256) + SiLU", lambda: nn.Sequential(nn.GroupNorm(32, 256), nn.SiLU()),
+         (8, 256, 28, 28), True),
+        ("BatchNorm2d(256), eval", lambda: nn.BatchNorm2d(256), (8, 256, 28, 28), True),
+        ("InstanceNorm2d(64)", lambda: nn.InstanceNorm2d(64), (8, 64, 64, 64), True),
+        ("LayerNorm(768)", lambda: nn.LayerNorm(768), (4096, 768), False),
+        ("RMSNorm(768)", lambda: nn.RMSNorm(768), (4096, 768), False),
+    ]
+    print("| module | shape | layout | threads | PyTorch ms | normkit ms | speedup |")
+    print("|---|---|---|---|---|---|---|")
+    for name, make, shape, conv in cases:
+        theirs = randomized(make())
+        ours = nkt.convert(copy.deepcopy(theirs))
+        formats = [("NCHW", torch.contiguous_format), ("NHWC", torch.channels_last)] if conv else [
+            ("rows", torch.contiguous_format)]
+        for layout, fmt in formats:
+            x = torch.randn(shape) * 2 + 1
+            x = x.contiguous(memory_format=fmt) if conv else x
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                nkt.set_num_threads(threads)
+                with torch.inference_mode():
+                    want = copy.deepcopy(theirs).double()(x.double()).float()
+                    got = ours(x)
+                    if not torch.allclose(got, want, rtol=1e-4, atol=1e-4):
+                        raise SystemExit(f"{name} {layout}: outputs differ")
+                    calls = max(1, int(0.1 / max(timed(theirs, x, 1), 1e-5)))
+                    t_theirs, t_ours = [], []
+                    for _ in range(rounds):
+                        t_theirs.append(timed(theirs, x, calls))
+                        t_ours.append(timed(ours, x, calls))
+                a, b = statistics.median(t_theirs), statistics.median(t_ours)
+                print(f"| {name} | {'x'.join(map(str, shape))} | {layout} | {threads} | "
+                      f"{a * 1e3:.3f} | {b * 1e3:.3f} | {a / b:.2f}x |")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--modules", action="store_true", help="each norm module alone")
     args = parser.parse_args()
     torch.manual_seed(0)
+    if args.modules:
+        return modules_alone(args.rounds)
     cases = [
         ("ResNet block, BN folded, 8x64x56x56", lambda: ResBlock(64), (8, 64, 56, 56), True),
         ("UNet block, GroupNorm+SiLU, 4x128x32x32", lambda: UNetBlock(128), (4, 128, 32, 32), True),

@@ -80,8 +80,7 @@ def _usable(x: torch.Tensor, *params: Optional[torch.Tensor]) -> bool:
 
 # ---- custom ops: opaque to torch.compile / torch.export, with fake (meta) kernels ----
 
-@torch.library.custom_op("normkit::group_norm", mutates_args=())
-def _group_norm_op(x: torch.Tensor, groups: int, weight: Optional[torch.Tensor],
+def _group_norm_impl(x: torch.Tensor, groups: int, weight: Optional[torch.Tensor],
                    bias: Optional[torch.Tensor], eps: float, activation: int) -> torch.Tensor:
     act = {0: None, 1: "relu", 2: "silu"}[activation]
     if groups == 0:
@@ -89,16 +88,23 @@ def _group_norm_op(x: torch.Tensor, groups: int, weight: Optional[torch.Tensor],
     return _ops.group_norm(x, groups, weight, bias, eps, activation=act, context=_context)
 
 
+_group_norm_op = torch.library.custom_op("normkit::group_norm", _group_norm_impl,
+                                         mutates_args=())
+
+
 @_group_norm_op.register_fake
 def _(x, groups, weight, bias, eps, activation):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("normkit::batch_norm", mutates_args=())
-def _batch_norm_op(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
+def _batch_norm_impl(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor,
                    weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                    eps: float) -> torch.Tensor:
     return _ops.batch_norm(x, running_mean, running_var, weight, bias, eps, context=_context)
+
+
+_batch_norm_op = torch.library.custom_op("normkit::batch_norm", _batch_norm_impl,
+                                         mutates_args=())
 
 
 @_batch_norm_op.register_fake
@@ -106,10 +112,13 @@ def _(x, running_mean, running_var, weight, bias, eps):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("normkit::layer_norm", mutates_args=())
-def _layer_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+def _layer_norm_impl(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
                    eps: float) -> torch.Tensor:
     return _ops.layer_norm(x, weight, bias, eps, context=_context)
+
+
+_layer_norm_op = torch.library.custom_op("normkit::layer_norm", _layer_norm_impl,
+                                         mutates_args=())
 
 
 @_layer_norm_op.register_fake
@@ -117,14 +126,24 @@ def _(x, weight, bias, eps):
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("normkit::rms_norm", mutates_args=())
-def _rms_norm_op(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float) -> torch.Tensor:
+def _rms_norm_impl(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float) -> torch.Tensor:
     return _ops.rms_norm(x, weight, eps, context=_context)
+
+
+_rms_norm_op = torch.library.custom_op("normkit::rms_norm", _rms_norm_impl,
+                                       mutates_args=())
 
 
 @_rms_norm_op.register_fake
 def _(x, weight, eps):
     return torch.empty_like(x)
+
+
+def _op(x: torch.Tensor, op, impl):
+    """The custom op while torch.compile / torch.export trace (their tensors are fake or
+    functional subclasses), the function itself in eager mode: the op's Python dispatch
+    costs about 40 us a call, more than a small norm."""
+    return impl if type(x) is torch.Tensor and not torch.compiler.is_compiling() else op
 
 
 def _detached(p: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -140,8 +159,9 @@ class GroupNorm(nn.GroupNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() >= 3 and _usable(x, self.weight, self.bias):
-            return _group_norm_op(x, self.num_groups, _detached(self.weight),
-                                  _detached(self.bias), self.eps, self._activation)
+            run = _op(x, _group_norm_op, _group_norm_impl)
+            return run(x, self.num_groups, _detached(self.weight), _detached(self.bias), self.eps,
+                       self._activation)
         y = F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
         return F.silu(y) if self._activation == 2 else y
 
@@ -156,8 +176,9 @@ class _BatchNorm:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (not self.training and self.running_mean is not None and x.dim() >= 2
                 and _usable(x, self.weight, self.bias, self.running_mean, self.running_var)):
-            return _batch_norm_op(x, self.running_mean, self.running_var, _detached(self.weight),
-                                  _detached(self.bias), self.eps)
+            run = _op(x, _batch_norm_op, _batch_norm_impl)
+            return run(x, self.running_mean, self.running_var, _detached(self.weight),
+                       _detached(self.bias), self.eps)
         return super().forward(x)
 
 
@@ -178,7 +199,8 @@ class _InstanceNorm:
         batched = x.dim() == self._get_no_batch_dim() + 1
         if (batched and not self.track_running_stats
                 and _usable(x, self.weight, self.bias)):
-            return _group_norm_op(x, 0, _detached(self.weight), _detached(self.bias), self.eps, 0)
+            run = _op(x, _group_norm_op, _group_norm_impl)
+            return run(x, 0, _detached(self.weight), _detached(self.bias), self.eps, 0)
         return super().forward(x)
 
 
@@ -200,7 +222,8 @@ class LayerNorm(nn.LayerNorm):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (len(self.normalized_shape) == 1 and x.dim() >= 2 and x.is_contiguous()
                 and _usable(x, self.weight, self.bias)):
-            return _layer_norm_op(x, _detached(self.weight), _detached(self.bias), self.eps)
+            run = _op(x, _layer_norm_op, _layer_norm_impl)
+            return run(x, _detached(self.weight), _detached(self.bias), self.eps)
         return super().forward(x)
 
 
@@ -211,7 +234,8 @@ class RMSNorm(nn.RMSNorm):
         if (len(self.normalized_shape) == 1 and x.dim() >= 2 and x.is_contiguous()
                 and _usable(x, self.weight)):
             eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
-            return _rms_norm_op(x, _detached(self.weight), eps)
+            run = _op(x, _rms_norm_op, _rms_norm_impl)
+            return run(x, _detached(self.weight), eps)
         return super().forward(x)
 
 
