@@ -227,3 +227,22 @@ def test_shift_sum_errors():
     with pytest.raises(ValueError, match="channels"):
         normkit.shift_sum_adjoint(np.zeros((1, 1, 4, 6), np.float32), 1)
 
+
+
+def test_misaligned_and_overlapping_arrays_are_rejected():
+    raw = np.zeros(4 * 36 + 1, np.uint8)[1:]  # a float32 view one byte off its alignment
+    x = raw.view(np.float32).reshape(1, 4, 3, 3)
+    assert not x.flags.aligned
+    with pytest.raises(ValueError, match="aligned"):
+        normkit.group_norm(x, 2)
+    big = RNG.standard_normal(2 * 36 + 9).astype(np.float32)
+    x = big[:72].reshape(2, 4, 3, 3)
+    out = big[9:81].reshape(2, 4, 3, 3)  # overlaps x, not in place
+    before = out.copy()
+    with pytest.raises(ValueError, match="overlap"):
+        normkit.group_norm(x, 2, out=out)
+    assert np.array_equal(out, before)
+    weight = RNG.standard_normal(4).astype(np.float32)
+    y = np.empty((2, 4, 3, 3), np.float32)
+    with pytest.raises(ValueError, match="overlaps"):
+        normkit.group_norm(y, 2, weight, y.reshape(-1)[:4], out=y)  # bias inside y
