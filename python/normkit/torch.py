@@ -39,6 +39,7 @@ __all__ = [
     "RMSNorm",
     "convert",
     "fold_batch_norms",
+    "set_context",
     "set_num_threads",
 ]
 
@@ -52,6 +53,16 @@ def set_num_threads(num_threads: int) -> None:
     own ops keep torch.set_num_threads."""
     global _context
     _context = _normkit.Context(int(num_threads)) if num_threads else None
+
+
+def set_context(context: Optional[_normkit.Context]) -> None:
+    """The normkit.Context of the modules' calls (None: the process default), e.g. one
+    that runs normkit's loops on the application's own pool (Context(n, parallel_for=f))."""
+    global _context
+    if context is not None and not isinstance(context, _normkit.Context):
+        raise TypeError(f"set_context: context must be a normkit.Context or None, not "
+                        f"{type(context).__name__}")
+    _context = context
 
 
 def _dense(x: torch.Tensor) -> bool:

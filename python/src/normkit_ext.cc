@@ -8,9 +8,13 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "normkit/normkit.h"
 
@@ -138,18 +142,108 @@ T* ParamOf(const OptArray& a, int64_t count, const char* op, const char* arg,
   return static_cast<T*>(a->data());
 }
 
-// Threads for the calls made with it; wraps normkit_context.
+// The error a Python parallel-for raised during this thread's current call (the host's
+// parallel-for runs on the calling thread, so a thread-local carries it to Call()).
+thread_local std::optional<nb::python_error> pending_pool_error;
+
+// One normkit parallel loop on a Python parallel_for(n, run): `run(i)` runs task i with
+// the GIL released, once; it raises IndexError outside [0, n) and RuntimeError after
+// parallel_for returned. Waits for every started task before returning (a pool that
+// returns early cannot leave one running), then runs the tasks the pool skipped on this
+// thread, so the output is whole even when parallel_for raised (its error is raised by
+// the op call afterwards).
+class PythonLoop {
+ public:
+  PythonLoop(int64_t n, void (*task)(void*, int64_t), void* task_context)
+      : n_(n), task_(task), task_context_(task_context), started_(static_cast<size_t>(n)) {}
+
+  void Run(int64_t i) {
+    if (i < 0 || i >= n_) {
+      throw nb::index_error(("normkit parallel_for: task " + std::to_string(i) +
+                             " is outside [0, " + std::to_string(n_) + ")")
+                                .c_str());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (closed_) throw std::runtime_error("normkit parallel_for: run(i) called after return");
+      if (started_[static_cast<size_t>(i)]) return;
+      started_[static_cast<size_t>(i)] = true;
+      ++in_flight_;
+    }
+    {
+      nb::gil_scoped_release release;
+      task_(task_context_, i);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--in_flight_ == 0) idle_.notify_all();
+  }
+
+  // After the pool returned: no new starts, wait for running tasks, run the skipped ones.
+  void Finish() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    closed_ = true;
+    idle_.wait(lock, [&] { return in_flight_ == 0; });
+    for (int64_t i = 0; i < n_; ++i) {
+      if (!started_[static_cast<size_t>(i)]) task_(task_context_, i);
+    }
+  }
+
+ private:
+  const int64_t n_;
+  void (*const task_)(void*, int64_t);
+  void* const task_context_;
+  std::mutex mutex_;
+  std::condition_variable idle_;
+  std::vector<bool> started_;
+  int64_t in_flight_ = 0;
+  bool closed_ = false;
+};
+
+// normkit_parallel_for_fn over a Python callable (`pool` is the callable).
+void PythonParallelFor(void* pool, int64_t n, void (*task)(void*, int64_t), void* task_context) {
+  auto loop = std::make_shared<PythonLoop>(n, task, task_context);
+  {
+    nb::gil_scoped_acquire gil;
+    // `run` holds the loop, so a pool keeping it past return gets an error, not a crash.
+    nb::object run = nb::cpp_function([loop](int64_t i) { loop->Run(i); }, nb::arg("i"));
+    try {
+      nb::handle(static_cast<PyObject*>(pool))(n, run);
+    } catch (nb::python_error& e) {
+      if (!pending_pool_error) pending_pool_error.emplace(std::move(e));
+    }
+  }
+  loop->Finish();
+}
+
+// Threads for the calls made with it; wraps normkit_context: normkit's own backend, a
+// Python parallel-for, or a C one (a function address and its pool).
 class Context {
  public:
-  explicit Context(int32_t num_threads) { Check(normkit_context_create(num_threads, &ctx_)); }
+  explicit Context(int32_t num_threads, std::optional<nb::callable> parallel_for) {
+    if (!parallel_for) {
+      Check(normkit_context_create(num_threads, &ctx_));
+      return;
+    }
+    parallel_for_ = *parallel_for;
+    Check(normkit_context_create_with_parallel_for(num_threads, &PythonParallelFor,
+                                                   parallel_for_.ptr(), &ctx_));
+  }
+  Context(int32_t num_threads, uintptr_t parallel_for, uintptr_t pool) {
+    if (parallel_for == 0) throw nb::value_error("Context: parallel_for must not be 0 (NULL)");
+    Check(normkit_context_create_with_parallel_for(
+        num_threads, reinterpret_cast<normkit_parallel_for_fn>(parallel_for),
+        reinterpret_cast<void*>(pool), &ctx_));
+  }
   ~Context() { normkit_context_destroy(ctx_); }
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
   int32_t num_threads() const { return normkit_context_num_threads(ctx_); }
   const normkit_context* get() const { return ctx_; }
+  nb::object parallel_for() const { return parallel_for_.is_valid() ? parallel_for_ : nb::none(); }
 
  private:
   normkit_context* ctx_ = nullptr;
+  nb::object parallel_for_;  // keeps the Python callable alive for the context's life
 };
 
 const normkit_context* ContextOf(const Context* c) {
@@ -167,6 +261,11 @@ void Call(F&& f) {
   {
     nb::gil_scoped_release release;
     status = f();
+  }
+  if (pending_pool_error) {
+    nb::python_error error = std::move(*pending_pool_error);
+    pending_pool_error.reset();
+    throw error;
   }
   Check(status);
 }
@@ -403,9 +502,27 @@ NB_MODULE(_normkit, m) {
   m.doc() = "normkit's C API for Python: zero-copy, the GIL released during calls.";
   // Contexts held by other modules' globals (normkit.torch) outlive this module at exit.
   nb::set_leak_warnings(false);
-  nb::class_<Context>(m, "Context", "Threads for the calls made with it (0: the default).")
-      .def(nb::init<int32_t>(), nb::arg("num_threads") = 0)
-      .def_prop_ro("num_threads", &Context::num_threads);
+  nb::class_<Context>(
+      m, "Context",
+      "Threads for the calls made with it: num_threads of normkit's backend (0: the default),\n"
+      "or, with parallel_for, at most num_threads tasks a loop on parallel_for(n, run),\n"
+      "which must call run(i) once for each i in range(n) (from any threads) and return when\n"
+      "they are done; run releases the GIL. Results are bitwise those of any other context.")
+      .def(nb::init<int32_t, std::optional<nb::callable>>(), nb::arg("num_threads") = 0,
+           nb::arg("parallel_for").none() = nb::none())
+      .def_static(
+          "from_c_parallel_for",
+          [](int32_t num_threads, uintptr_t parallel_for, uintptr_t pool) {
+            return new Context(num_threads, parallel_for, pool);
+          },
+          nb::arg("num_threads"), nb::arg("parallel_for"), nb::arg("pool") = 0,
+          nb::rv_policy::take_ownership,
+          "A context on a C parallel-for: `parallel_for` is the address of a\n"
+          "normkit_parallel_for_fn (void (*)(void* pool, int64_t n, void (*task)(void*, "
+          "int64_t),\nvoid* task_context)) and `pool` the pointer passed to it as its first "
+          "argument.\nBoth must stay valid while the context is used.")
+      .def_prop_ro("num_threads", &Context::num_threads)
+      .def_prop_ro("parallel_for", &Context::parallel_for);
   m.def("version", [] { return std::string(normkit_version_string()); });
   m.def("simd_target", [] { return std::string(normkit_simd_target()); });
   m.def("threading_backend", [] { return std::string(normkit_threading_backend()); });

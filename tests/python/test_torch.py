@@ -224,3 +224,25 @@ def test_torch_export_of_a_converted_model():
     assert any("normkit.group_norm" in op for op in ops), ops
     with torch.no_grad():
         torch.testing.assert_close(exported.module()(x), model(x), **TOL)
+
+
+def test_modules_run_on_a_host_pool_context():
+    calls = []
+
+    def serial(n, run):
+        calls.append(n)
+        for i in range(n):
+            run(i)
+
+    x = torch.randn(2, 64, 40, 40).contiguous(memory_format=torch.channels_last)
+    module = nkt.convert(nn.Sequential(randomize(nn.GroupNorm(8, 64)))).eval()
+    with torch.no_grad():
+        expected = module(x)
+        nkt.set_context(normkit.Context(2, parallel_for=serial))
+        try:
+            got = module(x)
+        finally:
+            nkt.set_context(None)
+    assert calls and torch.equal(got, expected)
+    with pytest.raises(TypeError, match="normkit.Context"):
+        nkt.set_context(2)
