@@ -36,10 +36,20 @@ void NaiveBroadcast(const float* x, float* y, const float* w, const float* b, in
   }
 }
 
+// dtype: of x and y (float32, or bfloat16 / float16 storage: then the reference moves
+// the op's own bytes, half those of float32).
 void Run(benchmark::State& state, Op op, std::vector<int64_t> shape, normkit_layout layout,
-         bool in_place, int threads) {
+         bool in_place, int threads, int32_t dtype = NORMKIT_DTYPE_FLOAT32) {
   const int64_t numel = Numel(shape), C = shape[1], N = shape[0], S = numel / (N * C);
-  Buffer x = MakeBuffer(numel, 1), y = MakeBuffer(numel, 2);
+  const int64_t elem = dtype == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+  const int64_t floats = (numel * elem + 3) / 4;  // the buffers' size in floats
+  Buffer x = MakeBuffer(floats, 1), y = MakeBuffer(floats, 2);
+  if (dtype != NORMKIT_DTYPE_FLOAT32) {  // x: values in [-1, 1) rounded to the half format
+    Buffer values = MakeBuffer(numel, 1);
+    normkit_tensor from = Desc(values.get(), layout, shape), to = Desc(x.get(), layout, shape);
+    to.dtype = dtype;
+    normkit_affine(nullptr, &from, nullptr, nullptr, NORMKIT_PARAMS_PER_CHANNEL, &to);
+  }
   // Per-sample parameters (seed 000) are N x C; the others read the first C.
   Buffer scale = MakeBuffer(N * C, 4), shift = MakeBuffer(N * C, 5), mean = MakeBuffer(C, 6),
          var = MakeBuffer(C, 7);
@@ -48,6 +58,7 @@ void Run(benchmark::State& state, Op op, std::vector<int64_t> shape, normkit_lay
   normkit_context_create(threads, &ctx);
   normkit_tensor xt = Desc(x.get(), layout, shape),
                  yt = Desc(in_place ? x.get() : y.get(), layout, shape);
+  xt.dtype = yt.dtype = dtype;
   const auto run_op = [&] {
     switch (op) {
       case Op::kAffine:
@@ -70,18 +81,22 @@ void Run(benchmark::State& state, Op op, std::vector<int64_t> shape, normkit_lay
     }
   };
   // Read x once, write y once.
-  RunAgainstCopy(state, run_op, threads, x.get(), numel, in_place,
-                 2 * numel * static_cast<int64_t>(sizeof(float)), y.get());
+  RunAgainstCopy(state, run_op, threads, x.get(), floats, in_place, 2 * numel * elem, y.get());
   normkit_context_destroy(ctx);
 }
 
 void Register(const std::string& group, Op op, const std::vector<int64_t>& shape,
-              normkit_layout layout, bool in_place, int threads) {
-  const std::string name = group + "/" + OpName(op) + "/" + ShapeName(shape) + "/" +
+              normkit_layout layout, bool in_place, int threads,
+              int32_t dtype = NORMKIT_DTYPE_FLOAT32) {
+  const char* type = dtype == NORMKIT_DTYPE_BFLOAT16  ? "/bf16"
+                     : dtype == NORMKIT_DTYPE_FLOAT16 ? "/f16"
+                                                      : "";
+  const std::string name = group + "/" + OpName(op) + type + "/" + ShapeName(shape) + "/" +
                            (layout == NORMKIT_LAYOUT_CHANNELS_LAST ? "NHWC" : "NCHW") + "/" +
                            (in_place ? "inplace" : "outofplace") +
                            "/threads:" + std::to_string(threads);
-  RegisterTimed(name, [=](benchmark::State& st) { Run(st, op, shape, layout, in_place, threads); });
+  RegisterTimed(
+      name, [=](benchmark::State& st) { Run(st, op, shape, layout, in_place, threads, dtype); });
 }
 
 int RegisterAll() {
@@ -100,6 +115,13 @@ int RegisterAll() {
       for (auto layout : layouts)
         for (bool in_place : {false, true})
           for (int t : thread_counts) Register(group, op, shape, layout, in_place, t);
+  // bfloat16 and float16 storage: affine and batch norm, against memcpy of their own bytes.
+  for (const auto& [group, shape] : main_shapes)
+    for (int32_t dtype : {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT16})
+      for (Op op : {Op::kAffine, Op::kBatchNorm})
+        for (auto layout : layouts)
+          for (bool in_place : {false, true})
+            for (int t : thread_counts) Register(group, op, shape, layout, in_place, t, dtype);
   // The naive broadcast loop as a contrast, one thread.
   for (const auto& [group, shape] : main_shapes)
     for (auto layout : layouts) Register(group, Op::kNaiveLoop, shape, layout, false, 1);

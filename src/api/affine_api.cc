@@ -15,7 +15,7 @@ extern "C" NORMKIT_API normkit_status normkit_affine(const normkit_context* cont
   constexpr const char* kOp = "affine";
   return Guarded(kOp, [&] {
     TensorView xv, yv;
-    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(kOp, x, y, &xv, &yv));
+    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(kOp, x, y, &xv, &yv, UnaryDtypes::kStoragePairs));
     if (param_kind != NORMKIT_PARAMS_PER_CHANNEL &&
         param_kind != NORMKIT_PARAMS_PER_SAMPLE_CHANNEL) {
       return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: param_kind = %d is not a normkit_param_kind",

@@ -8,8 +8,8 @@
 #include "core/context.h"
 #include "core/tensor.h"
 #include "cpu/batch_norm.h"
-#include "cuda/ops.h"
 #include "cpu/fold.h"
+#include "cuda/ops.h"
 #include "normkit/normkit.h"
 
 namespace normkit {
@@ -132,9 +132,9 @@ normkit_status FoldIntoConv(const char* op, float* weight, int64_t out_channels,
       CheckSameOrDisjoint(op, "weight", weight, weight_count, "running_var", bn.var, O, false));
 
   cpu::ConvShape shape{out_channels, in_channels, groups, kernel_elems,
-                        weight_order == NORMKIT_CONV_WEIGHT_OIHW
-                            ? cpu::ConvWeightOrder::kOIHW
-                            : cpu::ConvWeightOrder::kIOHWTransposed};
+                       weight_order == NORMKIT_CONV_WEIGHT_OIHW
+                           ? cpu::ConvWeightOrder::kOIHW
+                           : cpu::ConvWeightOrder::kIOHWTransposed};
   cpu::FoldBatchNormIntoConv(shape, weight, bias, folded_bias, bn);
   return NORMKIT_SUCCESS;
 }
@@ -172,7 +172,7 @@ NORMKIT_API normkit_status normkit_batch_norm_inference(
   constexpr const char* kOp = "batch_norm_inference";
   return Guarded(kOp, [&] {
     TensorView xv, yv;
-    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(kOp, x, y, &xv, &yv));
+    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(kOp, x, y, &xv, &yv, UnaryDtypes::kStoragePairs));
     const BatchNormParams bn{gamma, beta, running_mean, running_var, eps};
     // y is written while the parameters are read (folded per range, on other threads).
     const int64_t C = xv.channels;

@@ -57,10 +57,16 @@ inline normkit_status CheckSameOrDisjoint(const char* op, const char* a_name, co
   return NORMKIT_SUCCESS;
 }
 
-// x and y valid float32 CPU tensors of one shape, y == x (in place) or disjoint.
-// Shared by every unary op (affine, batch norm, ...); defined in affine_api.cc.
+// The dtypes a unary op runs: float32 alone, or float32 / bfloat16 / float16 storage in
+// the pairs CheckStoragePair allows.
+enum class UnaryDtypes { kFloat32, kStoragePairs };
+
+// x and y valid tensors of one layout and shape on one device, y == x (in place) or
+// disjoint, their dtypes as `dtypes` allows. Shared by every unary op (affine, batch
+// norm, the norms).
 normkit_status ValidateUnaryTensors(const char* op, const normkit_tensor* x,
-                                    const normkit_tensor* y, TensorView* xv, TensorView* yv);
+                                    const normkit_tensor* y, TensorView* xv, TensorView* yv,
+                                    UnaryDtypes dtypes = UnaryDtypes::kFloat32);
 
 }  // namespace normkit
 

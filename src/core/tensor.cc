@@ -127,6 +127,10 @@ normkit_status CheckSameTensorShape(const char* op, const TensorView& x, const T
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: y->dtype = %s differs from x->dtype = %s", op,
                 DtypeName(y.dtype), DtypeName(x.dtype));
   }
+  return CheckSameLayoutAndShape(op, x, y);
+}
+
+normkit_status CheckSameLayoutAndShape(const char* op, const TensorView& x, const TensorView& y) {
   if (x.layout != y.layout) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: y->layout = %d differs from x->layout = %d",
                 op, y.layout, x.layout);
@@ -169,6 +173,43 @@ normkit_status CheckInPlaceOrDisjoint(const char* op, const TensorView& x, const
   if (RangesOverlap(x.data, x.bytes, y.data, y.bytes)) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
                 "%s: y partially overlaps x (in place needs y->data == x->data)", op);
+  }
+  return NORMKIT_SUCCESS;
+}
+
+namespace {
+bool IsStorageDtype(normkit_dtype d) {
+  return d == NORMKIT_DTYPE_FLOAT32 || d == NORMKIT_DTYPE_BFLOAT16 || d == NORMKIT_DTYPE_FLOAT16;
+}
+}  // namespace
+
+normkit_status CheckStoragePair(const char* op, const TensorView& x, const TensorView& y) {
+  for (const auto* t : {&x, &y}) {
+    if (!IsStorageDtype(t->dtype)) {
+      return Fail(NORMKIT_ERROR_UNSUPPORTED,
+                  "%s: %s->dtype = %s is not supported (float32, bfloat16 or float16)", op,
+                  t == &x ? "x" : "y", DtypeName(t->dtype));
+    }
+  }
+  if (x.dtype != y.dtype && x.dtype != NORMKIT_DTYPE_FLOAT32 && y.dtype != NORMKIT_DTYPE_FLOAT32) {
+    return Fail(NORMKIT_ERROR_UNSUPPORTED,
+                "%s: y->dtype = %s with x->dtype = %s is not supported (the same dtype, or one "
+                "of them float32)",
+                op, DtypeName(y.dtype), DtypeName(x.dtype));
+  }
+  if (x.data == y.data && x.dtype != y.dtype) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                "%s: y->data == x->data with y->dtype = %s and x->dtype = %s (in place needs one "
+                "dtype)",
+                op, DtypeName(y.dtype), DtypeName(x.dtype));
+  }
+  if (x.on_cuda() && x.dtype != NORMKIT_DTYPE_FLOAT32) {
+    return Fail(NORMKIT_ERROR_UNSUPPORTED, "%s: x->dtype = %s on a CUDA tensor (float32 only)", op,
+                DtypeName(x.dtype));
+  }
+  if (y.on_cuda() && y.dtype != NORMKIT_DTYPE_FLOAT32) {
+    return Fail(NORMKIT_ERROR_UNSUPPORTED, "%s: y->dtype = %s on a CUDA tensor (float32 only)", op,
+                DtypeName(y.dtype));
   }
   return NORMKIT_SUCCESS;
 }

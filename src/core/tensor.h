@@ -47,6 +47,14 @@ normkit_status CheckElementAligned(const char* op, const char* name, const void*
 // y must have x's dtype, layout, rank and shape.
 normkit_status CheckSameTensorShape(const char* op, const TensorView& x, const TensorView& y);
 
+// y must have x's layout, rank and shape (any dtype).
+normkit_status CheckSameLayoutAndShape(const char* op, const TensorView& x, const TensorView& y);
+
+// x and y each float32, bfloat16 or float16: one dtype, or one of them float32 (the pairs
+// the affine family runs). In place (y->data == x->data) needs one dtype; CUDA tensors
+// float32 only.
+normkit_status CheckStoragePair(const char* op, const TensorView& x, const TensorView& y);
+
 // a and b live on one device (CPU, or the same CUDA device).
 normkit_status CheckSameDevice(const char* op, const TensorView& a, const char* a_name,
                                const TensorView& b, const char* b_name);

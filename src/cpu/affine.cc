@@ -70,14 +70,14 @@ int64_t BlockElems(int64_t numel) {
 }
 
 // Tensors too small to repay waking a thread stay on the calling thread.
-bool RunsOnCallingThread(int64_t numel) {
-  return numel * int64_t{2 * sizeof(float)} < kMinParallelAffineBytes;
+bool RunsOnCallingThread(int64_t bytes_moved) {
+  return bytes_moved < kMinParallelAffineBytes;
 }
 
 // Calls range(begin, end) on runs of whole blocks, as the backend partitions them.
-void RunBlocks(const normkit_context& context, int64_t numel,
+void RunBlocks(const normkit_context& context, int64_t numel, int64_t bytes_moved,
                FunctionRef<void(int64_t, int64_t)> range) {
-  if (RunsOnCallingThread(numel)) return range(0, numel);
+  if (RunsOnCallingThread(bytes_moved)) return range(0, numel);
   const int64_t block = BlockElems(numel);
   const int64_t tasks = (numel + block - 1) / block;
   ParallelForRuns(context, tasks, [&](int64_t first, int64_t last) {
@@ -88,9 +88,9 @@ void RunBlocks(const normkit_context& context, int64_t numel,
 // The same blocks in one run per thread, for ranges that each pay a fixed cost (a
 // fold of all C channels): a TBB partition may cut RunBlocks' tasks into many runs.
 // Which thread takes which blocks never changes an affine's bits.
-void RunBlocksOnePerThread(const normkit_context& context, int64_t numel,
+void RunBlocksOnePerThread(const normkit_context& context, int64_t numel, int64_t bytes_moved,
                            FunctionRef<void(int64_t, int64_t)> range) {
-  if (RunsOnCallingThread(numel)) return range(0, numel);
+  if (RunsOnCallingThread(bytes_moved)) return range(0, numel);
   const int64_t block = BlockElems(numel);
   const int64_t tasks = (numel + block - 1) / block;
   const int64_t runs = std::min<int64_t>(context.num_threads, tasks);
@@ -113,8 +113,7 @@ class FoldedParams {
   static constexpr int64_t kStackChannels = 1024;
 
   // Channels (first + j) % C for j < count: at most two runs of the C channels.
-  FoldedParams(const BatchNormParams& bn, bool centered, int64_t C, int64_t first,
-               int64_t count) {
+  FoldedParams(const BatchNormParams& bn, bool centered, int64_t C, int64_t first, int64_t count) {
     float* out = on_stack_;
     if (count > kStackChannels) {
       on_heap_.resize(3 * static_cast<size_t>(count));
@@ -135,8 +134,8 @@ class FoldedParams {
   // Channels [first, first + count) into the arrays from `at` on.
   void FoldRun(const BatchNormParams& bn, int64_t first, int64_t count, int64_t at) {
     const BatchNormParams run{bn.gamma ? bn.gamma + first : nullptr,
-                                    bn.beta ? bn.beta + first : nullptr, bn.mean + first,
-                                    bn.var + first, bn.eps};
+                              bn.beta ? bn.beta + first : nullptr, bn.mean + first, bn.var + first,
+                              bn.eps};
     cpu::BatchNormScaleShift(count, run, scale_ + at, shift_ + at);
     if (center_ == nullptr) return;
     std::copy(run.mean, run.mean + count, center_ + at);
@@ -158,14 +157,33 @@ class FoldedParams {
 
 void Affine(const normkit_context& context, const TensorView& x, const TensorView& y,
             const AffineParams& params) {
-  const auto* xd = static_cast<const float*>(x.data);
-  auto* yd = static_cast<float*>(y.data);
+  const bool half_storage = x.dtype != NORMKIT_DTYPE_FLOAT32 || y.dtype != NORMKIT_DTYPE_FLOAT32;
+  if (half_storage && !params.fold_from && !(params.scale && params.shift)) {
+    // The half-storage kernels apply both terms: an absent scale is 1 and an absent shift
+    // -0 (x * 1 + -0 is x, -0 included; x * s + -0 is x * s), the same results.
+    const int64_t count = params.per_sample ? x.batch * x.channels : x.channels;
+    std::vector<float> ones, zeros;
+    AffineParams both = params;
+    if (!both.scale) {
+      ones.assign(static_cast<size_t>(count), 1.0f);
+      both.scale = ones.data();
+    }
+    if (!both.shift) {
+      zeros.assign(static_cast<size_t>(count), -0.0f);
+      both.shift = zeros.data();
+    }
+    return Affine(context, x, y, both);
+  }
+  const auto* xd = static_cast<const char*>(x.data);
+  auto* yd = static_cast<char*>(y.data);
+  const kernels::Storage xs = kernels::StorageOf(x.dtype), ys = kernels::StorageOf(y.dtype);
+  const int64_t x_elem = kernels::StorageBytes(xs), y_elem = kernels::StorageBytes(ys);
+  const int64_t moved = x.bytes + y.bytes;
   const bool fold = params.fold_from != nullptr;
   const AffineTerms terms = !fold             ? TermsOf(params)
                             : params.centered ? AffineTerms::kCenterScaleShift
                                               : AffineTerms::kScaleShift;
-  const bool stream = x.data != y.data && y.bytes >= kStreamingStoreBytes &&
-                      reinterpret_cast<uintptr_t>(yd) % sizeof(float) == 0;
+  const bool stream = x.data != y.data && y.bytes >= kStreamingStoreBytes;
   const int64_t lanes = static_cast<int64_t>(kernels::AffineLanes());
   const int64_t N = x.batch, C = x.channels, S = x.spatial;
 
@@ -181,8 +199,10 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
         xd,    yd,     S,       params.per_sample ? N * C : C,  params.scale, params.shift,
         terms, stream, x.numel, x.bytes >= kStreamingStoreBytes};
     job.center = params.center;
+    job.x_storage = xs;
+    job.y_storage = ys;
     if (!fold) {
-      RunBlocks(context, x.numel,
+      RunBlocks(context, x.numel, moved,
                 [&](int64_t b, int64_t e) { kernels::AffineBroadcast(job, b, e); });
       return;
     }
@@ -190,15 +210,15 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
     // keeps the stores vector aligned, and runs as a tensor of those planes; a range
     // of more planes than FoldedParams holds on the stack goes in pieces of that many.
     const int64_t align = lanes / std::gcd(S, lanes);
-    RunBlocks(context, x.numel, [&](int64_t b, int64_t e) {
+    RunBlocks(context, x.numel, moved, [&](int64_t b, int64_t e) {
       for (int64_t piece = b; piece < e;) {
         const int64_t first = piece / S / align * align;
         const int64_t end = std::min(e, (first + FoldedParams::kStackChannels) * S);
         const int64_t count = std::min(C, (end - 1) / S + 1 - first);
         const FoldedParams folded(*params.fold_from, params.centered, C, first % C, count);
         kernels::AffineBroadcastJob local = job;
-        local.x = xd + first * S;
-        local.y = yd + first * S;
+        local.x = xd + first * S * x_elem;
+        local.y = yd + first * S * y_elem;
         local.param_count = count;
         local.scale = folded.scale();
         local.shift = folded.shift();
@@ -221,12 +241,14 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
                                  nullptr, nullptr, terms,        stream, rows_per_load};
   job.in_cache = in_cache;
   job.from_memory = x.bytes >= kStreamingStoreBytes;
+  job.x_storage = xs;
+  job.y_storage = ys;
   if (row_len <= kLocalRepFloats) {
     // Each range builds the rows it reads on its own thread's stack, one sample's row
     // at a time. Built once by the calling thread, they crossed to every other core's
     // cache on each call: 1x256x14x14 NHWC affine took 4.0-5.1 us a call at 2 threads,
     // more than at 1 (3.8-4.0 us); built by each thread, 3.0-3.3 us.
-    (fold ? RunBlocksOnePerThread : RunBlocks)(context, x.numel, [&](int64_t b, int64_t e) {
+    (fold ? RunBlocksOnePerThread : RunBlocks)(context, x.numel, moved, [&](int64_t b, int64_t e) {
       alignas(64) float scale_row[kLocalRepFloats];
       alignas(64) float shift_row[kLocalRepFloats];
       alignas(64) float center_row[kLocalRepFloats];
@@ -300,7 +322,8 @@ void Affine(const normkit_context& context, const TensorView& x, const TensorVie
   job.scale_rep = scale_rep.get();
   job.shift_rep = shift_rep.get();
   job.center_rep = center_rep.get();
-  RunBlocks(context, x.numel, [&](int64_t b, int64_t e) { kernels::AffinePeriodic(job, b, e); });
+  RunBlocks(context, x.numel, moved,
+            [&](int64_t b, int64_t e) { kernels::AffinePeriodic(job, b, e); });
 }
 
 }  // namespace cpu

@@ -5,8 +5,8 @@
 
 #include "core/context.h"
 #include "core/tensor.h"
-#include "cpu/memory_plan.h"
 #include "cpu/fold.h"
+#include "cpu/memory_plan.h"
 
 namespace normkit {
 namespace cpu {
@@ -25,8 +25,9 @@ struct AffineParams {
   const float* center = nullptr;
 };
 
-// y = x * scale + shift (or (x - center) * scale + shift) on validated float32 CPU tensors
-// of the same shape; y may be x. Throws std::bad_alloc before writing anything if scratch fails.
+// y = x * scale + shift (or (x - center) * scale + shift) on validated CPU tensors of the
+// same shape, each float32, bfloat16 or float16 (math in float32, y rounded to nearest
+// even); y may be x (same dtype). Throws std::bad_alloc before writing anything if scratch fails.
 void Affine(const normkit_context& context, const TensorView& x, const TensorView& y,
             const AffineParams& params);
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cpu/kernels/storage-inl.h"
 #include "cpu/kernels/store-inl.h"
 #include "hwy/highway.h"
 
@@ -42,12 +43,13 @@ HWY_INLINE V ApplyAffine(V x, V scale, V shift, V center) {
 
 // One element through a 1-lane vector: the same instruction (FMA or not) as the
 // vector body, so an element's result never depends on where a span starts.
-template <bool kScale, bool kShift, bool kCenter = false>
-HWY_INLINE void AffineOne(const float* x, float* y, float scale, float shift, float center = 0.0f) {
+template <bool kScale, bool kShift, bool kCenter = false, class TX, class TY>
+HWY_INLINE void AffineOne(const TX* x, TY* y, float scale, float shift, float center = 0.0f) {
   const hn::CappedTag<float, 1> d1;
-  hn::StoreU(ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d1, x), hn::Set(d1, scale),
-                                                  hn::Set(d1, shift), hn::Set(d1, center)),
-             d1, y);
+  StoreF(d1,
+         ApplyAffine<kScale, kShift, kCenter>(LoadF(d1, x), hn::Set(d1, scale), hn::Set(d1, shift),
+                                              hn::Set(d1, center)),
+         y);
 }
 
 // Splices a per-plane parameter into a vector whose lanes cross plane boundaries:
@@ -62,8 +64,8 @@ HWY_INLINE V SpliceFrom(D d, V v, size_t first, float value) {
 // not the store, the bottleneck of in-cache calls). period is a multiple of Lanes;
 // scale_rep / shift_rep hold the period's parameters from the span's first element.
 // Returns the elements done (whole blocks of kRows periods).
-template <size_t kRows, bool kScale, bool kShift, bool kStream, bool kCenter>
-HWY_INLINE size_t AffinePeriodRows(const float* x, float* y, size_t n, const float* scale_rep,
+template <size_t kRows, bool kScale, bool kShift, bool kStream, bool kCenter, class TX, class TY>
+HWY_INLINE size_t AffinePeriodRows(const TX* x, TY* y, size_t n, const float* scale_rep,
                                    const float* shift_rep, const float* center_rep, size_t period) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
@@ -76,25 +78,25 @@ HWY_INLINE size_t AffinePeriodRows(const float* x, float* y, size_t n, const flo
       const auto vcenter = kCenter ? hn::LoadU(d, center_rep + k) : hn::Zero(d);
       // All loads before any store: a store to one row and the next row's load
       // may share address bits 0-11, and the load would wait on it (4K aliasing).
-      const auto x0 = hn::LoadU(d, x + i + k);
-      const auto x1 = hn::LoadU(d, x + i + period + k);
+      const auto x0 = LoadF(d, x + i + k);
+      const auto x1 = LoadF(d, x + i + period + k);
       if constexpr (kRows == 2) {
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x0, vscale, vshift, vcenter),
-                           y + i + k);
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x1, vscale, vshift, vcenter),
-                           y + i + period + k);
+        PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x0, vscale, vshift, vcenter),
+                      y + i + k);
+        PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x1, vscale, vshift, vcenter),
+                      y + i + period + k);
       } else {
         static_assert(kRows == 4, "2 or 4 rows");
-        const auto x2 = hn::LoadU(d, x + i + 2 * period + k);
-        const auto x3 = hn::LoadU(d, x + i + 3 * period + k);
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x0, vscale, vshift, vcenter),
-                           y + i + k);
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x1, vscale, vshift, vcenter),
-                           y + i + period + k);
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x2, vscale, vshift, vcenter),
-                           y + i + 2 * period + k);
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x3, vscale, vshift, vcenter),
-                           y + i + 3 * period + k);
+        const auto x2 = LoadF(d, x + i + 2 * period + k);
+        const auto x3 = LoadF(d, x + i + 3 * period + k);
+        PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x0, vscale, vshift, vcenter),
+                      y + i + k);
+        PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x1, vscale, vshift, vcenter),
+                      y + i + period + k);
+        PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x2, vscale, vshift, vcenter),
+                      y + i + 2 * period + k);
+        PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x3, vscale, vshift, vcenter),
+                      y + i + 3 * period + k);
       }
     }
   }
@@ -130,11 +132,10 @@ HWY_INLINE bool AllTermsHeld(size_t vectors) {
 // kCenter: the center and the shift held (half the registers each), the scale loaded
 // (from offsets precomputed for the step: a step may hold several short periods); periods
 // of more than half the registers hold the center alone and load the scale and shift.
-template <bool kScale, bool kShift, bool kStream, bool kCenter>
-HWY_INLINE size_t AffinePeriodInRegisters(const float* x, float* y, size_t n,
-                                          const float* scale_rep, const float* shift_rep,
-                                          const float* center_rep, size_t period,
-                                          bool from_memory) {
+template <bool kScale, bool kShift, bool kStream, bool kCenter, class TX, class TY>
+HWY_INLINE size_t AffinePeriodInRegisters(const TX* x, TY* y, size_t n, const float* scale_rep,
+                                          const float* shift_rep, const float* center_rep,
+                                          size_t period, bool from_memory) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t lanes = hn::Lanes(d);
@@ -163,8 +164,8 @@ HWY_INLINE size_t AffinePeriodInRegisters(const float* x, float* y, size_t n,
       const size_t at = kCenter ? scale_at[j] : j * lanes;
       const auto s = kScaleHeld || !kScale ? vscale[j] : hn::LoadU(d, scale_rep + at);
       const auto b = kShiftHeld || !kShift ? vshift[j] : hn::LoadU(d, shift_rep + at);
-      PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xv, s, b, vcenter[j]),
-                         y + i + j * lanes);
+      PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xv, s, b, vcenter[j]),
+                    y + i + j * lanes);
     };
     for (; n - i >= step; i += step) {
       // Constant indices in every unrolled copy keep vscale[j] / vshift[j] registers.
@@ -173,15 +174,15 @@ HWY_INLINE size_t AffinePeriodInRegisters(const float* x, float* y, size_t n,
         if (j + 4 <= step_vectors && from_memory) {
           // From memory each load next to its store (Zen 5, 64x256x64x64 channels-last
           // scale-only out of place: 1.23 -> 1.40 of memcpy); in cache loads first.
-          apply(hn::LoadU(d, x + i + j * lanes), j);
-          apply(hn::LoadU(d, x + i + (j + 1) * lanes), j + 1);
-          apply(hn::LoadU(d, x + i + (j + 2) * lanes), j + 2);
-          apply(hn::LoadU(d, x + i + (j + 3) * lanes), j + 3);
+          apply(LoadF(d, x + i + j * lanes), j);
+          apply(LoadF(d, x + i + (j + 1) * lanes), j + 1);
+          apply(LoadF(d, x + i + (j + 2) * lanes), j + 2);
+          apply(LoadF(d, x + i + (j + 3) * lanes), j + 3);
         } else if (j + 4 <= step_vectors) {
-          const auto x0 = hn::LoadU(d, x + i + j * lanes);
-          const auto x1 = hn::LoadU(d, x + i + (j + 1) * lanes);
-          const auto x2 = hn::LoadU(d, x + i + (j + 2) * lanes);
-          const auto x3 = hn::LoadU(d, x + i + (j + 3) * lanes);
+          const auto x0 = LoadF(d, x + i + j * lanes);
+          const auto x1 = LoadF(d, x + i + (j + 1) * lanes);
+          const auto x2 = LoadF(d, x + i + (j + 2) * lanes);
+          const auto x3 = LoadF(d, x + i + (j + 3) * lanes);
           apply(x0, j);
           apply(x1, j + 1);
           apply(x2, j + 2);
@@ -189,7 +190,7 @@ HWY_INLINE size_t AffinePeriodInRegisters(const float* x, float* y, size_t n,
         } else {
           HWY_UNROLL(4)
           for (size_t k = j; k < j + 4; ++k) {
-            if (k < step_vectors) apply(hn::LoadU(d, x + i + k * lanes), k);
+            if (k < step_vectors) apply(LoadF(d, x + i + k * lanes), k);
           }
         }
       }
@@ -197,7 +198,7 @@ HWY_INLINE size_t AffinePeriodInRegisters(const float* x, float* y, size_t n,
     for (; n - i >= period; i += period) {  // the last whole periods, fewer than a step
       HWY_UNROLL(16)
       for (size_t j = 0; j < kCount; ++j) {
-        if (j < vectors) apply(hn::LoadU(d, x + i + j * lanes), j);
+        if (j < vectors) apply(LoadF(d, x + i + j * lanes), j);
       }
     }
   };
@@ -229,44 +230,44 @@ constexpr size_t kPairedHalfFloats = size_t{64} << 10;  // 256 KiB
 // -> 0.96-1.03). period is a multiple of Lanes; scale_rep / shift_rep
 // hold the period from the span's first element. Returns the elements done (two
 // halves of whole periods).
-template <bool kScale, bool kShift, bool kStream, bool kCenter>
-HWY_INLINE size_t AffinePeriodPairs(const float* x, float* y, size_t n,
+template <bool kScale, bool kShift, bool kStream, bool kCenter, class TX, class TY>
+HWY_INLINE size_t AffinePeriodPairs(const TX* x, TY* y, size_t n,
                                     const float* HWY_RESTRICT scale_rep,
                                     const float* HWY_RESTRICT shift_rep,
                                     const float* HWY_RESTRICT center_rep, size_t period) {
   const hn::ScalableTag<float> d;
   const size_t lanes = hn::Lanes(d);
   const size_t half = n / 2 / period * period;
-  const float* xb = x + half;
-  float* yb = y + half;
+  const TX* xb = x + half;
+  TY* yb = y + half;
   for (size_t i = 0; i < half; i += period) {
     const auto apply = [&](auto xa, auto xv, size_t k) {
       const auto vscale = kScale ? hn::LoadU(d, scale_rep + k) : hn::Zero(d);
       const auto vshift = kShift ? hn::LoadU(d, shift_rep + k) : hn::Zero(d);
       const auto vcenter = kCenter ? hn::LoadU(d, center_rep + k) : hn::Zero(d);
-      PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xa, vscale, vshift, vcenter),
-                         y + i + k);
-      PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xv, vscale, vshift, vcenter),
-                         yb + i + k);
+      PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xa, vscale, vshift, vcenter),
+                    y + i + k);
+      PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xv, vscale, vshift, vcenter),
+                    yb + i + k);
     };
     size_t k = 0;
     for (; k + 4 * lanes <= period; k += 4 * lanes) {
       // All eight x loads before any store (as in AffinePeriodRows).
-      const auto a0 = hn::LoadU(d, x + i + k);
-      const auto a1 = hn::LoadU(d, x + i + k + lanes);
-      const auto a2 = hn::LoadU(d, x + i + k + 2 * lanes);
-      const auto a3 = hn::LoadU(d, x + i + k + 3 * lanes);
-      const auto b0 = hn::LoadU(d, xb + i + k);
-      const auto b1 = hn::LoadU(d, xb + i + k + lanes);
-      const auto b2 = hn::LoadU(d, xb + i + k + 2 * lanes);
-      const auto b3 = hn::LoadU(d, xb + i + k + 3 * lanes);
+      const auto a0 = LoadF(d, x + i + k);
+      const auto a1 = LoadF(d, x + i + k + lanes);
+      const auto a2 = LoadF(d, x + i + k + 2 * lanes);
+      const auto a3 = LoadF(d, x + i + k + 3 * lanes);
+      const auto b0 = LoadF(d, xb + i + k);
+      const auto b1 = LoadF(d, xb + i + k + lanes);
+      const auto b2 = LoadF(d, xb + i + k + 2 * lanes);
+      const auto b3 = LoadF(d, xb + i + k + 3 * lanes);
       apply(a0, b0, k);
       apply(a1, b1, k + lanes);
       apply(a2, b2, k + 2 * lanes);
       apply(a3, b3, k + 3 * lanes);
     }
     for (; k < period; k += lanes) {
-      apply(hn::LoadU(d, x + i + k), hn::LoadU(d, xb + i + k), k);
+      apply(LoadF(d, x + i + k), LoadF(d, xb + i + k), k);
     }
   }
   return 2 * half;
@@ -275,8 +276,8 @@ HWY_INLINE size_t AffinePeriodPairs(const float* x, float* y, size_t n,
 // y[i] = x[i] * scale_rep[o_i] + shift_rep[o_i], o_i = (o + i) % period.
 // Requires period >= Lanes and rep arrays of period + Lanes values.
 // center_rep (kCenter): the centers, as scale_rep / shift_rep hold their terms.
-template <bool kScale, bool kShift, bool kStream, bool kCenter = false>
-HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const float* scale_rep,
+template <bool kScale, bool kShift, bool kStream, bool kCenter = false, class TX, class TY>
+HWY_INLINE void AffinePeriodicSpan(const TX* x, TY* y, size_t n, const float* scale_rep,
                                    const float* shift_rep, const float* center_rep, size_t period,
                                    size_t o, bool rows_per_load, bool in_cache, bool from_memory) {
   const hn::ScalableTag<float> d;
@@ -318,30 +319,36 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
   // thread, 0.79 -> 0.98 of the flat in-place scale on Zen 5.
   const bool paired = whole_vectors && !in_cache && !kStream &&
                       (!AllTermsHeld<kScale, kShift, kCenter>(vectors) || from_memory);
+  // The tuned bodies below are compiled for float32 storage only (each is instantiated
+  // per term set, stream flag and SIMD target; per storage pair too they would take the
+  // kernel's compile to minutes). Half storage takes the plain runs.
+  constexpr bool kTuned = std::is_same<TX, float>::value && std::is_same<TY, float>::value;
   while (i + lanes <= n) {
-    if (paired && o < lanes && n - i >= 2 * kPairedHalfFloats) {
-      i += AffinePeriodPairs<kScale, kShift, kStream, kCenter>(
-          x + i, y + i, n - i, kScale ? scale_rep + o : nullptr, kShift ? shift_rep + o : nullptr,
-          kCenter ? center_rep + o : nullptr, period);
-      if (i + lanes > n) break;
-    } else if (in_registers && o < lanes && n - i >= period) {
-      i += AffinePeriodInRegisters<kScale, kShift, kStream, kCenter>(
-          x + i, y + i, n - i, kScale ? scale_rep + o : nullptr, kShift ? shift_rep + o : nullptr,
-          kCenter ? center_rep + o : nullptr, period, from_memory);
-      if (i + lanes > n) break;
-    } else if (rows_per_load && o < lanes && whole_vectors) {
-      // Whole periods from offset o: rep[o, o + period) is inside the row. Four rows
-      // share an L1 set when a period is a multiple of 4 KiB (C = 1024): then two,
-      // so 2 x rows, 2 y rows and the parameters still fit its 8 ways.
-      const float* sr = kScale ? scale_rep + o : nullptr;
-      const float* br = kShift ? shift_rep + o : nullptr;
-      const float* cr = kCenter ? center_rep + o : nullptr;
-      i += (period * sizeof(float)) % 4096 == 0
-               ? AffinePeriodRows<2, kScale, kShift, kStream, kCenter>(x + i, y + i, n - i, sr, br,
-                                                                       cr, period)
-               : AffinePeriodRows<4, kScale, kShift, kStream, kCenter>(x + i, y + i, n - i, sr, br,
-                                                                       cr, period);
-      if (i + lanes > n) break;
+    if constexpr (kTuned) {
+      if (paired && o < lanes && n - i >= 2 * kPairedHalfFloats) {
+        i += AffinePeriodPairs<kScale, kShift, kStream, kCenter>(
+            x + i, y + i, n - i, kScale ? scale_rep + o : nullptr, kShift ? shift_rep + o : nullptr,
+            kCenter ? center_rep + o : nullptr, period);
+        if (i + lanes > n) break;
+      } else if (in_registers && o < lanes && n - i >= period) {
+        i += AffinePeriodInRegisters<kScale, kShift, kStream, kCenter>(
+            x + i, y + i, n - i, kScale ? scale_rep + o : nullptr, kShift ? shift_rep + o : nullptr,
+            kCenter ? center_rep + o : nullptr, period, from_memory);
+        if (i + lanes > n) break;
+      } else if (rows_per_load && o < lanes && whole_vectors) {
+        // Whole periods from offset o: rep[o, o + period) is inside the row. Four rows
+        // share an L1 set when a period is a multiple of 4 KiB (C = 1024): then two,
+        // so 2 x rows, 2 y rows and the parameters still fit its 8 ways.
+        const float* sr = kScale ? scale_rep + o : nullptr;
+        const float* br = kShift ? shift_rep + o : nullptr;
+        const float* cr = kCenter ? center_rep + o : nullptr;
+        i += (period * sizeof(TY)) % 4096 == 0
+                 ? AffinePeriodRows<2, kScale, kShift, kStream, kCenter>(x + i, y + i, n - i, sr,
+                                                                         br, cr, period)
+                 : AffinePeriodRows<4, kScale, kShift, kStream, kCenter>(x + i, y + i, n - i, sr,
+                                                                         br, cr, period);
+        if (i + lanes > n) break;
+      }
     }
     // lanes is a power of two: round down with a mask, not a division.
     size_t run = (period - o) & ~(lanes - 1);
@@ -358,20 +365,20 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
     // place, 1 thread: 0.7 of the flat in-place scale before, 0.8-0.9 after (a
     // standalone loop of this shape reaches 1.0).
     for (; k + 8 * lanes <= run; k += 8 * lanes) {
-      const auto x0 = hn::LoadU(d, x + i + k);
-      const auto x1 = hn::LoadU(d, x + i + k + lanes);
-      const auto x2 = hn::LoadU(d, x + i + k + 2 * lanes);
-      const auto x3 = hn::LoadU(d, x + i + k + 3 * lanes);
-      const auto x4 = hn::LoadU(d, x + i + k + 4 * lanes);
-      const auto x5 = hn::LoadU(d, x + i + k + 5 * lanes);
-      const auto x6 = hn::LoadU(d, x + i + k + 6 * lanes);
-      const auto x7 = hn::LoadU(d, x + i + k + 7 * lanes);
+      const auto x0 = LoadF(d, x + i + k);
+      const auto x1 = LoadF(d, x + i + k + lanes);
+      const auto x2 = LoadF(d, x + i + k + 2 * lanes);
+      const auto x3 = LoadF(d, x + i + k + 3 * lanes);
+      const auto x4 = LoadF(d, x + i + k + 4 * lanes);
+      const auto x5 = LoadF(d, x + i + k + 5 * lanes);
+      const auto x6 = LoadF(d, x + i + k + 6 * lanes);
+      const auto x7 = LoadF(d, x + i + k + 7 * lanes);
       const auto apply = [&](auto xv, size_t j) {
         const auto vscale = kScale ? hn::LoadU(d, sr + j) : hn::Zero(d);
         const auto vshift = kShift ? hn::LoadU(d, br + j) : hn::Zero(d);
         const auto vcenter = kCenter ? hn::LoadU(d, cr + j) : hn::Zero(d);
-        PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xv, vscale, vshift, vcenter),
-                           y + i + j);
+        PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xv, vscale, vshift, vcenter),
+                      y + i + j);
       };
       apply(x0, k);
       apply(x1, k + lanes);
@@ -386,8 +393,8 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
       const auto vscale = kScale ? hn::LoadU(d, sr + k) : hn::Zero(d);
       const auto vshift = kShift ? hn::LoadU(d, br + k) : hn::Zero(d);
       const auto vcenter = kCenter ? hn::LoadU(d, cr + k) : hn::Zero(d);
-      PutVector<kStream>(
-          d, ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d, x + i + k), vscale, vshift, vcenter),
+      PutF<kStream>(
+          d, ApplyAffine<kScale, kShift, kCenter>(LoadF(d, x + i + k), vscale, vshift, vcenter),
           y + i + k);
     }
     i += run;
@@ -407,10 +414,9 @@ HWY_INLINE void AffinePeriodicSpan(const float* x, float* y, size_t n, const flo
     const auto vscale = kScale ? hn::LoadU(d, scale_rep + ot) : hn::Zero(d);
     const auto vshift = kShift ? hn::LoadU(d, shift_rep + ot) : hn::Zero(d);
     const auto vcenter = kCenter ? hn::LoadU(d, center_rep + ot) : hn::Zero(d);
-    const auto fresh = hn::Not(hn::FirstN(d, back));
-    const auto v =
-        ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d, x + t), vscale, vshift, vcenter);
-    hn::StoreU(hn::IfThenElse(fresh, v, hn::LoadU(d, y + t)), d, y + t);
+    StoreFreshLanes(d,
+                    ApplyAffine<kScale, kShift, kCenter>(LoadF(d, x + t), vscale, vshift, vcenter),
+                    back, y + t);
   }
 }
 

@@ -4,6 +4,7 @@
 #include "cpu/kernels/affine.h"
 
 #include <numeric>
+#include <type_traits>
 
 // clang-format off
 #undef HWY_TARGET_INCLUDE
@@ -23,14 +24,14 @@ namespace HWY_NAMESPACE {
 // than plane by plane: a vector that crosses a plane boundary gets its parameters
 // spliced from both planes, so short planes (7x7, 14x14) cost no partial vectors
 // and no overlapping tail stores (which stall store forwarding, worst in place).
-template <bool kScale, bool kShift, bool kStream, bool kCenter>
+template <bool kScale, bool kShift, bool kStream, bool kCenter, class TX, class TY>
 void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t S = job.plane_size;
   const int64_t P = job.param_count;
-  const float* x = job.x;  // may equal y (in place)
-  float* y = job.y;
+  const auto* x = static_cast<const TX*>(job.x);  // may equal y (in place)
+  auto* y = static_cast<TY*>(job.y);
   const auto scale = [&](int64_t p) { return kScale ? job.scale[p] : 0.0f; };
   const auto shift = [&](int64_t p) { return kShift ? job.shift[p] : 0.0f; };
   const auto center = [&](int64_t p) { return kCenter ? job.center[p] : 0.0f; };
@@ -52,16 +53,15 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
     // planes a step, their loads first, none of the walk's bookkeeping per vector.
     for (; end - i >= 4 * lanes; i += 4 * lanes) {
       const int64_t p1 = next_plane(p), p2 = next_plane(p1), p3 = next_plane(p2);
-      const auto x0 = hn::LoadU(d, x + i);
-      const auto x1 = hn::LoadU(d, x + i + lanes);
-      const auto x2 = hn::LoadU(d, x + i + 2 * lanes);
-      const auto x3 = hn::LoadU(d, x + i + 3 * lanes);
+      const auto x0 = LoadF(d, x + i);
+      const auto x1 = LoadF(d, x + i + lanes);
+      const auto x2 = LoadF(d, x + i + 2 * lanes);
+      const auto x3 = LoadF(d, x + i + 3 * lanes);
       const auto put = [&](auto xv, int64_t q, int64_t at) {
-        PutVector<kStream>(
-            d,
-            ApplyAffine<kScale, kShift, kCenter>(xv, hn::Set(d, scale(q)), hn::Set(d, shift(q)),
-                                                 hn::Set(d, center(q))),
-            y + at);
+        PutF<kStream>(d,
+                      ApplyAffine<kScale, kShift, kCenter>(
+                          xv, hn::Set(d, scale(q)), hn::Set(d, shift(q)), hn::Set(d, center(q))),
+                      y + at);
       };
       put(x0, p, i);
       put(x1, p1, i + lanes);
@@ -87,23 +87,21 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
       // 1.03-1.14 -> 0.96-1.02).
       if (!job.from_memory && run >= 4 * lanes) {
         for (; k + 4 * lanes <= run; k += 4 * lanes) {
-          const auto x0 = hn::LoadU(d, x + i + k);
-          const auto x1 = hn::LoadU(d, x + i + k + lanes);
-          const auto x2 = hn::LoadU(d, x + i + k + 2 * lanes);
-          const auto x3 = hn::LoadU(d, x + i + k + 3 * lanes);
-          PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x0, vs, vb, vc), y + i + k);
-          PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x1, vs, vb, vc),
-                             y + i + k + lanes);
-          PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x2, vs, vb, vc),
-                             y + i + k + 2 * lanes);
-          PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x3, vs, vb, vc),
-                             y + i + k + 3 * lanes);
+          const auto x0 = LoadF(d, x + i + k);
+          const auto x1 = LoadF(d, x + i + k + lanes);
+          const auto x2 = LoadF(d, x + i + k + 2 * lanes);
+          const auto x3 = LoadF(d, x + i + k + 3 * lanes);
+          PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x0, vs, vb, vc), y + i + k);
+          PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x1, vs, vb, vc), y + i + k + lanes);
+          PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x2, vs, vb, vc),
+                        y + i + k + 2 * lanes);
+          PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(x3, vs, vb, vc),
+                        y + i + k + 3 * lanes);
         }
       }
       for (; k < run; k += lanes) {
-        PutVector<kStream>(
-            d, ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d, x + i + k), vs, vb, vc),
-            y + i + k);
+        PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(LoadF(d, x + i + k), vs, vb, vc),
+                      y + i + k);
       }
       i += run;
       off += run;
@@ -126,8 +124,7 @@ void BroadcastRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
       if constexpr (kShift) vb = SpliceFrom(d, vb, lane, shift(q));
       if constexpr (kCenter) vc = SpliceFrom(d, vc, lane, center(q));
     }
-    PutVector<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d, x + i), vs, vb, vc),
-                       y + i);
+    PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(LoadF(d, x + i), vs, vb, vc), y + i);
     i += lanes;
     p = q;
     off = lanes - (first - S);  // lanes [first - S, lanes) are plane q's
@@ -172,19 +169,19 @@ bool UseShortPlanes(const AffineBroadcastJob& job, bool stream) {
   if (stream || S % lanes == 0 || S <= lanes || S >= kShortPlaneVectors * lanes) return false;
   if (job.x == job.y) return 2 * S < 7 * lanes;  // in place: below 3.5 vectors
   if (4 * S < 7 * lanes) return true;            // out of place: below 1.75 vectors
-  const bool cached = job.numel * static_cast<int64_t>(sizeof(float)) <= kShortPlaneCacheBytes;
+  const bool cached = job.numel * StorageBytes(job.x_storage) <= kShortPlaneCacheBytes;
   return cached && 2 * S < 5 * lanes;  // below 2.5 vectors while in cache
 }
 
-template <bool kScale, bool kShift, bool kCenter>
+template <bool kScale, bool kShift, bool kCenter, class TX, class TY>
 void ShortPlanesRange(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   constexpr int64_t kMaxLanes = static_cast<int64_t>(hn::MaxLanes(d));
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t S = job.plane_size, P = job.param_count;
-  const float* x = job.x;  // may equal y (in place)
-  float* y = job.y;
+  const auto* x = static_cast<const TX*>(job.x);  // may equal y (in place)
+  auto* y = static_cast<TY*>(job.y);
   const auto one = [&](int64_t i) {  // peel and tail: at most lanes - 1 each
     const int64_t p = (i / S) % P;
     AffineOne<kScale, kShift, kCenter>(x + i, y + i, kScale ? job.scale[p] : 0.0f,
@@ -224,7 +221,7 @@ void ShortPlanesRange(const AffineBroadcastJob& job, int64_t begin, int64_t end)
     const auto vs = kScale ? hn::TableLookupLanes(block_scale, planes) : hn::Zero(d);
     const auto vb = kShift ? hn::TableLookupLanes(block_shift, planes) : hn::Zero(d);
     const auto vc = kCenter ? hn::TableLookupLanes(block_center, planes) : hn::Zero(d);
-    hn::StoreU(ApplyAffine<kScale, kShift, kCenter>(hn::LoadU(d, x + i), vs, vb, vc), d, y + i);
+    StoreF(d, ApplyAffine<kScale, kShift, kCenter>(LoadF(d, x + i), vs, vb, vc), y + i);
     phase += lanes;
     if (phase == L) {
       phase = 0;
@@ -236,8 +233,10 @@ void ShortPlanesRange(const AffineBroadcastJob& job, int64_t begin, int64_t end)
 }
 #endif
 
-template <bool kScale, bool kShift, bool kStream, bool kCenter>
+template <bool kScale, bool kShift, bool kStream, bool kCenter, class TX, class TY>
 void PeriodicRange(const AffinePeriodicJob& job, int64_t begin, int64_t end) {
+  const auto* x = static_cast<const TX*>(job.x);
+  auto* y = static_cast<TY*>(job.y);
   int64_t i = begin;
   while (i < end) {
     const int64_t sample = i / job.sample_elems;
@@ -246,7 +245,7 @@ void PeriodicRange(const AffinePeriodicJob& job, int64_t begin, int64_t end) {
     const int64_t stop = sample_end < end ? sample_end : end;
     const int64_t rep = sample * job.rep_stride;
     AffinePeriodicSpan<kScale, kShift, kStream, kCenter>(
-        job.x + i, job.y + i, static_cast<size_t>(stop - i), kScale ? job.scale_rep + rep : nullptr,
+        x + i, y + i, static_cast<size_t>(stop - i), kScale ? job.scale_rep + rep : nullptr,
         kShift ? job.shift_rep + rep : nullptr, kCenter ? job.center_rep + rep : nullptr,
         static_cast<size_t>(job.period), static_cast<size_t>((i - sample_begin) % job.period),
         job.rows_per_load, job.in_cache, job.from_memory);
@@ -256,49 +255,82 @@ void PeriodicRange(const AffinePeriodicJob& job, int64_t begin, int64_t end) {
 }
 
 // Turns the run-time (terms, stream) pair into one of the ten instantiations.
-template <template <bool, bool, bool, bool> class Fn, class Job>
+// Half storage gets both terms from the driver (an absent one as 1 or -0, which give the
+// same results as skipping it), which keeps its instantiations to four.
+template <template <bool, bool, bool, bool, class, class> class Fn, class TX, class TY, class Job>
 void DispatchTerms(const Job& job, int64_t begin, int64_t end) {
+  if constexpr (!std::is_same<TX, float>::value || !std::is_same<TY, float>::value) {
+    if (job.terms == AffineTerms::kCenterScaleShift) {
+      return job.stream ? Fn<true, true, true, true, TX, TY>::Run(job, begin, end)
+                        : Fn<true, true, false, true, TX, TY>::Run(job, begin, end);
+    }
+    HWY_DASSERT(job.terms == AffineTerms::kScaleShift);
+    return job.stream ? Fn<true, true, true, false, TX, TY>::Run(job, begin, end)
+                      : Fn<true, true, false, false, TX, TY>::Run(job, begin, end);
+  }
   switch (job.terms) {
     case AffineTerms::kCenterScaleShift:
-      return job.stream ? Fn<true, true, true, true>::Run(job, begin, end)
-                        : Fn<true, true, false, true>::Run(job, begin, end);
+      return job.stream ? Fn<true, true, true, true, TX, TY>::Run(job, begin, end)
+                        : Fn<true, true, false, true, TX, TY>::Run(job, begin, end);
     case AffineTerms::kScaleShift:
-      return job.stream ? Fn<true, true, true, false>::Run(job, begin, end)
-                        : Fn<true, true, false, false>::Run(job, begin, end);
+      return job.stream ? Fn<true, true, true, false, TX, TY>::Run(job, begin, end)
+                        : Fn<true, true, false, false, TX, TY>::Run(job, begin, end);
     case AffineTerms::kScale:
-      return job.stream ? Fn<true, false, true, false>::Run(job, begin, end)
-                        : Fn<true, false, false, false>::Run(job, begin, end);
+      return job.stream ? Fn<true, false, true, false, TX, TY>::Run(job, begin, end)
+                        : Fn<true, false, false, false, TX, TY>::Run(job, begin, end);
     case AffineTerms::kShift:
-      return job.stream ? Fn<false, true, true, false>::Run(job, begin, end)
-                        : Fn<false, true, false, false>::Run(job, begin, end);
+      return job.stream ? Fn<false, true, true, false, TX, TY>::Run(job, begin, end)
+                        : Fn<false, true, false, false, TX, TY>::Run(job, begin, end);
     case AffineTerms::kCopy:
-      return job.stream ? Fn<false, false, true, false>::Run(job, begin, end)
-                        : Fn<false, false, false, false>::Run(job, begin, end);
+      return job.stream ? Fn<false, false, true, false, TX, TY>::Run(job, begin, end)
+                        : Fn<false, false, false, false, TX, TY>::Run(job, begin, end);
   }
 }
 
-template <bool kScale, bool kShift, bool kStream, bool kCenter>
+// Turns the run-time storage pair into one of the seven supported: both the same, or
+// one of them float32 (normalize-and-widen, normalize-and-narrow).
+template <template <bool, bool, bool, bool, class, class> class Fn, class Job>
+void DispatchStorage(const Job& job, int64_t begin, int64_t end) {
+  using hwy::bfloat16_t;
+  using hwy::float16_t;
+  const Storage xs = job.x_storage, ys = job.y_storage;
+  if (xs == Storage::kFloat32) {
+    if (ys == Storage::kBFloat16) return DispatchTerms<Fn, float, bfloat16_t>(job, begin, end);
+    if (ys == Storage::kFloat16) return DispatchTerms<Fn, float, float16_t>(job, begin, end);
+    return DispatchTerms<Fn, float, float>(job, begin, end);
+  }
+  if (xs == Storage::kBFloat16) {
+    if (ys == Storage::kFloat32) return DispatchTerms<Fn, bfloat16_t, float>(job, begin, end);
+    return DispatchTerms<Fn, bfloat16_t, bfloat16_t>(job, begin, end);
+  }
+  if (ys == Storage::kFloat32) return DispatchTerms<Fn, float16_t, float>(job, begin, end);
+  return DispatchTerms<Fn, float16_t, float16_t>(job, begin, end);
+}
+
+template <bool kScale, bool kShift, bool kStream, bool kCenter, class TX, class TY>
 struct BroadcastFn {
   static void Run(const AffineBroadcastJob& job, int64_t b, int64_t e) {
 #if HWY_TARGET != HWY_SCALAR
-    if (UseShortPlanes(job, kStream)) return ShortPlanesRange<kScale, kShift, kCenter>(job, b, e);
+    if (UseShortPlanes(job, kStream)) {
+      return ShortPlanesRange<kScale, kShift, kCenter, TX, TY>(job, b, e);
+    }
 #endif
-    BroadcastRange<kScale, kShift, kStream, kCenter>(job, b, e);
+    BroadcastRange<kScale, kShift, kStream, kCenter, TX, TY>(job, b, e);
   }
 };
-template <bool kScale, bool kShift, bool kStream, bool kCenter>
+template <bool kScale, bool kShift, bool kStream, bool kCenter, class TX, class TY>
 struct PeriodicFn {
   static void Run(const AffinePeriodicJob& job, int64_t b, int64_t e) {
-    PeriodicRange<kScale, kShift, kStream, kCenter>(job, b, e);
+    PeriodicRange<kScale, kShift, kStream, kCenter, TX, TY>(job, b, e);
   }
 };
 
 void AffineBroadcastImpl(const AffineBroadcastJob& job, int64_t begin, int64_t end) {
-  DispatchTerms<BroadcastFn>(job, begin, end);
+  DispatchStorage<BroadcastFn>(job, begin, end);
 }
 
 void AffinePeriodicImpl(const AffinePeriodicJob& job, int64_t begin, int64_t end) {
-  DispatchTerms<PeriodicFn>(job, begin, end);
+  DispatchStorage<PeriodicFn>(job, begin, end);
 }
 
 size_t AffineLanesImpl() {

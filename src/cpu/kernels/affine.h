@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Affine kernels: y = x * scale + shift (or (x - center) * scale + shift) over a flat range
-// of a dense float32 tensor.
+// of a dense tensor stored as float32, bfloat16 or float16 (x and y each; the math in
+// float32, parameters float32).
 // No threads here: callers split [0, numel) into ranges and call these per range.
 #ifndef NORMKIT_CPU_KERNELS_AFFINE_H_
 #define NORMKIT_CPU_KERNELS_AFFINE_H_
 
 #include <cstddef>
 #include <cstdint>
+
+#include "cpu/kernels/storage.h"
 
 namespace normkit {
 namespace kernels {
@@ -20,8 +23,8 @@ enum class AffineTerms : int { kScaleShift, kScale, kShift, kCopy, kCenterScaleS
 // plane p using parameter index p % param_count (per channel: param_count = C;
 // per sample and channel: param_count = N * C).
 struct AffineBroadcastJob {
-  const float* x;
-  float* y;
+  const void* x;  // elements of x_storage
+  void* y;        // elements of y_storage
   int64_t plane_size;
   int64_t param_count;
   const float* scale;  // may be null when terms excludes it
@@ -31,6 +34,8 @@ struct AffineBroadcastJob {
   int64_t numel;     // of the whole tensor (ranges are parts of it): picks the plane walk
   bool from_memory;  // x larger than the last-level cache: picks the loop within a plane
   const float* center = nullptr;  // kCenterScaleShift only, as scale
+  Storage x_storage = Storage::kFloat32;
+  Storage y_storage = Storage::kFloat32;
 };
 
 // Periodic parameters: element i of sample n uses rep[n][(i - n * sample_elems) % period],
@@ -38,8 +43,8 @@ struct AffineBroadcastJob {
 // so a vector of parameters is always one unaligned load. Channels-last uses a period
 // that is a multiple of C; small channels-first planes a multiple of C * plane.
 struct AffinePeriodicJob {
-  const float* x;
-  float* y;
+  const void* x;         // elements of x_storage
+  void* y;               // elements of y_storage
   int64_t sample_elems;  // elements per sample; ranges may span samples
   int64_t period;
   int64_t rep_stride;  // floats between rep rows of consecutive samples (0: shared)
@@ -53,6 +58,8 @@ struct AffinePeriodicJob {
   bool in_cache = false;     // x fits the caches: no two halves in step
   bool from_memory = false;  // x larger than the last-level cache: picks the loop in a period
   const float* center_rep = nullptr;  // kCenterScaleShift only, as scale_rep
+  Storage x_storage = Storage::kFloat32;
+  Storage y_storage = Storage::kFloat32;
 };
 
 void AffineBroadcast(const AffineBroadcastJob& job, int64_t begin, int64_t end);

@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0
+// Loads and stores of float vectors from / to a tensor's storage type (float, bfloat16,
+// float16): what lets one kernel body serve every dtype. Loads widen exactly; stores
+// round to nearest even, keep NaN a NaN (quieted, its payload's top bits kept, as F16C and
+// AVX512_BF16 do) and overflow to Inf. Included once per SIMD target.
+//
+// float16 uses the CPU's conversions where Highway 1.0 has them (F16C on AVX2 and AVX-512,
+// aarch64's NEON / SVE); elsewhere the integer conversions below: Highway 1.0's own
+// emulation truncates and maps Inf and NaN to finite values. bfloat16 stores always use
+// the integer rounding (Highway 1.0 truncates, and has no AVX512_BF16 target).
+
+#if defined(NORMKIT_CPU_KERNELS_STORAGE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef NORMKIT_CPU_KERNELS_STORAGE_INL_H_
+#undef NORMKIT_CPU_KERNELS_STORAGE_INL_H_
+#else
+#define NORMKIT_CPU_KERNELS_STORAGE_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "cpu/kernels/store-inl.h"
+#include "hwy/highway.h"
+
+#undef NORMKIT_HARDWARE_F16
+#if (HWY_ARCH_X86 && HWY_TARGET < HWY_SSE4 && !defined(HWY_DISABLE_F16C)) || \
+    (HWY_ARCH_ARM_A64 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128)
+#define NORMKIT_HARDWARE_F16 1
+#else
+#define NORMKIT_HARDWARE_F16 0
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace normkit {
+namespace kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using hwy::bfloat16_t;
+using hwy::float16_t;
+
+// float16 bits (in the low half of u32 lanes) to float, exactly: Inf and NaN (payload
+// kept) included, subnormals through one float subtraction.
+template <class D, class VU>
+HWY_INLINE hn::Vec<D> FloatFromF16Bits(D d, VU h) {
+  const hn::RebindToUnsigned<D> du;
+  const auto sign = hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)));
+  const auto shifted = hn::ShiftLeft<13>(hn::And(h, hn::Set(du, 0x7FFFu)));
+  const auto exponent = hn::And(shifted, hn::Set(du, 0x7C00u << 13));
+  const auto normal = hn::Add(shifted, hn::Set(du, 112u << 23));  // rebias 15 -> 127
+  const auto special = hn::Add(normal, hn::Set(du, 112u << 23));  // exponent 31 -> 255
+  // Subnormal: m * 2^-24 = (2^-14 + m * 2^-24) - 2^-14, exact.
+  const auto magic = hn::Set(du, 113u << 23);
+  const auto subnormal =
+      hn::BitCast(du, hn::Sub(hn::BitCast(d, hn::Add(shifted, magic)), hn::BitCast(d, magic)));
+  auto bits = hn::IfThenElse(hn::Eq(exponent, hn::Zero(du)), subnormal, normal);
+  bits = hn::IfThenElse(hn::Eq(exponent, hn::Set(du, 0x7C00u << 13)), special, bits);
+  return hn::BitCast(d, hn::Or(bits, sign));
+}
+
+// float to float16 bits (u32 lanes), rounded to nearest even; NaN quieted with the top
+// ten bits of its payload (F16C's result).
+template <class D>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> F16BitsFromFloat(D d, hn::Vec<D> v) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const auto u = hn::BitCast(du, v);
+  const auto sign = hn::ShiftRight<16>(hn::And(u, hn::Set(du, 0x80000000u)));
+  const auto a = hn::And(u, hn::Set(du, 0x7FFFFFFFu));  // |v|, below 2^31: signed compares
+  const auto ai = hn::BitCast(di, a);
+  // Normal results: rebias 127 -> 15, then add half an ulp less one plus the kept ulp's
+  // lowest bit (ties to even); a carry out of the mantissa bumps the exponent, to Inf
+  // from 65520 up.
+  const auto odd = hn::And(hn::ShiftRight<13>(a), hn::Set(du, 1u));
+  const auto normal =
+      hn::ShiftRight<13>(hn::Add(hn::Add(a, hn::Set(du, 0xC8000FFFu)), odd));  // -112 << 23
+  // Subnormal results (|v| < 2^-14): one float addition of 0.5 rounds at 2^-24.
+  const auto half = hn::Set(du, 126u << 23);
+  const auto subnormal =
+      hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(d, a), hn::BitCast(d, half))), half);
+  const auto nan =
+      hn::Or(hn::Set(du, 0x7E00u), hn::And(hn::ShiftRight<13>(a), hn::Set(du, 0x3FFu)));
+  auto bits =
+      hn::IfThenElse(hn::RebindMask(du, hn::Lt(ai, hn::Set(di, 113 << 23))), subnormal, normal);
+  bits = hn::IfThenElse(hn::RebindMask(du, hn::Gt(ai, hn::Set(di, 0x7F800000))), nan, bits);
+  bits = hn::IfThenElse(hn::RebindMask(du, hn::And(hn::Gt(ai, hn::Set(di, (143 << 23) - 1)),
+                                                   hn::Not(hn::Gt(ai, hn::Set(di, 0x7F800000))))),
+                        hn::Set(du, 0x7C00u), bits);
+  return hn::Or(bits, sign);
+}
+
+// float to bfloat16 bits (u32 lanes): the top half rounded to nearest even, NaN quieted.
+template <class D>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> BF16BitsFromFloat(D d, hn::Vec<D> v) {
+  const hn::RebindToUnsigned<D> du;
+  const auto u = hn::BitCast(du, v);
+  const auto odd = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du, 0x7FFFu)), odd));
+  const auto quiet = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40u));
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), quiet, rounded);
+}
+
+// u32 lanes holding 16-bit values, as a vector of T (bfloat16_t / float16_t).
+template <class D, class VU, typename T>
+HWY_INLINE hn::Vec<hn::Rebind<T, D>> Narrow16(D, VU bits, T*) {
+  const hn::Rebind<uint16_t, D> du16;
+  const hn::Rebind<int32_t, D> di32;
+  return hn::BitCast(hn::Rebind<T, D>(), hn::DemoteTo(du16, hn::BitCast(di32, bits)));
+}
+
+// ---- Loads: float lanes of d from storage of T.
+
+template <class D>
+HWY_INLINE hn::Vec<D> LoadF(D d, const float* p) {
+  return hn::LoadU(d, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadF(D d, const bfloat16_t* p) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<bfloat16_t, D>(), p));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadF(D d, const float16_t* p) {
+#if NORMKIT_HARDWARE_F16
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<float16_t, D>(), p));
+#else
+  const hn::Rebind<uint16_t, D> du16;
+  const hn::RebindToUnsigned<D> du;
+  return FloatFromF16Bits(d,
+                          hn::PromoteTo(du, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p))));
+#endif
+}
+
+// ---- Stores: float lanes of d to storage of T.
+
+// The lanes of v as stored in T (T's own vector; float: v).
+template <class D>
+HWY_INLINE hn::Vec<D> Narrowed(D, hn::Vec<D> v, const float*) {
+  return v;
+}
+template <class D>
+HWY_INLINE hn::Vec<hn::Rebind<bfloat16_t, D>> Narrowed(D d, hn::Vec<D> v, const bfloat16_t*) {
+  return Narrow16(d, BF16BitsFromFloat(d, v), static_cast<bfloat16_t*>(nullptr));
+}
+template <class D>
+HWY_INLINE hn::Vec<hn::Rebind<float16_t, D>> Narrowed(D d, hn::Vec<D> v, const float16_t*) {
+#if NORMKIT_HARDWARE_F16
+  return hn::DemoteTo(hn::Rebind<float16_t, D>(), v);
+#else
+  return Narrow16(d, F16BitsFromFloat(d, v), static_cast<float16_t*>(nullptr));
+#endif
+}
+
+template <class D, typename T>
+HWY_INLINE void StoreF(D d, hn::Vec<D> v, T* p) {
+  hn::StoreU(Narrowed(d, v, static_cast<const T*>(p)), hn::Rebind<T, D>(), p);
+}
+
+// StoreF, non-temporally when kStream (p vector aligned, IsVectorAligned(d, p)). 16-bit
+// vectors narrower than 16 bytes (SSE4's four lanes) store plainly: Highway 1.0's
+// x86 Stream writes a whole 16 bytes.
+template <bool kStream, class D, typename T>
+HWY_INLINE void PutF(D d, hn::Vec<D> v, T* p) {
+  constexpr bool kWhole = !HWY_ARCH_X86 || sizeof(T) * hn::MaxLanes(D()) >= 16;
+  PutVector<kStream && kWhole>(hn::Rebind<T, D>(), Narrowed(d, v, static_cast<const T*>(p)), p);
+}
+
+// Stores lanes [kept, Lanes(d)) of v at p, keeping the first `kept` elements there: the
+// overlapping last vector of a span, whose first lanes were already written.
+template <class D, typename T>
+HWY_INLINE void StoreFreshLanes(D d, hn::Vec<D> v, size_t kept, T* p) {
+  const hn::Rebind<T, D> dt;
+  const auto narrowed = Narrowed(d, v, static_cast<const T*>(p));
+  if constexpr (sizeof(T) == 2) {  // blend as integers: Highway 1.0 has no 16-bit float masks
+    const hn::RebindToUnsigned<decltype(dt)> du16;
+    const auto* q = reinterpret_cast<const uint16_t*>(p);
+    hn::StoreU(hn::BitCast(dt, hn::IfThenElse(hn::FirstN(du16, kept), hn::LoadU(du16, q),
+                                              hn::BitCast(du16, narrowed))),
+               dt, p);
+  } else {
+    hn::StoreU(hn::IfThenElse(hn::FirstN(dt, kept), hn::LoadU(dt, p), narrowed), dt, p);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kernels
+}  // namespace normkit
+HWY_AFTER_NAMESPACE();
+
+#endif  // NORMKIT_CPU_KERNELS_STORAGE_INL_H_ toggle

@@ -1,0 +1,409 @@
+// SPDX-License-Identifier: Apache-2.0
+// bfloat16 and float16 storage: the conversions on every bit pattern and every SIMD target,
+// and the affine family (affine, batch norm) in every dtype pair, against double
+// references rounded plainly (half_reference.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "half_reference.h"
+#include "hwy/targets.h"
+#include "normkit/normkit.h"
+#include "test_util.h"
+
+namespace normkit_test {
+namespace {
+
+constexpr int32_t kF32 = NORMKIT_DTYPE_FLOAT32;
+constexpr int32_t kBF16 = NORMKIT_DTYPE_BFLOAT16;
+constexpr int32_t kF16 = NORMKIT_DTYPE_FLOAT16;
+
+const char* Name(int32_t dtype) {
+  return dtype == kF32 ? "float32" : dtype == kBF16 ? "bfloat16" : "float16";
+}
+
+// A tensor's storage: bytes holding elements of `dtype`, one element of slack in front
+// so that the data can start off a vector boundary.
+struct Storage {
+  Storage(int32_t dtype, int64_t n) : dtype(dtype), n(n), raw((n + 2) * Size()) {}
+  int64_t Size() const { return dtype == kF32 ? 4 : 2; }
+  void* data(bool shifted = false) { return raw.data() + (shifted ? Size() : 0); }
+  // Element i as a double (exact).
+  double Get(int64_t i, bool shifted = false) {
+    const unsigned char* p = static_cast<unsigned char*>(data(shifted)) + i * Size();
+    if (dtype == kF32) {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return Decode(h, FormatOf(dtype));
+  }
+  uint32_t Bits(int64_t i, bool shifted = false) {
+    const unsigned char* p = static_cast<unsigned char*>(data(shifted)) + i * Size();
+    uint32_t u = 0;
+    std::memcpy(&u, p, static_cast<size_t>(Size()));
+    return u;
+  }
+  // Stores v (rounded plainly for the half formats).
+  void Set(int64_t i, float v, bool shifted = false) {
+    unsigned char* p = static_cast<unsigned char*>(data(shifted)) + i * Size();
+    if (dtype == kF32) {
+      std::memcpy(p, &v, 4);
+    } else {
+      const uint16_t h = Narrow(v, FormatOf(dtype));
+      std::memcpy(p, &h, 2);
+    }
+  }
+  void SetBits(int64_t i, uint16_t h) { std::memcpy(raw.data() + i * 2, &h, 2); }
+
+  int32_t dtype;
+  int64_t n;
+  std::vector<unsigned char> raw;
+};
+
+normkit_tensor Tensor(Storage* s, const std::vector<int64_t>& shape, normkit_layout layout,
+                      bool shifted = false) {
+  normkit_tensor t = Desc(s->data(shifted), layout, shape);
+  t.dtype = s->dtype;
+  return t;
+}
+
+// y = x through affine with no scale and no shift: the conversion from x's dtype to y's.
+void Convert(Storage* x, Storage* y, int64_t n) {
+  const normkit_tensor xt = Tensor(x, {1, 1, n}, NORMKIT_LAYOUT_CHANNELS_FIRST);
+  const normkit_tensor yt = Tensor(y, {1, 1, n}, NORMKIT_LAYOUT_CHANNELS_FIRST);
+  ASSERT_EQ(normkit_affine(nullptr, &xt, nullptr, nullptr, NORMKIT_PARAMS_PER_CHANNEL, &yt),
+            NORMKIT_SUCCESS)
+      << normkit_last_error();
+}
+
+// Floats that probe a format's rounding: every value of the format, the midpoints between
+// neighbours (ties) and the floats on either side of each, float subnormals, the
+// overflow threshold, NaNs with payloads.
+std::vector<float> RoundingProbes(HalfFormat f) {
+  std::vector<float> v;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const double a = Decode(static_cast<uint16_t>(h), f);
+    if (std::isnan(a)) continue;
+    v.push_back(static_cast<float>(a));
+    const double b = Decode(static_cast<uint16_t>(h + 1), f);  // next away from zero
+    if ((h & 0x7FFF) == 0x7FFF || std::isnan(b) || std::isinf(a)) continue;
+    const auto mid = static_cast<float>((a + b) / 2);  // exact: one more bit
+    v.push_back(mid);
+    v.push_back(std::nextafter(mid, 0.0f));
+    v.push_back(std::nextafter(mid, mid > 0 ? INFINITY : -INFINITY));
+  }
+  for (float s : {1.0f, -1.0f}) {
+    v.push_back(s * std::numeric_limits<float>::denorm_min());
+    v.push_back(s * std::numeric_limits<float>::min());
+    v.push_back(s * std::nextafter(std::numeric_limits<float>::min(), 0.0f));
+    v.push_back(s * std::numeric_limits<float>::max());
+    v.push_back(s * 65504.0f);
+    v.push_back(s * 65519.99f);
+    v.push_back(s * 65520.0f);
+    v.push_back(s * 1e-8f);
+    v.push_back(s * 3e38f);
+    for (uint32_t payload : {0x400000u, 0x000001u, 0x7FFFFFu, 0x200000u, 0x002000u}) {
+      v.push_back(FloatOfBits((s < 0 ? 0xFF800000u : 0x7F800000u) | payload));
+    }
+  }
+  return v;
+}
+
+class EveryTarget : public ::testing::Test {
+ protected:
+  template <class F>
+  void ForEachTarget(F&& f) {
+    for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+      hwy::SetSupportedTargetsForTest(target);
+      SCOPED_TRACE(hwy::TargetName(target));
+      f();
+    }
+    hwy::SetSupportedTargetsForTest(0);
+  }
+};
+
+using HalfConversions = EveryTarget;
+
+// float32 -> half: bitwise the plain rounding, on every probe (both streaming and plain
+// stores: the probes fill a tensor whose data starts on and off a vector boundary).
+TEST_F(HalfConversions, NarrowingRoundsToNearestEvenOnEveryTarget) {
+  for (int32_t dtype : {kBF16, kF16}) {
+    SCOPED_TRACE(Name(dtype));
+    const HalfFormat f = FormatOf(dtype);
+    const std::vector<float> probes = RoundingProbes(f);
+    const auto n = static_cast<int64_t>(probes.size());
+    ForEachTarget([&] {
+      Storage x(kF32, n), y(dtype, n);
+      for (int64_t i = 0; i < n; ++i) x.Set(i, probes[static_cast<size_t>(i)]);
+      Convert(&x, &y, n);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < n && wrong < 5; ++i) {
+        const float v = probes[static_cast<size_t>(i)];
+        const uint16_t want = Narrow(v, f);
+        if (y.Bits(i) != want) {
+          ADD_FAILURE() << "x = " << v << " (0x" << std::hex << BitsOf(v) << "): got 0x"
+                        << y.Bits(i) << ", want 0x" << want << std::dec;
+          ++wrong;
+        }
+      }
+    });
+  }
+}
+
+// half -> float32 and half -> half: all 65536 patterns, exactly (NaNs quieted).
+TEST_F(HalfConversions, WideningIsExactOnEveryPattern) {
+  for (int32_t dtype : {kBF16, kF16}) {
+    SCOPED_TRACE(Name(dtype));
+    const HalfFormat f = FormatOf(dtype);
+    ForEachTarget([&] {
+      Storage x(dtype, 0x10000), wide(kF32, 0x10000), same(dtype, 0x10000);
+      for (uint32_t h = 0; h < 0x10000; ++h) x.SetBits(h, static_cast<uint16_t>(h));
+      Convert(&x, &wide, 0x10000);
+      Convert(&x, &same, 0x10000);
+      int64_t wrong = 0;
+      for (uint32_t h = 0; h < 0x10000 && wrong < 5; ++h) {
+        const auto bits = static_cast<uint16_t>(h);
+        const double want = Decode(bits, f);
+        const double got = wide.Get(h);
+        const uint32_t quiet = 1u << (f.mantissa_bits - 1);
+        const bool ok = std::isnan(want) ? std::isnan(got) &&
+                                               Narrow(static_cast<float>(got), f) == (bits | quiet)
+                                         : got == want && std::signbit(got) == std::signbit(want);
+        const bool same_ok = same.Bits(h) == (IsNaNBits(bits, f) ? (bits | quiet) : bits);
+        if (!ok || !same_ok) {
+          ADD_FAILURE() << "0x" << std::hex << h << std::dec << ": float " << got << " want "
+                        << want << ", same-dtype copy 0x" << std::hex << same.Bits(h) << std::dec;
+          ++wrong;
+        }
+      }
+    });
+  }
+}
+
+// ---- The affine family in every dtype pair ----------------------------------------------
+
+struct Pair {
+  int32_t x, y;
+};
+const Pair kPairs[] = {{kF32, kBF16}, {kF32, kF16},  {kBF16, kBF16},
+                       {kF16, kF16},  {kBF16, kF32}, {kF16, kF32}};
+
+// Checks y against the double result `want` of its element: within one unit in the
+// last place of the output format (the float32 result rounded once more), exactly
+// when that is exact.
+void ExpectOutput(Storage& y, int64_t i, double want, double magnitude, bool shifted,
+                  int64_t* wrong) {
+  if (*wrong >= 5) return;
+  const double got = y.Get(i, shifted);
+  bool ok;
+  if (y.dtype == kF32) {
+    ok = std::fabs(got - want) <= 4e-7 * magnitude + 1e-30;
+  } else {
+    const HalfFormat f = FormatOf(y.dtype);
+    const uint16_t ref = Encode(want, f);
+    const auto bits = static_cast<uint16_t>(y.Bits(i, shifted));
+    const int d = static_cast<int>(bits & 0x7FFF) - static_cast<int>(ref & 0x7FFF);
+    ok = bits == ref || ((bits & 0x8000) == (ref & 0x8000) && (d == 1 || d == -1)) ||
+         ((bits & 0x7FFF) <= 1 && (ref & 0x7FFF) <= 1);  // +-0 and the smallest subnormal
+  }
+  if (!ok) {
+    ADD_FAILURE() << "element " << i << ": got " << got << ", want " << want;
+    ++*wrong;
+  }
+}
+
+struct AffineCase {
+  std::vector<int64_t> shape;
+  normkit_layout layout;
+  bool per_sample;
+  bool in_place;
+  bool shifted;  // data off a vector boundary
+};
+
+void RunAffineCase(const Pair& pair, const AffineCase& c, int threads) {
+  const int64_t n = Numel(c.shape), N = c.shape[0], C = c.shape[1];
+  const int64_t S = n / (N * C);
+  const bool last = c.layout == NORMKIT_LAYOUT_CHANNELS_LAST;
+  const int64_t P = c.per_sample ? N * C : C;
+  const std::vector<float> scale = RandomVector(P, 3, -3.0f, 3.0f);
+  const std::vector<float> shift = RandomVector(P, 4, -1.0f, 1.0f);
+  const std::vector<float> values = RandomVector(n, 5, -8.0f, 8.0f);
+  Storage x(pair.x, n), y_own(pair.y, n);
+  for (int64_t i = 0; i < n; ++i) x.Set(i, values[static_cast<size_t>(i)], c.shifted);
+  std::vector<double> xs(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) xs[static_cast<size_t>(i)] = x.Get(i, c.shifted);
+  Storage& y = c.in_place ? x : y_own;
+  const normkit_tensor xt = Tensor(&x, c.shape, c.layout, c.shifted);
+  const normkit_tensor yt = Tensor(&y, c.shape, c.layout, c.shifted);
+  Context ctx(threads);
+  const int32_t kind =
+      c.per_sample ? NORMKIT_PARAMS_PER_SAMPLE_CHANNEL : NORMKIT_PARAMS_PER_CHANNEL;
+  ASSERT_EQ(normkit_affine(ctx.ctx, &xt, scale.data(), shift.data(), kind, &yt), NORMKIT_SUCCESS)
+      << normkit_last_error();
+  int64_t wrong = 0;
+  for (int64_t b = 0; b < N; ++b) {
+    for (int64_t ch = 0; ch < C; ++ch) {
+      const int64_t p = c.per_sample ? b * C + ch : ch;
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t i = Offset(b, ch, s, C, S, last);
+        const double v = xs[static_cast<size_t>(i)];
+        const double want = v * scale[static_cast<size_t>(p)] + shift[static_cast<size_t>(p)];
+        ExpectOutput(
+            y, i, want,
+            std::fabs(v * scale[static_cast<size_t>(p)]) + std::fabs(shift[static_cast<size_t>(p)]),
+            c.shifted, &wrong);
+      }
+    }
+  }
+}
+
+TEST(HalfStorage, AffineEveryPairLayoutAndAlignment) {
+  const std::vector<std::vector<int64_t>> shapes = {{2, 13, 9, 11}, {3, 24, 16}, {2, 64, 7, 7},
+                                                    {1, 300, 5, 5}, {2, 8, 4},   {1, 3, 1000}};
+  for (const Pair& pair : kPairs) {
+    for (const auto& shape : shapes) {
+      for (normkit_layout layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+        for (bool per_sample : {false, true}) {
+          for (bool shifted : {false, true}) {
+            for (bool in_place : {false, true}) {
+              if (in_place && pair.x != pair.y) continue;
+              SCOPED_TRACE(std::string(Name(pair.x)) + " -> " + Name(pair.y) + " shape[1] " +
+                           std::to_string(shape[1]) + (layout ? " NHWC" : " NCHW") +
+                           (per_sample ? " per-sample" : "") + (shifted ? " shifted" : "") +
+                           (in_place ? " in place" : ""));
+              RunAffineCase(pair, {shape, layout, per_sample, in_place, shifted}, 2);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Tensors past the streaming-store threshold (24 MiB of output), on several threads.
+TEST(HalfStorage, AffineLargeTensorsStreamAndThread) {
+  for (const Pair& pair : {Pair{kBF16, kBF16}, Pair{kF32, kF16}}) {
+    for (normkit_layout layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      SCOPED_TRACE(std::string(Name(pair.x)) + " -> " + Name(pair.y) + (layout ? " NHWC" : ""));
+      RunAffineCase(pair, {{3, 64, 256, 256}, layout, false, false, false}, 3);
+    }
+  }
+}
+
+// Affine with absent terms (the half kernels apply 1 and -0 instead): scale-only and
+// copy keep -0, shift-only adds exactly.
+TEST_F(HalfConversions, AffineAbsentTermsOnEveryTarget) {
+  const int64_t n = 999;
+  const std::vector<float> values = RandomVector(n, 8, -4.0f, 4.0f);
+  const float scale[1] = {1.5f}, shift[1] = {0.75f};
+  ForEachTarget([&] {
+    for (const Pair& pair : kPairs) {
+      SCOPED_TRACE(std::string(Name(pair.x)) + " -> " + Name(pair.y));
+      for (int terms = 0; terms < 4; ++terms) {
+        Storage x(pair.x, n), y(pair.y, n);
+        for (int64_t i = 0; i < n; ++i) x.Set(i, i == 0 ? -0.0f : values[static_cast<size_t>(i)]);
+        const normkit_tensor xt = Tensor(&x, {1, 1, n}, NORMKIT_LAYOUT_CHANNELS_FIRST);
+        const normkit_tensor yt = Tensor(&y, {1, 1, n}, NORMKIT_LAYOUT_CHANNELS_FIRST);
+        const float* s = terms == 0 || terms == 2 ? scale : nullptr;
+        const float* b = terms == 1 || terms == 2 ? shift : nullptr;
+        ASSERT_EQ(normkit_affine(nullptr, &xt, s, b, NORMKIT_PARAMS_PER_CHANNEL, &yt),
+                  NORMKIT_SUCCESS);
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const double want = x.Get(i) * (s ? s[0] : 1.0) + (b ? b[0] : 0.0);
+          ExpectOutput(y, i, want, std::fabs(want) + 1, false, &wrong);
+        }
+        if (!b) EXPECT_TRUE(std::signbit(y.Get(0))) << "terms " << terms << " lost -0";
+      }
+    }
+  });
+}
+
+// Batch norm inference, folded and mean-first (running means far from the spread).
+TEST(HalfStorage, BatchNormEveryPair) {
+  for (const Pair& pair : kPairs) {
+    for (normkit_layout layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      for (float mean_scale : {1.0f, 3000.0f}) {
+        SCOPED_TRACE(std::string(Name(pair.x)) + " -> " + Name(pair.y) +
+                     (layout ? " NHWC" : " NCHW") + " mean x" + std::to_string(mean_scale));
+        const std::vector<int64_t> shape = {2, 24, 13, 7};
+        const int64_t n = Numel(shape), C = 24, S = 13 * 7;
+        std::vector<float> gamma = RandomVector(C, 1, 0.5f, 2.0f), beta = RandomVector(C, 2);
+        std::vector<float> mean = RandomVector(C, 3), var = RandomVector(C, 4, 0.1f, 3.0f);
+        for (float& m : mean) m *= mean_scale;
+        const std::vector<float> values = RandomVector(n, 6, -3.0f, 3.0f);
+        Storage x(pair.x, n), y(pair.y, n);
+        const bool last = layout == NORMKIT_LAYOUT_CHANNELS_LAST;
+        for (int64_t b = 0; b < 2; ++b) {
+          for (int64_t c = 0; c < C; ++c) {
+            for (int64_t s = 0; s < S; ++s) {
+              const int64_t i = Offset(b, c, s, C, S, last);
+              x.Set(i, mean[static_cast<size_t>(c)] + values[static_cast<size_t>(i)]);
+            }
+          }
+        }
+        const normkit_tensor xt = Tensor(&x, shape, layout);
+        const normkit_tensor yt = Tensor(&y, shape, layout);
+        const float eps = 1e-5f;
+        ASSERT_EQ(normkit_batch_norm_inference(nullptr, &xt, gamma.data(), beta.data(), mean.data(),
+                                               var.data(), eps, &yt),
+                  NORMKIT_SUCCESS)
+            << normkit_last_error();
+        int64_t wrong = 0;
+        for (int64_t b = 0; b < 2; ++b) {
+          for (int64_t c = 0; c < C; ++c) {
+            const auto k = static_cast<size_t>(c);
+            const double rstd = 1.0 / std::sqrt(static_cast<double>(var[k]) + eps);
+            for (int64_t s = 0; s < S; ++s) {
+              const int64_t i = Offset(b, c, s, C, S, last);
+              const double v = x.Get(i);
+              const double want = (v - mean[k]) * rstd * gamma[k] + beta[k];
+              // The folded shift's rounding scales with |mean| * scale.
+              const double magnitude =
+                  (std::fabs(v) + std::fabs(mean[k])) * rstd * gamma[k] + std::fabs(beta[k]);
+              ExpectOutput(y, i, want, magnitude, false, &wrong);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The same bits for any thread count.
+TEST(HalfStorage, BitwiseIdenticalForAnyThreadCount) {
+  const std::vector<int64_t> shape = {4, 96, 64, 64};
+  const int64_t n = Numel(shape);
+  const std::vector<float> values = RandomVector(n, 9);
+  const std::vector<float> scale = RandomVector(96, 10), shift = RandomVector(96, 11);
+  for (normkit_layout layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+    Storage x(kBF16, n);
+    for (int64_t i = 0; i < n; ++i) x.Set(i, values[static_cast<size_t>(i)]);
+    std::vector<unsigned char> first;
+    for (int threads : {1, 2, 3}) {
+      Storage y(kBF16, n);
+      const normkit_tensor xt = Tensor(&x, shape, layout);
+      const normkit_tensor yt = Tensor(&y, shape, layout);
+      Context ctx(threads);
+      ASSERT_EQ(
+          normkit_affine(ctx.ctx, &xt, scale.data(), shift.data(), NORMKIT_PARAMS_PER_CHANNEL, &yt),
+          NORMKIT_SUCCESS);
+      if (first.empty()) {
+        first = y.raw;
+      } else {
+        EXPECT_TRUE(first == y.raw) << threads << " threads";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normkit_test
