@@ -75,18 +75,29 @@ def _dense(x: torch.Tensor) -> bool:
     return False
 
 
-def _usable(x: torch.Tensor, *params: Optional[torch.Tensor]) -> bool:
-    """Whether normkit can run this call: inference, float32 CPU tensors, a dense layout."""
-    if x.device.type != "cpu" or x.dtype != torch.float32 or not _dense(x):
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def _usable(x: torch.Tensor, *params: Optional[torch.Tensor], half: bool = False) -> bool:
+    """Whether normkit can run this call: inference, float32 CPU tensors (half: also
+    bfloat16 / float16 ones, with parameters of float32 or x's dtype), a dense layout."""
+    x_ok = x.dtype == torch.float32 or (half and x.dtype in _HALF)
+    if x.device.type != "cpu" or not x_ok or not _dense(x):
         return False
     if torch.is_grad_enabled() and (
         x.requires_grad or any(p is not None and p.requires_grad for p in params)
     ):
         return False
     return all(
-        p is None or (p.device.type == "cpu" and p.dtype == torch.float32 and p.is_contiguous())
+        p is None or (p.device.type == "cpu" and p.dtype in (torch.float32, x.dtype)
+                      and p.is_contiguous())
         for p in params
     )
+
+
+def _float32(p: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A parameter as normkit takes it: float32 (a half model's C values widened)."""
+    return None if p is None else _detached(p).float()
 
 
 # ---- custom ops: opaque to torch.compile / torch.export, with fake (meta) kernels ----
@@ -186,10 +197,11 @@ class GroupNormSiLU(GroupNorm):
 class _BatchNorm:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (not self.training and self.running_mean is not None and x.dim() >= 2
-                and _usable(x, self.weight, self.bias, self.running_mean, self.running_var)):
+                and _usable(x, self.weight, self.bias, self.running_mean, self.running_var,
+                            half=True)):
             run = _op(x, _batch_norm_op, _batch_norm_impl)
-            return run(x, self.running_mean, self.running_var, _detached(self.weight),
-                       _detached(self.bias), self.eps)
+            return run(x, _float32(self.running_mean), _float32(self.running_var),
+                       _float32(self.weight), _float32(self.bias), self.eps)
         return super().forward(x)
 
 

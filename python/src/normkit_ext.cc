@@ -43,11 +43,22 @@ std::string Name(const char* op, const char* arg) {
   return std::string(op) + ": " + arg;
 }
 
+// The dtype of an array; the C API says which ops take which (bfloat16 / float16: affine
+// and batch norm; float64: the shift-sum family), with normkit's message.
 int32_t DtypeOf(const Array& a, const char* op, const char* arg) {
   if (a.dtype() == nb::dtype<float>()) return NORMKIT_DTYPE_FLOAT32;
   if (a.dtype() == nb::dtype<double>()) return NORMKIT_DTYPE_FLOAT64;
-  throw nb::type_error(
-      (Name(op, arg) + " must be float32 (float64 for the shift-sum family)").c_str());
+  const nb::dlpack::dtype t = a.dtype();
+  if (t.bits == 16 && t.lanes == 1) {
+    if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float)) return NORMKIT_DTYPE_FLOAT16;
+    if (t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat)) {
+      return NORMKIT_DTYPE_BFLOAT16;
+    }
+  }
+  throw nb::type_error((Name(op, arg) +
+                        " must be float32 (bfloat16 or float16 for affine and batch_norm, "
+                        "float64 for the shift-sum family)")
+                           .c_str());
 }
 
 // Whether the strides are those of a dense array whose dimensions, from the innermost out,

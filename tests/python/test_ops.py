@@ -246,3 +246,54 @@ def test_misaligned_and_overlapping_arrays_are_rejected():
     y = np.empty((2, 4, 3, 3), np.float32)
     with pytest.raises(ValueError, match="overlaps"):
         normkit.group_norm(y, 2, weight, y.reshape(-1)[:4], out=y)  # bias inside y
+
+
+def ulps16(a, b):
+    """|a - b| in units of the last place of 16-bit floats of one sign (as bit patterns)."""
+    ai = np.asarray(a).view(np.uint16).astype(np.int64) & 0x7FFF
+    bi = np.asarray(b).view(np.uint16).astype(np.int64) & 0x7FFF
+    return np.abs(ai - bi)
+
+
+def test_float16_storage_affine_and_batch_norm():
+    x0 = (RNG.standard_normal((2, 8, 5, 7)) * 4).astype(np.float16)
+    scale = RNG.standard_normal(8).astype(np.float32)
+    shift = RNG.standard_normal(8).astype(np.float32)
+    mean = RNG.standard_normal(8).astype(np.float32)
+    var = (RNG.random(8) + 0.5).astype(np.float32)
+    shape = (1, 8, 1, 1)
+    for name, x in layouts(x0):
+        ref = x.astype(np.float64) * scale.reshape(shape) + shift.reshape(shape)
+        y = normkit.affine(x, scale, shift)
+        assert y.dtype == np.float16 and y.strides == x.strides
+        # The float32 result rounded once more: within one float16 unit of the float64 one.
+        assert ulps16(y, ref.astype(np.float16)).max() <= 1, name
+        wide = normkit.affine(x, scale, shift, out=np.empty_like(x, dtype=np.float32))
+        close(wide, ref)
+        narrow = normkit.affine(x.astype(np.float32), scale, shift, out=np.empty_like(x))
+        assert ulps16(narrow, ref.astype(np.float16)).max() <= 1, name
+        bn_ref = (x.astype(np.float64) - mean.reshape(shape)) / np.sqrt(
+            var.reshape(shape).astype(np.float64) + 1e-5)
+        bn = normkit.batch_norm(x, mean, var)
+        assert ulps16(bn, bn_ref.astype(np.float16)).max() <= 1, name
+        inplace = x.copy(order="K")
+        normkit.batch_norm(inplace, mean, var, out=inplace)
+        assert np.array_equal(inplace.view(np.uint16), bn.view(np.uint16))
+
+
+def test_half_storage_errors():
+    x = np.ones((2, 4, 3, 3), np.float16)
+    with pytest.raises(TypeError, match="float16 is not supported"):
+        normkit.group_norm(x, 2)
+    with pytest.raises(TypeError, match="bfloat16 or float16"):
+        normkit.affine(x.view(np.int16))
+    # float16 x and a float32 out starting at the same address: in place with two dtypes.
+    buf = np.full(144, 7, np.float16)
+    x, out = buf[:72].reshape(2, 4, 3, 3), buf.view(np.float32).reshape(2, 4, 3, 3)
+    with pytest.raises(ValueError, match="in place needs one dtype"):
+        normkit.affine(x, np.ones(4, np.float32), out=out)
+    assert (buf == 7).all()
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="float16 with x->dtype = bfloat16"):
+        normkit.affine(torch.ones(2, 4, 3, dtype=torch.bfloat16),
+                       out=torch.empty(2, 4, 3, dtype=torch.float16))

@@ -246,3 +246,29 @@ def test_modules_run_on_a_host_pool_context():
     assert calls and torch.equal(got, expected)
     with pytest.raises(TypeError, match="normkit.Context"):
         nkt.set_context(2)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_batch_norm_module_in_half_precision(dtype, monkeypatch):
+    """A model cast to bfloat16 / float16: its BatchNorm runs in normkit on half tensors
+    (parameters widened to float32), within one unit of the format of the float64 result."""
+    from normkit import _ops
+
+    calls = []
+    original = _ops.batch_norm
+    monkeypatch.setattr(_ops, "batch_norm",
+                        lambda *a, **k: calls.append(1) or original(*a, **k))
+    theirs = randomize(nn.BatchNorm2d(16)).eval()
+    ours = nkt.convert(nn.Sequential(copy.deepcopy(theirs))).to(dtype)
+    x0 = (torch.randn(2, 16, 9, 11) * 3).to(dtype)
+    for name, x in formats(x0):
+        with torch.no_grad():
+            y = ours(x)
+            ref = copy.deepcopy(theirs).double()(x.double())
+        assert y.dtype == dtype and y.is_contiguous(memory_format=torch.channels_last) == (
+            name == "channels_last"), name
+        ulp = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+        # One unit of the format at the result, plus the parameters' own rounding to it.
+        tol = (ref.abs() + 1) * ulp * 2
+        assert ((y.double() - ref).abs() <= tol).all(), name
+    assert len(calls) == 2
