@@ -150,8 +150,8 @@ NORMKIT_API int32_t normkit_cuda_device_count(void);
 
 typedef enum normkit_dtype {
   NORMKIT_DTYPE_FLOAT32 = 1,
-  NORMKIT_DTYPE_FLOAT16 = 2,  /* reserved: not supported by any op yet */
-  NORMKIT_DTYPE_BFLOAT16 = 3, /* reserved: not supported by any op yet */
+  NORMKIT_DTYPE_FLOAT16 = 2,  /* IEEE binary16: affine and batch norm inference (CPU) */
+  NORMKIT_DTYPE_BFLOAT16 = 3, /* bfloat16: affine and batch norm inference (CPU) */
   NORMKIT_DTYPE_FLOAT64 = 4   /* the shift-sum family only */
 } normkit_dtype;
 
@@ -248,15 +248,21 @@ typedef enum normkit_param_kind {
 /* y[n, c, s] = x[n, c, s] * scale[c] + shift[c]   (PER_CHANNEL)
  * y[n, c, s] = x[n, c, s] * scale[n*C + c] + shift[n*C + c]   (PER_SAMPLE_CHANNEL)
  *
- * x, y: float32, rank 2..5, either layout, identical dtype, layout and shape.
+ * x, y: rank 2..5, either layout, identical layout and shape; each float32, bfloat16
+ *   or float16 (CPU tensors; CUDA: float32): the same dtype, or one of them float32
+ *   (widen, or normalize-and-narrow, in one pass). The math is float32 whatever the
+ *   storage; a half y is the float32 result rounded to nearest even (NaN stays NaN,
+ *   overflow gives Inf), so within one unit in its last place of the exact result
+ *   rounded to it.
  * scale, shift: float32 arrays as `param_kind` says; either may be NULL (no scale
  *   means scale 1, no shift means shift 0; with both NULL, y is a copy of x).
- * In place: y->data == x->data is allowed; any other overlap of x and y, or of
- *   scale / shift with y, is rejected.
+ * In place: y->data == x->data is allowed (one dtype); any other overlap of x and y,
+ *   or of scale / shift with y, is rejected.
  * Computed with one fused multiply-add per element where the CPU has FMA.
  * Errors: INVALID_ARGUMENT (NULL x / y / data, bad struct_size, rank, dims, layout,
- *   param_kind, shape mismatch, overlap); UNSUPPORTED (dtype other than float32);
- *   DEVICE_UNAVAILABLE (CUDA tensors without the CUDA module or a usable GPU). */
+ *   param_kind, shape mismatch, overlap, in place with two dtypes); UNSUPPORTED (a
+ *   dtype or pair of dtypes other than the above); DEVICE_UNAVAILABLE (CUDA tensors
+ *   without the CUDA module or a usable GPU). */
 NORMKIT_API normkit_status normkit_affine(const normkit_context* context, const normkit_tensor* x,
                                           const float* scale, const float* shift,
                                           int32_t param_kind, const normkit_tensor* y);
@@ -291,8 +297,8 @@ NORMKIT_API normkit_status normkit_batch_norm_fold(int64_t channels, const float
  * is subtracted first, y = (x - mean) * scale + beta, at the same speed. Either way
  * the result is within 1e-5 of the output's scale (|gamma| + |beta|) of the exact
  * value, for any ratio of mean to standard deviation.
- * x, y: as for normkit_affine (float32, rank 2..5, either layout, in place
- *   allowed). gamma / beta may be NULL; mean / var are C floats; none of them may
+ * x, y: as for normkit_affine (float32, bfloat16 or float16 in the same pairs, rank
+ *   2..5, either layout, in place allowed). gamma / beta may be NULL; mean / var are C floats; none of them may
  *   overlap y.
  * CUDA tensors: the parameters are device arrays, folded on the device; this call waits
  *   for the context's stream, to check running_var (and, for the choice above,
