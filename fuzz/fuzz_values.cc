@@ -9,6 +9,7 @@
 #include <cfloat>
 
 #include "fuzz_common.h"
+#include "half_reference.h"
 
 namespace normkit_fuzz {
 namespace {
@@ -298,12 +299,105 @@ void FuzzFoldAliasing(FuzzedDataProvider& in) {
   }
 }
 
+// Affine in half storage (every supported pair of dtypes, either layout, in place for one
+// dtype, data at any element offset): each output within one unit of its format of the
+// double result rounded to it (float32 outputs: within float32 rounding), NaN where the
+// input is NaN, the exact rounding of float32 overflow to Inf.
+void FuzzHalfAffine(FuzzedDataProvider& in) {
+  using normkit_test::Decode;
+  using normkit_test::Encode;
+  using normkit_test::FormatOf;
+  using normkit_test::Narrow;
+  static const int32_t kPairs[6][2] = {
+      {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16}, {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_FLOAT16},
+      {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16}, {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT16},
+      {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT32}, {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32}};
+  const int32_t* pair = kPairs[in.ConsumeIntegralInRange<int>(0, 5)];
+  const int32_t xd = pair[0], yd = pair[1];
+  const int64_t N = in.ConsumeIntegralInRange<int64_t>(1, 3);
+  const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 40);
+  const int64_t S = in.ConsumeIntegralInRange<int64_t>(1, 200);
+  const int64_t numel = N * C * S;
+  const bool cl = in.ConsumeBool(), in_place = xd == yd && in.ConsumeBool();
+  const bool has_scale = in.ConsumeBool(), has_shift = in.ConsumeBool();
+  const Palette pal = Palette::Pick(in);
+  const int64_t xs = xd == NORMKIT_DTYPE_FLOAT32 ? 4 : 2, ys = yd == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+  std::vector<uint8_t> xbuf(static_cast<size_t>((numel + 16) * xs));
+  std::vector<uint8_t> ybuf(static_cast<size_t>((numel + 16) * ys));
+  uint8_t* xp = xbuf.data() + in.ConsumeIntegralInRange<int64_t>(0, 15) * xs;
+  uint8_t* yp = in_place ? xp : ybuf.data() + in.ConsumeIntegralInRange<int64_t>(0, 15) * ys;
+  const auto get = [](const uint8_t* p, int32_t dtype, int64_t i) -> double {
+    if (dtype == NORMKIT_DTYPE_FLOAT32) {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    return Decode(h, FormatOf(dtype));
+  };
+  uint32_t state = in.ConsumeIntegral<uint32_t>() | 1u;
+  for (int64_t i = 0; i < numel; ++i) {
+    float v = pal.Draw(&state);
+    if (state % 97 == 0) v = (state & 64) ? NAN : ((state & 128) ? INFINITY : -INFINITY);
+    if (xd == NORMKIT_DTYPE_FLOAT32) {
+      std::memcpy(xp + 4 * i, &v, 4);
+    } else {
+      const uint16_t h = Narrow(v, FormatOf(xd));
+      std::memcpy(xp + 2 * i, &h, 2);
+    }
+  }
+  std::vector<double> x0(static_cast<size_t>(numel));
+  for (int64_t i = 0; i < numel; ++i) x0[static_cast<size_t>(i)] = get(xp, xd, i);
+  std::vector<float> scale(static_cast<size_t>(C)), shift(static_cast<size_t>(C));
+  Fill(scale.data(), C, {0, 2}, in.ConsumeIntegral<uint32_t>());
+  Fill(shift.data(), C, {0, std::fabs(pal.spread) > 1e30 ? 1.0 : pal.spread},
+       in.ConsumeIntegral<uint32_t>());
+  normkit_tensor xt, yt;
+  const int64_t shape[3] = {N, C, S};
+  const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+  normkit_tensor_init(&xt, xp, static_cast<normkit_dtype>(xd), layout, 3, shape);
+  normkit_tensor_init(&yt, yp, static_cast<normkit_dtype>(yd), layout, 3, shape);
+  const normkit_status st =
+      normkit_affine(nullptr, &xt, has_scale ? scale.data() : nullptr,
+                     has_shift ? shift.data() : nullptr, NORMKIT_PARAMS_PER_CHANNEL, &yt);
+  if (st != NORMKIT_SUCCESS) {
+    std::fprintf(stderr, "valid half affine rejected: %s\n", normkit_last_error());
+    std::abort();
+  }
+  for (int64_t i = 0; i < numel; ++i) {
+    const int64_t c = cl ? i % C : (i / S) % C;
+    const double v = x0[static_cast<size_t>(i)];
+    const double s = has_scale ? scale[static_cast<size_t>(c)] : 1.0;
+    const double b = has_shift ? shift[static_cast<size_t>(c)] : 0.0;
+    const double want = v * s + b;
+    const double got = get(yp, yd, i);
+    if (std::isnan(want) || std::isnan(got)) {
+      if (std::isnan(want) != std::isnan(got)) Fail("half affine NaN", i, got, want);
+      continue;
+    }
+    // The float32 result lies within err of the exact one (one FMA, or a product and a sum
+    // each rounded); rounding to the half format is monotonic, so the output lies between
+    // the roundings of want - err and want + err.
+    const double err = 0x1p-23 * (std::fabs(v * s) + std::fabs(b));
+    if (std::fabs(v * s) + err > FLT_MAX || std::fabs(want) + err > FLT_MAX) continue;
+    if (yd == NORMKIT_DTYPE_FLOAT32) {
+      if (!(std::fabs(got - want) <= err)) Fail("half affine to float32", i, got, want);
+      continue;
+    }
+    const auto f = FormatOf(yd);
+    const double lo = Decode(Encode(want - err, f), f), hi = Decode(Encode(want + err, f), f);
+    if (!(got >= lo && got <= hi)) Fail("half affine", i, got, want);
+  }
+}
+
 }  // namespace
 }  // namespace normkit_fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 4)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+    case 5: normkit_fuzz::FuzzHalfAffine(in); break;
     case 0: normkit_fuzz::FuzzNorms(in, false); break;
     case 1: normkit_fuzz::FuzzNorms(in, true); break;
     case 2: normkit_fuzz::FuzzBatchNorm(in); break;

@@ -102,7 +102,7 @@ normkit_status RowNormEntry(const char* op, const normkit_context* context, cons
                             const normkit_tensor* y, float* mean_out, float* rstd_out) {
   return Guarded(op, [&] {
     TensorView xv, yv;
-    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(op, x, y, &xv, &yv));
+    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(op, x, y, &xv, &yv, UnaryDtypes::kStoragePairs));
     if (xv.rank != 2) {
       return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
                   "%s: x->rank = %d, expected 2 ([rows, D]; describe [B, T, D] as [B*T, D])", op,

@@ -475,19 +475,22 @@ RowParameters AlignedRowParameters(const float* gamma, const float* beta, int64_
 
 void RowNorm(const normkit_context& context, const TensorView& x, const TensorView& y,
              const RowNormArgs& args) {
-  const auto* xd = static_cast<const float*>(x.data);
-  auto* yd = static_cast<float*>(y.data);
+  const kernels::Storage xs = kernels::StorageOf(x.dtype), ys = kernels::StorageOf(y.dtype);
+  const int64_t x_elem = kernels::StorageBytes(xs), y_elem = kernels::StorageBytes(ys);
+  const auto* xd = static_cast<const char*>(x.data);
+  auto* yd = static_cast<char*>(y.data);
   const int64_t rows = x.batch;
   const int64_t D = x.numel / rows;
   const RowParameters params = AlignedRowParameters(args.gamma, args.rms ? nullptr : args.beta, D);
   const bool stream = x.data != y.data && y.bytes >= kStreamingStoreBytes;
   const int64_t rows_per_task = std::max<int64_t>(1, (int64_t{1} << 15) / D);
   const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
-  const normkit_context& ctx = ContextForBytes(context, x.bytes * 2);
-  // Row r's outputs (and optional mean / rstd) from its mean (0 for RMS norm) and rstd.
-  const auto apply_row = [&](int64_t r, double mean, double rstd) {
+  const normkit_context& ctx = ContextForBytes(context, x.bytes + y.bytes);
+  // Row r's outputs (and optional mean / rstd) from its float values xr, its mean (0 for
+  // RMS norm) and rstd.
+  const auto apply_row = [&](int64_t r, const float* xr, double mean, double rstd) {
     if (!FastStatisticsHold(mean, rstd)) {
-      const MeanRstd exact = ExactMeanRstd(xd + r * D, 1, D, 0, args.eps, args.rms);
+      const MeanRstd exact = ExactMeanRstd(xr, 1, D, 0, args.eps, args.rms);
       mean = exact.mean;
       rstd = exact.rstd;
     }
@@ -498,7 +501,7 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
     const float mean_f = static_cast<float>(mean);
     const float rstd_f = static_cast<float>(rstd);
     const float offset = static_cast<float>(-(mean - static_cast<double>(mean_f)) * rstd_f);
-    kernels::ApplyRowNorm(xd + r * D, yd + r * D, D, mean_f, rstd_f, offset, params.gamma,
+    kernels::ApplyRowNorm(xr, yd + r * D * y_elem, ys, D, mean_f, rstd_f, offset, params.gamma,
                           params.beta, stream);
   };
   // A cache-resident tensor of short rows: the statistics of a batch of rows side by
@@ -509,26 +512,42 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   const int64_t D_bytes = D * static_cast<int64_t>(sizeof(float));
   int64_t batch_rows = std::clamp<int64_t>(kUnitBatchBytes / D_bytes, 1, kMaxRowBatch);
   if (batch_rows > kUnitBatchMultiple) batch_rows -= batch_rows % kUnitBatchMultiple;
-  ParallelFor(ctx, tasks, [&](int64_t task) {
+  // Half x: each batch (or row) is widened into a float scratch of its worker, made
+  // before the loop, and normalized from there: the float kernels' statistics and bits,
+  // x read from memory once.
+  const bool widen = xs != kernels::Storage::kFloat32;
+  const int64_t scratch_floats = widen ? (batched ? batch_rows : 1) * D : 0;
+  const int64_t workers = widen ? ParallelWorkers(ctx, tasks) : 0;
+  std::vector<AlignedArray<float>> scratch(static_cast<size_t>(workers));
+  for (auto& s : scratch) s = AllocateAligned<float>(static_cast<size_t>(scratch_floats));
+  // The float values of rows [r, r + count): x itself, or widened into the scratch.
+  const auto rows_of = [&](int64_t r, int64_t count, int64_t worker) -> const float* {
+    if (!widen) return reinterpret_cast<const float*>(xd) + r * D;
+    float* out = scratch[static_cast<size_t>(worker)].get();
+    kernels::WidenToFloat(xd + r * D * x_elem, xs, count * D, out);
+    return out;
+  };
+  const auto run_task = [&](int64_t task, int64_t worker) {
     const int64_t r0 = task * rows_per_task;
     const int64_t r_end = std::min(rows, r0 + rows_per_task);
     if (batched) {
       double mean[kMaxRowBatch], rstd[kMaxRowBatch];
       for (int64_t b0 = r0; b0 < r_end; b0 += batch_rows) {
         const int64_t b1 = std::min(r_end, b0 + batch_rows);
+        const float* xb = rows_of(b0, b1 - b0, worker);
         if (args.rms) {
-          kernels::SpanRmsEach(xd + b0 * D, D, b1 - b0, args.eps, rstd);
+          kernels::SpanRmsEach(xb, D, b1 - b0, args.eps, rstd);
         } else {
-          kernels::SpanMeanRstdEach(xd + b0 * D, D, b1 - b0, args.eps, mean, rstd);
+          kernels::SpanMeanRstdEach(xb, D, b1 - b0, args.eps, mean, rstd);
         }
         for (int64_t r = b0; r < b1; ++r) {
-          apply_row(r, args.rms ? 0.0 : mean[r - b0], rstd[r - b0]);
+          apply_row(r, xb + (r - b0) * D, args.rms ? 0.0 : mean[r - b0], rstd[r - b0]);
         }
       }
       return;
     }
     for (int64_t r = r0; r < r_end; ++r) {
-      const float* xr = xd + r * D;
+      const float* xr = rows_of(r, 1, worker);
       double mean = 0.0, ms;
       if (args.rms) {
         double sum = 0.0;
@@ -545,9 +564,14 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
         ms = m.m2 / m.count;
         mean = m.mean;
       }
-      apply_row(r, mean, 1.0 / std::sqrt(ms + static_cast<double>(args.eps)));
+      apply_row(r, xr, mean, 1.0 / std::sqrt(ms + static_cast<double>(args.eps)));
     }
-  });
+  };
+  if (widen) {
+    ParallelForWorkers(ctx, tasks, run_task);
+  } else {
+    ParallelFor(ctx, tasks, [&](int64_t task) { run_task(task, 0); });
+  }
 }
 
 }  // namespace cpu

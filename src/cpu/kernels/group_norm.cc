@@ -32,6 +32,7 @@ HWY_EXPORT(ApplyNormGroupPlanesImpl);
 HWY_EXPORT(ApplyNormPlanesThenMomentsImpl);
 HWY_EXPORT(ApplyNormRowsImpl);
 HWY_EXPORT(ApplyRowNormImpl);
+HWY_EXPORT(WidenToFloatImpl);
 
 Moments SpanMoments(const float* x, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(SpanMomentsImpl)(x, n);
@@ -102,9 +103,14 @@ void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, con
   HWY_DYNAMIC_DISPATCH(ApplyNormRowsImpl)(x, y, rows, channels, p, act, stream, from_memory);
 }
 
-void ApplyRowNorm(const float* x, float* y, int64_t n, float mean, float rstd, float offset,
-                  const float* gamma, const float* beta, bool stream) {
-  HWY_DYNAMIC_DISPATCH(ApplyRowNormImpl)(x, y, n, mean, rstd, offset, gamma, beta, stream);
+void ApplyRowNorm(const float* x, void* y, Storage y_storage, int64_t n, float mean, float rstd,
+                  float offset, const float* gamma, const float* beta, bool stream) {
+  HWY_DYNAMIC_DISPATCH(ApplyRowNormImpl)
+  (x, y, y_storage, n, mean, rstd, offset, gamma, beta, stream);
+}
+
+void WidenToFloat(const void* x, Storage storage, int64_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(WidenToFloatImpl)(x, storage, n, out);
 }
 
 }  // namespace kernels

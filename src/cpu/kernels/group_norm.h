@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/moments.h"
+#include "cpu/kernels/storage.h"
 
 namespace normkit {
 namespace kernels {
@@ -156,9 +157,15 @@ void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, con
 // One row of a [rows, D] layer / RMS norm:
 //   y[d] = ((x[d] - mean) * rstd + offset) * gamma[d] + beta[d]
 // where mean is the float nearest the row's mean m and offset = -(m - mean) * rstd.
-// gamma and beta may be null (1 and 0); RMS norm passes mean = offset = 0.
-void ApplyRowNorm(const float* x, float* y, int64_t n, float mean, float rstd, float offset,
-                  const float* gamma, const float* beta, bool stream);
+// gamma and beta may be null (1 and 0); RMS norm passes mean = offset = 0. y is stored as
+// y_storage (half: the float result rounded to nearest even).
+void ApplyRowNorm(const float* x, void* y, Storage y_storage, int64_t n, float mean, float rstd,
+                  float offset, const float* gamma, const float* beta, bool stream);
+
+// out[i] = x[i] widened to float for i < n, x stored as `storage`: half rows are widened
+// into a cache-resident float scratch and normalized from there, which gives them the
+// float kernels' statistics and bits.
+void WidenToFloat(const void* x, Storage storage, int64_t n, float* out);
 
 }  // namespace kernels
 }  // namespace normkit

@@ -16,10 +16,11 @@
 #include <cstdint>
 
 #include "cpu/kernels/activation-inl.h"
+#include "cpu/kernels/float_tags-inl.h"
 #include "cpu/kernels/moments-inl.h"
+#include "cpu/kernels/storage-inl.h"
 #include "cpu/kernels/store-inl.h"
 #include "hwy/cache_control.h"
-#include "cpu/kernels/float_tags-inl.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -30,34 +31,32 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // y[i] = f(d, i, x[i..]) for i < n: whole vectors, a 1-lane tag for spans shorter than a
 // vector (and the streaming peel), and an overlapping last vector whose lanes already
-// written are kept (right in place as well). Never touches memory outside [0, n).
-template <bool kStream, class F>
-HWY_INLINE void MapSpan(const float* x, float* y, size_t n, const F& f) {
+// written are kept (right in place as well). Never touches memory outside [0, n). x and y
+// are float or half storage (storage-inl.h); f sees float vectors.
+template <bool kStream, class TX, class TY, class F>
+HWY_INLINE void MapSpan(const TX* x, TY* y, size_t n, const F& f) {
   const DF d;
   const size_t N = hn::Lanes(d);
   const hn::CappedTag<float, 1> d1;
   size_t i = 0;
   if (n < N) {
-    for (; i < n; ++i) hn::StoreU(f(d1, i, hn::LoadU(d1, x + i)), d1, y + i);
+    for (; i < n; ++i) StoreF(d1, f(d1, i, LoadF(d1, x + i)), y + i);
     return;
   }
   if constexpr (kStream) {
-    for (; i < n && !IsVectorAligned(d, y + i); ++i)
-      hn::StoreU(f(d1, i, hn::LoadU(d1, x + i)), d1, y + i);
-    for (; i + N <= n; i += N) hn::Stream(f(d, i, hn::LoadU(d, x + i)), d, y + i);
+    for (; i < n && !IsVectorAligned(d, y + i); ++i) StoreF(d1, f(d1, i, LoadF(d1, x + i)), y + i);
+    for (; i + N <= n; i += N) PutF<true>(d, f(d, i, LoadF(d, x + i)), y + i);
   } else {
-    for (; i + N <= n; i += N) hn::StoreU(f(d, i, hn::LoadU(d, x + i)), d, y + i);
+    for (; i + N <= n; i += N) StoreF(d, f(d, i, LoadF(d, x + i)), y + i);
   }
   if constexpr (kStream) {
     // Streamed lines must not be read back (that waits for them to reach memory):
     // the tail goes one element at a time.
-    for (; i < n; ++i) hn::StoreU(f(d1, i, hn::LoadU(d1, x + i)), d1, y + i);
+    for (; i < n; ++i) StoreF(d1, f(d1, i, LoadF(d1, x + i)), y + i);
   }
   if (i < n) {
     const size_t t = n - N;
-    const auto fresh = hn::Not(hn::FirstN(d, i - t));
-    const auto v = f(d, t, hn::LoadU(d, x + t));
-    hn::StoreU(hn::IfThenElse(fresh, v, hn::LoadU(d, y + t)), d, y + t);
+    StoreFreshLanes(d, f(d, t, LoadF(d, x + t)), i - t, y + t);
   }
 }
 
@@ -405,8 +404,8 @@ inline void NormRowsShiftedT(const float* x, float* y, size_t rows, size_t C, co
   NormSpan<kAct, false>(x + last, y + last, C - peel, mean, scale, shift);
 }
 
-template <bool kGamma, bool kBeta, bool kStream>
-inline void RowNormT(const float* x, float* y, size_t n, float mean, float rstd, float offset,
+template <bool kGamma, bool kBeta, bool kStream, class TY>
+inline void RowNormT(const float* x, TY* y, size_t n, float mean, float rstd, float offset,
                      const float* gamma, const float* beta) {
   MapSpan<kStream>(x, y, n, [&](auto d, size_t c, auto v) {
     const auto t = hn::MulAdd(v - hn::Set(d, mean), hn::Set(d, rstd), hn::Set(d, offset));
@@ -498,9 +497,9 @@ inline void ApplyNormRowsImpl(const float* x, float* y, int64_t rows, int64_t ch
   DispatchActivation<NormRowsFn>(act, stream, x, y, rows, channels, p, from_memory);
 }
 
-inline void ApplyRowNormImpl(const float* x, float* y, int64_t count, float mean, float rstd,
-                             float offset, const float* gamma, const float* beta, bool stream) {
-  const size_t n = static_cast<size_t>(count);
+template <class TY>
+inline void RowNormDispatch(const float* x, TY* y, size_t n, float mean, float rstd, float offset,
+                            const float* gamma, const float* beta, bool stream) {
   const int which = (gamma ? 2 : 0) + (beta ? 1 : 0);
   switch (which * 2 + (stream ? 1 : 0)) {
     case 0: return RowNormT<false, false, false>(x, y, n, mean, rstd, offset, gamma, beta);
@@ -512,6 +511,39 @@ inline void ApplyRowNormImpl(const float* x, float* y, int64_t count, float mean
     case 6: return RowNormT<true, true, false>(x, y, n, mean, rstd, offset, gamma, beta);
     default: return RowNormT<true, true, true>(x, y, n, mean, rstd, offset, gamma, beta);
   }
+}
+
+inline void ApplyRowNormImpl(const float* x, void* y, Storage y_storage, int64_t count, float mean,
+                             float rstd, float offset, const float* gamma, const float* beta,
+                             bool stream) {
+  const size_t n = static_cast<size_t>(count);
+  switch (y_storage) {
+    case Storage::kBFloat16:
+      return RowNormDispatch(x, static_cast<hwy::bfloat16_t*>(y), n, mean, rstd, offset, gamma,
+                             beta, stream);
+    case Storage::kFloat16:
+      return RowNormDispatch(x, static_cast<hwy::float16_t*>(y), n, mean, rstd, offset, gamma, beta,
+                             stream);
+    case Storage::kFloat32:
+    default:
+      return RowNormDispatch(x, static_cast<float*>(y), n, mean, rstd, offset, gamma, beta, stream);
+  }
+}
+
+// out[i] = x[i] widened to float, for i < count (x of `storage`).
+inline void WidenToFloatImpl(const void* x, Storage storage, int64_t count, float* out) {
+  const size_t n = static_cast<size_t>(count);
+  const auto widen = [&](const auto* p) {
+    const DF d;
+    const hn::CappedTag<float, 1> d1;
+    const size_t N = hn::Lanes(d);
+    size_t i = 0;
+    for (; i + N <= n; i += N) hn::StoreU(LoadF(d, p + i), d, out + i);
+    for (; i < n; ++i) hn::StoreU(LoadF(d1, p + i), d1, out + i);
+  };
+  if (storage == Storage::kBFloat16) return widen(static_cast<const hwy::bfloat16_t*>(x));
+  if (storage == Storage::kFloat16) return widen(static_cast<const hwy::float16_t*>(x));
+  widen(static_cast<const float*>(x));
 }
 
 }  // namespace HWY_NAMESPACE
