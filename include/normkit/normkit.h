@@ -150,8 +150,8 @@ NORMKIT_API int32_t normkit_cuda_device_count(void);
 
 typedef enum normkit_dtype {
   NORMKIT_DTYPE_FLOAT32 = 1,
-  NORMKIT_DTYPE_FLOAT16 = 2,  /* IEEE binary16: affine and batch norm inference (CPU) */
-  NORMKIT_DTYPE_BFLOAT16 = 3, /* bfloat16: affine and batch norm inference (CPU) */
+  NORMKIT_DTYPE_FLOAT16 = 2,  /* IEEE binary16: affine, batch norm, layer / RMS norm (CPU) */
+  NORMKIT_DTYPE_BFLOAT16 = 3, /* bfloat16: affine, batch norm, layer / RMS norm (CPU) */
   NORMKIT_DTYPE_FLOAT64 = 4   /* the shift-sum family only */
 } normkit_dtype;
 
@@ -407,6 +407,9 @@ NORMKIT_API normkit_status normkit_channel_layer_norm(const normkit_context* con
  * transformer form; describe [B, T, D] as rank 2 [B*T, D], either layout tag):
  *   y[r, d] = (x[r, d] - mean[r]) * rstd[r] * gamma[d] + beta[d].
  * gamma, beta: D floats or NULL. mean_out, rstd_out: `rows` floats or NULL.
+ * x, y: also bfloat16 / float16 (CPU), in normkit_affine's pairs: a half x gives exactly
+ *   the float32 result of its values (rows are widened, then normalized), a half y that
+ *   result rounded to nearest even.
  * Other rules as for normkit_group_norm (rank must be 2). */
 NORMKIT_API normkit_status normkit_layer_norm(const normkit_context* context,
                                               const normkit_tensor* x, const float* gamma,

@@ -244,9 +244,9 @@ class LayerNorm(nn.LayerNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (len(self.normalized_shape) == 1 and x.dim() >= 2 and x.is_contiguous()
-                and _usable(x, self.weight, self.bias)):
+                and _usable(x, self.weight, self.bias, half=True)):
             run = _op(x, _layer_norm_op, _layer_norm_impl)
-            return run(x, _detached(self.weight), _detached(self.bias), self.eps)
+            return run(x, _float32(self.weight), _float32(self.bias), self.eps)
         return super().forward(x)
 
 
@@ -255,10 +255,10 @@ class RMSNorm(nn.RMSNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (len(self.normalized_shape) == 1 and x.dim() >= 2 and x.is_contiguous()
-                and _usable(x, self.weight)):
+                and _usable(x, self.weight, half=True)):
             eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
             run = _op(x, _rms_norm_op, _rms_norm_impl)
-            return run(x, _detached(self.weight), eps)
+            return run(x, _float32(self.weight), eps)
         return super().forward(x)
 
 

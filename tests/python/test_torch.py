@@ -272,3 +272,23 @@ def test_batch_norm_module_in_half_precision(dtype, monkeypatch):
         tol = (ref.abs() + 1) * ulp * 2
         assert ((y.double() - ref).abs() <= tol).all(), name
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_layer_and_rms_norm_modules_in_half_precision(dtype):
+    """A transformer block cast to bfloat16 / float16: its LayerNorm and RMSNorm run in
+    normkit on half rows, within one unit of the format of the float64 result, and bitwise
+    what PyTorch's own half module gives but for ties of the second rounding."""
+    for theirs in (randomize(nn.LayerNorm(96)), randomize(nn.RMSNorm(96, eps=1e-6))):
+        ours = nkt.convert(nn.Sequential(copy.deepcopy(theirs))).to(dtype)
+        x = (torch.randn(3, 17, 96) * 2 + 1).to(dtype)
+        with torch.no_grad():
+            y = ours(x)
+            # The half model's parameters, exactly: the reference of the model that runs.
+            ref = copy.deepcopy(theirs).to(dtype).double()(x.double())
+            torch_half = copy.deepcopy(theirs).to(dtype)(x)
+        assert y.dtype == dtype
+        ulp = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+        assert ((y.double() - ref).abs() <= (ref.abs() + 2 ** -6) * ulp * 1.01).all()
+        # PyTorch's own half module: the same rounding of a float32 result.
+        assert (y.double() - torch_half.double()).abs().max() <= ref.abs().max() * ulp
