@@ -25,15 +25,27 @@ const char* NormName(Norm op) {
   return "?";
 }
 
+// dtype: of x and y (bfloat16 / float16: layer and RMS norm; the reference then moves the
+// op's own bytes).
 void RunNorm(benchmark::State& state, Norm op, std::vector<int64_t> shape, int64_t groups,
-             normkit_layout layout, int32_t activation, bool in_place, int threads) {
+             normkit_layout layout, int32_t activation, bool in_place, int threads,
+             int32_t dtype = NORMKIT_DTYPE_FLOAT32) {
   const int64_t numel = Numel(shape), C = shape[1];
-  Buffer x = MakeBuffer(numel, 1), y = MakeBuffer(numel, 2);
+  const int64_t elem = dtype == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+  const int64_t floats = (numel * elem + 3) / 4;  // the buffers' size in floats
+  Buffer x = MakeBuffer(floats, 1), y = MakeBuffer(floats, 2);
+  if (dtype != NORMKIT_DTYPE_FLOAT32) {  // x: values in [-1, 1) rounded to the half format
+    Buffer values = MakeBuffer(numel, 1);
+    normkit_tensor from = Desc(values.get(), layout, shape), to = Desc(x.get(), layout, shape);
+    to.dtype = dtype;
+    normkit_affine(nullptr, &from, nullptr, nullptr, NORMKIT_PARAMS_PER_CHANNEL, &to);
+  }
   Buffer gamma = MakeBuffer(C, 4), beta = MakeBuffer(C, 5);
   normkit_context* ctx = nullptr;
   normkit_context_create(threads, &ctx);
   normkit_tensor xt = Desc(x.get(), layout, shape),
                  yt = Desc(in_place ? x.get() : y.get(), layout, shape);
+  xt.dtype = yt.dtype = dtype;
   const auto run_op = [&] {
     normkit_status st = NORMKIT_SUCCESS;
     switch (op) {
@@ -52,14 +64,16 @@ void RunNorm(benchmark::State& state, Norm op, std::vector<int64_t> shape, int64
     }
     if (st != NORMKIT_SUCCESS) std::abort();
   };
-  RunAgainstCopy(state, run_op, threads, x.get(), numel, in_place,
-                 2 * numel * static_cast<int64_t>(sizeof(float)), y.get());
+  RunAgainstCopy(state, run_op, threads, x.get(), floats, in_place, 2 * numel * elem, y.get());
   normkit_context_destroy(ctx);
 }
 
 void Register(const std::string& group, Norm op, const std::vector<int64_t>& shape, int64_t groups,
-              normkit_layout layout, int32_t activation, bool in_place, int threads) {
-  std::string name = group + "/" + NormName(op) + "/" + ShapeName(shape);
+              normkit_layout layout, int32_t activation, bool in_place, int threads,
+              int32_t dtype = NORMKIT_DTYPE_FLOAT32) {
+  std::string name = group + "/" + NormName(op);
+  if (dtype != NORMKIT_DTYPE_FLOAT32) name += dtype == NORMKIT_DTYPE_BFLOAT16 ? "/bf16" : "/f16";
+  name += "/" + ShapeName(shape);
   if (op == Norm::kGroup) name += "/G:" + std::to_string(groups);
   if (op == Norm::kGroup || op == Norm::kInstance) {
     name += layout == NORMKIT_LAYOUT_CHANNELS_LAST ? "/NHWC" : "/NCHW";
@@ -68,7 +82,7 @@ void Register(const std::string& group, Norm op, const std::vector<int64_t>& sha
   name +=
       std::string(in_place ? "/inplace" : "/outofplace") + "/threads:" + std::to_string(threads);
   RegisterTimed(name, [=](benchmark::State& st) {
-    RunNorm(st, op, shape, groups, layout, activation, in_place, threads);
+    RunNorm(st, op, shape, groups, layout, activation, in_place, threads, dtype);
   });
 }
 
@@ -117,6 +131,14 @@ int RegisterAll() {
       for (int t : thread_counts)
         Register("rows", op, shape, 0, NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_ACTIVATION_NONE,
                  false, t);
+  // Half rows, and [16384, 4096] (128 MiB in bfloat16): from memory.
+  for (int32_t dtype : {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT16})
+    for (Norm op : {Norm::kLayerRows, Norm::kRmsRows})
+      for (const auto& shape : {std::vector<int64_t>{4096, 768}, std::vector<int64_t>{4096, 128},
+                                std::vector<int64_t>{16384, 4096}})
+        for (int t : thread_counts)
+          Register("rows", op, shape, 0, NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_ACTIVATION_NONE,
+                   false, t, dtype);
   return 0;
 }
 const int registered = RegisterAll();
