@@ -3,9 +3,10 @@
 on the CPU against PyTorch's, after checking that the outputs agree.
 
     pip install .[torch] (or torch next to the normkit wheel)
-    python examples/torch_convert.py [--rounds 7] [--modules]
+    python examples/torch_convert.py [--rounds 7] [--modules [--dtype bfloat16]]
 
---modules times each norm module alone instead (PyTorch's against normkit's).
+--modules times each norm module alone instead (PyTorch's against normkit's); --dtype
+bfloat16 / float16 casts those modules and their inputs (the ones normkit runs in half).
 
 Networks: a ResNet-style block (conv + BatchNorm, folded into the convs with
 normkit.torch.fold_batch_norms), a diffusion-UNet-style block (GroupNorm + SiLU, fused),
@@ -80,8 +81,9 @@ def timed(model, x, calls):
     return (time.perf_counter() - t0) / calls
 
 
-def modules_alone(rounds):
-    """Each norm module alone: PyTorch's, and the same module converted."""
+def modules_alone(rounds, dtype=torch.float32):
+    """Each norm module alone: PyTorch's, and the same module converted, both cast to dtype
+    (bfloat16 / float16: the modules normkit runs on half tensors)."""
     cases = [
         ("GroupNorm(32, 256)", lambda: nn.GroupNorm(32, 256), (8, 256, 28, 28), True),
         ("GroupNorm(32, 256) + SiLU", lambda: nn.Sequential(nn.GroupNorm(32, 256), nn.SiLU()),
@@ -91,23 +93,27 @@ def modules_alone(rounds):
         ("LayerNorm(768)", lambda: nn.LayerNorm(768), (4096, 768), False),
         ("RMSNorm(768)", lambda: nn.RMSNorm(768), (4096, 768), False),
     ]
-    print("| module | shape | layout | threads | PyTorch ms | normkit ms | speedup |")
+    if dtype != torch.float32:
+        cases = [c for c in cases if c[0].startswith(("BatchNorm", "LayerNorm", "RMSNorm"))]
+    tol = {torch.float32: 1e-4, torch.bfloat16: 2 ** -7, torch.float16: 2 ** -10}[dtype]
+    print(f"| module ({str(dtype).replace('torch.', '')}) | shape | layout | threads | "
+          "PyTorch ms | normkit ms | speedup |")
     print("|---|---|---|---|---|---|---|")
     for name, make, shape, conv in cases:
-        theirs = randomized(make())
+        theirs = randomized(make()).to(dtype)
         ours = nkt.convert(copy.deepcopy(theirs))
         formats = [("NCHW", torch.contiguous_format), ("NHWC", torch.channels_last)] if conv else [
             ("rows", torch.contiguous_format)]
         for layout, fmt in formats:
-            x = torch.randn(shape) * 2 + 1
+            x = (torch.randn(shape) * 2 + 1).to(dtype)
             x = x.contiguous(memory_format=fmt) if conv else x
             for threads in (1, 2):
                 torch.set_num_threads(threads)
                 nkt.set_num_threads(threads)
                 with torch.inference_mode():
-                    want = copy.deepcopy(theirs).double()(x.double()).float()
-                    got = ours(x)
-                    if not torch.allclose(got, want, rtol=1e-4, atol=1e-4):
+                    want = copy.deepcopy(theirs).double()(x.double())
+                    got = ours(x).double()
+                    if not torch.allclose(got, want, rtol=tol, atol=tol):
                         raise SystemExit(f"{name} {layout}: outputs differ")
                     calls = max(1, int(0.1 / max(timed(theirs, x, 1), 1e-5)))
                     t_theirs, t_ours = [], []
@@ -123,10 +129,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--modules", action="store_true", help="each norm module alone")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                        help="with --modules: the modules and tensors in this dtype")
     args = parser.parse_args()
     torch.manual_seed(0)
     if args.modules:
-        return modules_alone(args.rounds)
+        return modules_alone(args.rounds, getattr(torch, args.dtype))
     cases = [
         ("ResNet block, BN folded, 8x64x56x56", lambda: ResBlock(64), (8, 64, 56, 56), True),
         ("UNet block, GroupNorm+SiLU, 4x128x32x32", lambda: UNetBlock(128), (4, 128, 32, 32), True),
