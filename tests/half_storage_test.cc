@@ -15,6 +15,7 @@
 #include "hwy/targets.h"
 #include "normkit/normkit.h"
 #include "test_util.h"
+#include "vectors.h"
 
 namespace normkit_test {
 namespace {
@@ -478,6 +479,66 @@ TEST(HalfStorage, RowNormsEveryPair) {
           }
         }
       }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normkit_test
+
+namespace normkit_test {
+namespace {
+
+int32_t DtypeNamed(const std::string& field) {
+  const std::string name = field.substr(field.find_first_not_of(' '));
+  if (name == "bfloat16") return kBF16;
+  if (name == "float16") return kF16;
+  EXPECT_EQ(name, "float32");
+  return kF32;
+}
+
+// The golden vectors of tests/vectors/half.txt: every output within one unit of its format
+// of the float64 result rounded to it (float32 outputs: within 1e-5 of the output's scale).
+TEST(GoldenVectors, HalfStorage) {
+  const std::string path = std::string(NORMKIT_VECTORS_DIR) + "/half.txt";
+  const auto cases = ReadVectorFile(path);
+  ASSERT_GE(cases.size(), 10u) << "cannot read " << path;
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    const auto shape = k.Shape();
+    const int32_t xd = DtypeNamed(k.scalars.at("x_dtype")),
+                  yd = DtypeNamed(k.scalars.at("y_dtype"));
+    const auto layout = static_cast<normkit_layout>(std::stoi(k.scalars.at("layout")));
+    const std::vector<float> xs = k.Floats("x");
+    const auto n = static_cast<int64_t>(xs.size());
+    Storage x(xd, n), y(yd, n);
+    for (int64_t i = 0; i < n; ++i) {
+      x.Set(i, xs[static_cast<size_t>(i)]);
+      ASSERT_EQ(x.Get(i), xs[static_cast<size_t>(i)]) << "input not representable";
+    }
+    const normkit_tensor xt = Tensor(&x, shape, layout), yt = Tensor(&y, shape, layout);
+    normkit_status st;
+    if (k.op == "affine") {
+      st = normkit_affine(nullptr, &xt, k.Floats("scale").data(), k.Floats("shift").data(),
+                          NORMKIT_PARAMS_PER_CHANNEL, &yt);
+    } else if (k.op == "batch_norm") {
+      st = normkit_batch_norm_inference(
+          nullptr, &xt, k.Floats("gamma").data(), k.Floats("beta").data(), k.Floats("mean").data(),
+          k.Floats("var").data(), static_cast<float>(k.Scalar("eps")), &yt);
+    } else if (k.op == "layer_norm") {
+      st = normkit_layer_norm(nullptr, &xt, k.Floats("gamma").data(), k.Floats("beta").data(),
+                              static_cast<float>(k.Scalar("eps")), &yt, nullptr, nullptr);
+    } else {
+      st = normkit_rms_norm(nullptr, &xt, k.Floats("gamma").data(),
+                            static_cast<float>(k.Scalar("eps")), &yt, nullptr);
+    }
+    ASSERT_EQ(st, NORMKIT_SUCCESS) << normkit_last_error();
+    const std::vector<double>& want = k.arrays.at("y");
+    double scale = 0;
+    for (double w : want) scale = std::max(scale, std::fabs(w));
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ExpectOutput(y, i, want[static_cast<size_t>(i)], 25 * scale, false, &wrong);
     }
   }
 }

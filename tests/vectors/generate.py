@@ -141,6 +141,73 @@ def shift_sum_cases(rng, w):
                {"x": x, "mask": mask}, {"y": y})
 
 
+def round_to(y, fmt):
+    """float64 values rounded to nearest even in `fmt` (their float64 values): float16 by
+    numpy's direct conversion, bfloat16 (float32's exponent range, 8 significant bits) by
+    rint of the scaled value; float32 outputs keep the exact result."""
+    y = np.asarray(y, dtype=np.float64)
+    if fmt == "float32":
+        return y
+    if fmt == "float16":
+        return np.float16(y).astype(np.float64)
+    _, e = np.frexp(y)
+    e = np.maximum(e, -125)  # below 2^-126 the quantum stays 2^-133 (subnormals)
+    q = np.ldexp(np.rint(np.ldexp(y, 8 - e)), e - 8)
+    return np.where(np.abs(q) > 3.3895313892515355e38, np.copysign(np.inf, y), q)
+
+
+def half_cases(rng, w):
+    """Half storage: inputs exactly representable in x's dtype, outputs the float64 result
+    rounded to y's dtype (normkit's float32 result rounded once more may differ from it by
+    one unit at the second rounding's ties: the test allows that)."""
+    cases = [  # op, x dtype, y dtype, shape, layout, mean offset
+        ("affine", "bfloat16", "bfloat16", (2, 5, 7, 9), 0, 0.0),
+        ("affine", "float16", "float16", (2, 5, 7, 9), 1, 0.0),
+        ("affine", "float32", "bfloat16", (3, 24, 17), 0, 0.0),
+        ("affine", "float16", "float32", (1, 16, 6, 6), 1, 0.0),
+        ("batch_norm", "bfloat16", "bfloat16", (2, 12, 5, 5), 0, 0.0),
+        ("batch_norm", "float16", "float16", (2, 12, 5, 5), 1, 300.0),
+        ("batch_norm", "bfloat16", "float32", (2, 12, 13), 0, 0.0),
+        ("layer_norm", "bfloat16", "bfloat16", (6, 96), 0, 0.0),
+        ("layer_norm", "float32", "float16", (4, 768), 0, 0.0),
+        ("rms_norm", "float16", "float16", (5, 33), 0, 0.0),
+        ("rms_norm", "bfloat16", "float32", (3, 256), 0, 0.0),
+    ]
+    for i, (op, xd, yd, shape, layout, offset) in enumerate(cases):
+        c = shape[1] if op in ("affine", "batch_norm") else shape[-1]
+        mem_shape = (shape[0],) + shape[2:] + (c,) if layout else shape
+        x = round_to(rng.standard_normal(mem_shape) * 2 + offset, xd)
+        ch = (lambda a: a.reshape((1,) * (x.ndim - 1) + (c,))) if layout else (
+            lambda a: a.reshape((1, c) + (1,) * (x.ndim - 2)))
+        scalars = {"x_dtype": xd, "y_dtype": yd, "layout": layout,
+                   "shape": " ".join(map(str, shape))}
+        inputs = {"x": x.astype(np.float32)}
+        if op == "affine":
+            scale = rng.uniform(-2, 2, c).astype(np.float32)
+            shift = rng.standard_normal(c).astype(np.float32)
+            y = x * ch(scale.astype(np.float64)) + ch(shift.astype(np.float64))
+            inputs.update(scale=scale, shift=shift)
+        elif op == "batch_norm":
+            gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
+            beta = rng.standard_normal(c).astype(np.float32)
+            mean = (rng.standard_normal(c) + offset).astype(np.float32)
+            var = rng.uniform(0.5, 2.0, c).astype(np.float32)
+            eps = 1e-5
+            y = ((x - ch(mean.astype(np.float64))) / np.sqrt(ch(var.astype(np.float64)) + eps)
+                 * ch(gamma.astype(np.float64)) + ch(beta.astype(np.float64)))
+            scalars["eps"] = eps
+            inputs.update(gamma=gamma, beta=beta, mean=mean, var=var)
+        else:
+            rms = op == "rms_norm"
+            gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
+            beta = None if rms else rng.standard_normal(c).astype(np.float32)
+            eps = 1e-6
+            y = row_norm_ref(x.astype(np.float32), gamma, beta, eps, rms)
+            scalars["eps"] = eps
+            inputs.update(gamma=gamma, beta=beta)
+        w.case(f"{op}_{xd}_{yd}_{i}", op, scalars, inputs, {"y": round_to(y, yd)})
+
+
 class Writer:
     def __init__(self, path):
         self.f = open(path, "w")
@@ -209,7 +276,8 @@ def main():
                {"shape": f"{rows} {d}", "eps": eps}, {"x": x, "gamma": gamma, "beta": beta},
                {"y": y})
     shift_sum_cases(rng, Writer(os.path.join(HERE, "shift_sum.txt")))
-    print(f"wrote group_norm.txt, row_norm.txt and shift_sum.txt "
+    half_cases(np.random.default_rng(46), Writer(os.path.join(HERE, "half.txt")))
+    print(f"wrote group_norm.txt, row_norm.txt, shift_sum.txt and half.txt "
           f"({torch_checked} group-norm cases also checked against PyTorch)", file=sys.stderr)
 
 
