@@ -287,6 +287,28 @@ TEST(OutOfMemory, NormsWriteAllOrNothing) {
         false, rows, [&](float* mean, float* rstd) {
           return normkit_layer_norm(ctx.ctx, &xt, gamma, beta, 1e-5f, &yt, mean, rstd);
         });
+    // bfloat16 rows: a float scratch per worker, made before the loop. (The buffers hold
+    // rows * D bfloat16 values in rows * D / 2 floats' bytes.)
+    const std::vector<float> half0 = RandomVector(rows * D / 2, 14, 0.5f, 2.0f);
+    normkit_tensor ht = Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), hy = ht;
+    ht.dtype = hy.dtype = NORMKIT_DTYPE_BFLOAT16;
+    for (bool in_place : {false, true}) {
+      ExpectNormAllOrNothing("bfloat16 layer norm, threads " + std::to_string(threads), half0, ht,
+                             hy, in_place, rows, [&](float* mean, float* rstd) {
+                               return normkit_layer_norm(ctx.ctx, &ht, gamma, beta, 1e-5f, &hy,
+                                                         mean, rstd);
+                             });
+    }
+    // A float16 affine without scale: its ones are made before the call writes anything.
+    normkit_tensor at = Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {2, 3 * D, 16}), ay = at;
+    at.dtype = ay.dtype = NORMKIT_DTYPE_FLOAT16;
+    const std::vector<float> affine0 = RandomVector(3 * D * 16, 15, 0.5f, 2.0f);
+    const std::vector<float> shift = RandomVector(3 * D, 16);
+    ExpectXyAllOrNothing("float16 shift-only affine, threads " + std::to_string(threads), affine0,
+                         at, ay, false, [&] {
+                           return normkit_affine(ctx.ctx, &at, nullptr, shift.data(),
+                                                 NORMKIT_PARAMS_PER_CHANNEL, &ay);
+                         });
   }
 }
 
