@@ -41,15 +41,9 @@ void NaiveBroadcast(const float* x, float* y, const float* w, const float* b, in
 void Run(benchmark::State& state, Op op, std::vector<int64_t> shape, normkit_layout layout,
          bool in_place, int threads, int32_t dtype = NORMKIT_DTYPE_FLOAT32) {
   const int64_t numel = Numel(shape), C = shape[1], N = shape[0], S = numel / (N * C);
-  const int64_t elem = dtype == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
-  const int64_t floats = (numel * elem + 3) / 4;  // the buffers' size in floats
-  Buffer x = MakeBuffer(floats, 1), y = MakeBuffer(floats, 2);
-  if (dtype != NORMKIT_DTYPE_FLOAT32) {  // x: values in [-1, 1) rounded to the half format
-    Buffer values = MakeBuffer(numel, 1);
-    normkit_tensor from = Desc(values.get(), layout, shape), to = Desc(x.get(), layout, shape);
-    to.dtype = dtype;
-    normkit_affine(nullptr, &from, nullptr, nullptr, NORMKIT_PARAMS_PER_CHANNEL, &to);
-  }
+  const int64_t elem = ElementBytes(dtype);
+  int64_t floats;  // the buffers' size in floats
+  Buffer x = MakeTensorBuffer(shape, layout, dtype, 1, &floats), y = MakeBuffer(floats, 2);
   // Per-sample parameters (seed 000) are N x C; the others read the first C.
   Buffer scale = MakeBuffer(N * C, 4), shift = MakeBuffer(N * C, 5), mean = MakeBuffer(C, 6),
          var = MakeBuffer(C, 7);

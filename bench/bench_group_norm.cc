@@ -31,15 +31,9 @@ void RunNorm(benchmark::State& state, Norm op, std::vector<int64_t> shape, int64
              normkit_layout layout, int32_t activation, bool in_place, int threads,
              int32_t dtype = NORMKIT_DTYPE_FLOAT32) {
   const int64_t numel = Numel(shape), C = shape[1];
-  const int64_t elem = dtype == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
-  const int64_t floats = (numel * elem + 3) / 4;  // the buffers' size in floats
-  Buffer x = MakeBuffer(floats, 1), y = MakeBuffer(floats, 2);
-  if (dtype != NORMKIT_DTYPE_FLOAT32) {  // x: values in [-1, 1) rounded to the half format
-    Buffer values = MakeBuffer(numel, 1);
-    normkit_tensor from = Desc(values.get(), layout, shape), to = Desc(x.get(), layout, shape);
-    to.dtype = dtype;
-    normkit_affine(nullptr, &from, nullptr, nullptr, NORMKIT_PARAMS_PER_CHANNEL, &to);
-  }
+  const int64_t elem = ElementBytes(dtype);
+  int64_t floats;  // the buffers' size in floats
+  Buffer x = MakeTensorBuffer(shape, layout, dtype, 1, &floats), y = MakeBuffer(floats, 2);
   Buffer gamma = MakeBuffer(C, 4), beta = MakeBuffer(C, 5);
   normkit_context* ctx = nullptr;
   normkit_context_create(threads, &ctx);

@@ -36,6 +36,28 @@ inline Buffer MakeBuffer(int64_t n, uint32_t seed) {
   return b;
 }
 
+// Bytes of one element of a float32, bfloat16 or float16 tensor.
+inline int64_t ElementBytes(int32_t dtype) {
+  return dtype == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+}
+
+// A tensor's buffer of `shape` in `dtype` (its size in floats in *floats), filled with
+// values in [-1, 1) (half dtypes: rounded to the format by normkit's own conversion).
+inline Buffer MakeTensorBuffer(const std::vector<int64_t>& shape, normkit_layout layout,
+                               int32_t dtype, uint32_t seed, int64_t* floats) {
+  const int64_t numel = normkit_testing::Numel(shape);
+  *floats = (numel * ElementBytes(dtype) + 3) / 4;
+  Buffer b = MakeBuffer(*floats, seed);
+  if (dtype != NORMKIT_DTYPE_FLOAT32) {
+    Buffer values = MakeBuffer(numel, seed);
+    normkit_tensor from = normkit_testing::Desc(values.get(), layout, shape);
+    normkit_tensor to = normkit_testing::Desc(b.get(), layout, shape);
+    to.dtype = dtype;
+    normkit_affine(nullptr, &from, nullptr, nullptr, NORMKIT_PARAMS_PER_CHANNEL, &to);
+  }
+  return b;
+}
+
 // Copy reference for out-of-place ops: each thread memcpy's its own contiguous chunk.
 inline void ParallelCopy(int threads, float* dst, const float* src, int64_t n) {
 #pragma omp parallel num_threads(threads)
