@@ -276,6 +276,29 @@ TEST(OutOfMemory, NormsWriteAllOrNothing) {
             });
       }
     }
+    // float16 group norm: each run's float scratch (blocks split over the threads, a
+    // fused sample, a batch of small groups), made before any output. The buffers hold n
+    // float16 values in n / 2 floats' bytes.
+    for (const GroupCase& c :
+         {GroupCase{{2, 64, 96, 96}, false, 2}, GroupCase{{3, 32, 20, 20}, true, 8},
+          GroupCase{{2, 32, 7, 7}, false, 8}}) {
+      const int64_t C = c.shape[1], n = Numel(c.shape);
+      const auto layout =
+          c.channels_last ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+      const std::vector<float> x0 = RandomVector(n / 2, 11, 0.5f, 2.0f);
+      const std::vector<float> gamma = RandomVector(C, 12), beta = RandomVector(C, 13);
+      normkit_tensor xt = Desc(nullptr, layout, c.shape), yt = xt;
+      xt.dtype = yt.dtype = NORMKIT_DTYPE_FLOAT16;
+      for (bool in_place : {false, true}) {
+        ExpectNormAllOrNothing(
+            "float16 group norm " + std::to_string(C) + " channels, threads " +
+                std::to_string(threads),
+            x0, xt, yt, in_place, c.shape[0] * c.groups, [&](float* mean, float* rstd) {
+              return normkit_group_norm(ctx.ctx, &xt, c.groups, gamma.data(), beta.data(), 1e-5f,
+                                        NORMKIT_ACTIVATION_NONE, &yt, mean, rstd);
+            });
+      }
+    }
     // Layer norm with gamma and beta off a cache line: RowNorm allocates aligned copies.
     const int64_t rows = 64, D = 768;
     const std::vector<float> x0 = RandomVector(rows * D, 9), params = RandomVector(2 * D + 2, 10);

@@ -288,11 +288,12 @@ TEST(SimdTargets, GroupNormChainGivesTheSeparatePassesBitsOnEveryTarget) {
             const normkit::Moments want = normkit::kernels::SpanMoments(x.data() + n, n);
             for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kSilu}) {
               std::vector<float> want_y(n), one_mean_y(n);
-              normkit::kernels::ApplyNormPlanes(x.data(), want_y.data(), n, plane, offset,
-                                                means.data(), scale.data(), shift.data(), act,
-                                                false);
-              normkit::kernels::ApplyNormGroupPlanes(x.data(), one_mean_y.data(), n, plane, offset,
-                                                     mean, scale.data(), shift.data(), act, false);
+              normkit::kernels::ApplyNormPlanes(
+                  x.data(), want_y.data(), normkit::kernels::Storage::kFloat32, n, plane, offset,
+                  means.data(), scale.data(), shift.data(), act, false);
+              normkit::kernels::ApplyNormGroupPlanes(
+                  x.data(), one_mean_y.data(), normkit::kernels::Storage::kFloat32, n, plane,
+                  offset, mean, scale.data(), shift.data(), act, false);
               EXPECT_EQ(std::memcmp(one_mean_y.data(), want_y.data(), sizeof(float) * n), 0);
               // 0 aligned, 1 unaligned, 2 in place; 3, 4: 0 and 1 streamed.
               for (int mode = 0; mode < 5; ++mode) {
@@ -345,7 +346,8 @@ TEST(SimdTargets, StreamedChannelsLastRowsAtAnyAlignmentOnEveryTarget) {
           std::vector<float> buf(n + 32);
           float* y0 = buf.data();
           while (reinterpret_cast<uintptr_t>(y0) % 64 != 0) ++y0;
-          normkit::kernels::ApplyNormRows(x.data(), y0, rows, C, params, act, true, true);
+          normkit::kernels::ApplyNormRows(x.data(), y0, normkit::kernels::Storage::kFloat32, rows,
+                                          C, params, act, true, true);
           const std::vector<float> aligned(y0, y0 + n);
           for (int64_t i = 0; i < n; ++i) {
             const int64_t c = i % C;
@@ -359,7 +361,8 @@ TEST(SimdTargets, StreamedChannelsLastRowsAtAnyAlignmentOnEveryTarget) {
                          std::to_string(static_cast<int>(act)) + " off=" + std::to_string(off));
             std::fill(buf.begin(), buf.end(), -7.0f);
             float* y = y0 + off;
-            normkit::kernels::ApplyNormRows(x.data(), y, rows, C, params, act, true, true);
+            normkit::kernels::ApplyNormRows(x.data(), y, normkit::kernels::Storage::kFloat32, rows,
+                                            C, params, act, true, true);
             EXPECT_EQ(std::memcmp(y, aligned.data(), sizeof(float) * n), 0);
             // Nothing written outside y[0, n).
             for (float* q = buf.data(); q < y; ++q) ASSERT_EQ(*q, -7.0f);

@@ -308,7 +308,7 @@ TEST(Validation, FoldRules) {
 
 // Group norm and its forms, layer norm and RMS norm: every tensor rule, then their own.
 TEST(Validation, NormTensorRules) {
-  for (const Rule& rule : TensorRules()) {
+  for (const Rule& rule : TensorRules(/*storage_pairs=*/true)) {
     ExpectRejected(rule, [](Call& c) {
       return normkit_group_norm(nullptr, &c.xt, c.groups, c.scale_p, c.shift_p, c.eps, c.activation,
                                 &c.yt, c.mean_out, c.rstd_out);

@@ -366,8 +366,11 @@ typedef enum normkit_activation {
  *   y[n, c, s] = act((x[n, c, s] - mean[n, g]) * rstd[n, g] * gamma[c] + beta[c]),
  *   g = c / (C / groups), mean and biased variance over the group's C/groups
  *   channels and all spatial positions, rstd = 1 / sqrt(var + eps).
- * x, y: float32, rank 2..5, either layout, same dtype / layout / shape; y may be
- *   x (in place), no other overlap.
+ * x, y: float32, rank 2..5, either layout, same layout / shape; y may be x (in place),
+ *   no other overlap. Also bfloat16 / float16 (CPU), in normkit_affine's pairs: a half x
+ *   gives exactly the float32 result of its values (they are widened, then normalized by
+ *   the float32 plan), a half y that result rounded to nearest even. Parameters and
+ *   mean_out / rstd_out stay float32.
  * groups: >= 1 and divides C. gamma, beta: C floats or NULL (1 / 0).
  * eps: finite and > 0. activation: a normkit_activation.
  * mean_out, rstd_out: N x groups floats (row-major) receiving the statistics, or
@@ -378,8 +381,9 @@ typedef enum normkit_activation {
  * only that group's outputs. Reads x from memory once when a group (channels-first)
  * or a sample (channels-last) fits in 1 MiB, otherwise twice.
  * Errors: INVALID_ARGUMENT (NULL x / y / data, descriptor, shape mismatch, groups,
- *   eps, activation, overlap); UNSUPPORTED (dtype other than float32);
- *   DEVICE_UNAVAILABLE (CUDA tensors without a usable GPU). Nothing is written on error. */
+ *   eps, activation, overlap, in place with two dtypes); UNSUPPORTED (float64, two
+ *   different half dtypes, half CUDA tensors); DEVICE_UNAVAILABLE (CUDA tensors without a
+ *   usable GPU). Nothing is written on error. */
 NORMKIT_API normkit_status normkit_group_norm(const normkit_context* context,
                                               const normkit_tensor* x, int64_t groups,
                                               const float* gamma, const float* beta, float eps,

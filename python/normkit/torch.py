@@ -180,9 +180,9 @@ class GroupNorm(nn.GroupNorm):
     _activation = 0  # 2: SiLU fused after the affine (GroupNormSiLU)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() >= 3 and _usable(x, self.weight, self.bias):
+        if x.dim() >= 3 and _usable(x, self.weight, self.bias, half=True):
             run = _op(x, _group_norm_op, _group_norm_impl)
-            return run(x, self.num_groups, _detached(self.weight), _detached(self.bias), self.eps,
+            return run(x, self.num_groups, _float32(self.weight), _float32(self.bias), self.eps,
                        self._activation)
         y = F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
         return F.silu(y) if self._activation == 2 else y
@@ -221,9 +221,9 @@ class _InstanceNorm:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batched = x.dim() == self._get_no_batch_dim() + 1
         if (batched and not self.track_running_stats
-                and _usable(x, self.weight, self.bias)):
+                and _usable(x, self.weight, self.bias, half=True)):
             run = _op(x, _group_norm_op, _group_norm_impl)
-            return run(x, 0, _detached(self.weight), _detached(self.bias), self.eps, 0)
+            return run(x, 0, _float32(self.weight), _float32(self.bias), self.eps, 0)
         return super().forward(x)
 
 

@@ -70,7 +70,7 @@ normkit_status GroupNormEntry(const char* op, const normkit_context* context,
                               const normkit_tensor* y, float* mean_out, float* rstd_out) {
   return Guarded(op, [&] {
     TensorView xv, yv;
-    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(op, x, y, &xv, &yv));
+    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(op, x, y, &xv, &yv, UnaryDtypes::kStoragePairs));
     if (groups_is_channels) groups = xv.channels;
     if (groups < 1) {
       return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: groups = %lld, must be >= 1", op,

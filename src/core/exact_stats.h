@@ -26,23 +26,25 @@ inline bool FastStatisticsHold(double mean, double rstd) {
   return std::isfinite(mean) && rstd > 0.0;  // false for NaN
 }
 
-// Mean and rstd of `runs` runs of `len` floats, run k at x + k * stride (rms: mean 0 and
-// rstd = 1 / sqrt(mean(x^2) + eps)). NaN and NaN when the values hold a NaN or an Inf.
-inline MeanRstd ExactMeanRstd(const float* x, int64_t runs, int64_t len, int64_t stride, float eps,
-                              bool rms) {
+// Mean and rstd of `runs` runs of `len` values, run k at x + k * stride (rms: mean 0 and
+// rstd = 1 / sqrt(mean(x^2) + eps)), value(i) giving x[i] (any storage). NaN and NaN when
+// the values hold a NaN or an Inf.
+template <class Value>
+MeanRstd ExactMeanRstdOf(const Value& value, int64_t runs, int64_t len, int64_t stride, float eps,
+                         bool rms) {
   const double count = static_cast<double>(runs) * static_cast<double>(len);
   double mean = 0.0;
   if (!rms) {
     double sum = 0.0;
     for (int64_t k = 0; k < runs; ++k) {
-      for (int64_t i = 0; i < len; ++i) sum += static_cast<double>(x[k * stride + i]);
+      for (int64_t i = 0; i < len; ++i) sum += static_cast<double>(value(k * stride + i));
     }
     mean = sum / count;
   }
   double m2 = 0.0;
   for (int64_t k = 0; k < runs; ++k) {
     for (int64_t i = 0; i < len; ++i) {
-      const double d = static_cast<double>(x[k * stride + i]) - mean;
+      const double d = static_cast<double>(value(k * stride + i)) - mean;
       m2 += d * d;
     }
   }
@@ -51,6 +53,12 @@ inline MeanRstd ExactMeanRstd(const float* x, int64_t runs, int64_t len, int64_t
     return {nan, nan};
   }
   return {mean, 1.0 / std::sqrt(m2 / count + static_cast<double>(eps))};
+}
+
+// ExactMeanRstdOf of float32 values.
+inline MeanRstd ExactMeanRstd(const float* x, int64_t runs, int64_t len, int64_t stride, float eps,
+                              bool rms) {
+  return ExactMeanRstdOf([x](int64_t i) { return x[i]; }, runs, len, stride, eps, rms);
 }
 
 }  // namespace normkit

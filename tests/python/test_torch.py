@@ -292,3 +292,35 @@ def test_layer_and_rms_norm_modules_in_half_precision(dtype):
         assert ((y.double() - ref).abs() <= (ref.abs() + 2 ** -6) * ulp * 1.01).all()
         # PyTorch's own half module: the same rounding of a float32 result.
         assert (y.double() - torch_half.double()).abs().max() <= ref.abs().max() * ulp
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_group_and_instance_norm_modules_in_half_precision(dtype, monkeypatch):
+    """A model cast to bfloat16 / float16: its GroupNorm (with the fused SiLU) and
+    InstanceNorm2d run in normkit on half tensors in both layouts, within one unit of the
+    format of the float64 result of the half model's parameters."""
+    from normkit import _ops
+
+    calls = []
+    for name in ("group_norm", "instance_norm"):
+        original = getattr(_ops, name)
+        monkeypatch.setattr(_ops, name,
+                            lambda *a, _f=original, **k: calls.append(1) or _f(*a, **k))
+    modules = [(randomize(nn.GroupNorm(4, 16)), None),
+               (randomize(nn.GroupNorm(8, 16)), nn.SiLU()),
+               (randomize(nn.InstanceNorm2d(16, affine=True)), None)]
+    x0 = (torch.randn(2, 16, 9, 11) * 3 + 1).to(dtype)
+    for theirs, act in modules:
+        layers = [theirs] + ([act] if act else [])
+        # The reference first: convert swaps the modules' classes in place.
+        reference = nn.Sequential(*copy.deepcopy(layers)).to(dtype).double()
+        ours = nkt.convert(nn.Sequential(*copy.deepcopy(layers))).to(dtype)
+        for name, x in formats(x0):
+            with torch.no_grad():
+                y = ours(x)
+                ref = reference(x.double())
+            assert y.dtype == dtype, name
+            ulp = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+            # One unit of the format, and float32's error where beta cancels the value.
+            assert ((y.double() - ref).abs() <= (ref.abs() + 2 ** -6) * ulp * 1.01).all(), name
+    assert len(calls) == 6

@@ -172,9 +172,13 @@ def half_cases(rng, w):
         ("layer_norm", "float32", "float16", (4, 768), 0, 0.0),
         ("rms_norm", "float16", "float16", (5, 33), 0, 0.0),
         ("rms_norm", "bfloat16", "float32", (3, 256), 0, 0.0),
+        ("group_norm", "bfloat16", "bfloat16", (2, 8, 5, 5), 0, 0.0),
+        ("group_norm", "float16", "float16", (2, 8, 5, 5), 1, 0.0),
+        ("group_norm", "float32", "float16", (1, 16, 4, 4), 0, 100.0),
+        ("group_norm", "bfloat16", "float32", (2, 6, 7), 1, 0.0),
     ]
     for i, (op, xd, yd, shape, layout, offset) in enumerate(cases):
-        c = shape[1] if op in ("affine", "batch_norm") else shape[-1]
+        c = shape[1] if op in ("affine", "batch_norm", "group_norm") else shape[-1]
         mem_shape = (shape[0],) + shape[2:] + (c,) if layout else shape
         x = round_to(rng.standard_normal(mem_shape) * 2 + offset, xd)
         ch = (lambda a: a.reshape((1,) * (x.ndim - 1) + (c,))) if layout else (
@@ -197,6 +201,14 @@ def half_cases(rng, w):
                  * ch(gamma.astype(np.float64)) + ch(beta.astype(np.float64)))
             scalars["eps"] = eps
             inputs.update(gamma=gamma, beta=beta, mean=mean, var=var)
+        elif op == "group_norm":
+            groups, act = (2, 2) if i % 2 else (2 if c % 4 else 4, 0)
+            gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
+            beta = rng.standard_normal(c).astype(np.float32)
+            eps = 1e-5
+            y = group_norm_ref(x.astype(np.float32), groups, gamma, beta, eps, act, layout)
+            scalars.update(eps=eps, groups=groups, activation=act)
+            inputs.update(gamma=gamma, beta=beta)
         else:
             rms = op == "rms_norm"
             gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)

@@ -76,18 +76,18 @@ void ColumnMeanRstd(const float* x, int64_t rows, int64_t channels, int64_t samp
   (x, rows, channels, samples, eps, from_memory, pivot, s1, s2, scratch, mean, rstd);
 }
 
-void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
-                     const float* mean, const float* scale, const float* shift, Activation act,
-                     bool stream) {
+void ApplyNormPlanes(const float* x, void* y, Storage y_storage, int64_t n, int64_t plane,
+                     int64_t offset, const float* mean, const float* scale, const float* shift,
+                     Activation act, bool stream) {
   HWY_DYNAMIC_DISPATCH(ApplyNormPlanesImpl)
-  (x, y, n, plane, offset, mean, scale, shift, act, stream);
+  (x, y, y_storage, n, plane, offset, mean, scale, shift, act, stream);
 }
 
-void ApplyNormGroupPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
-                          float mean, const float* scale, const float* shift, Activation act,
-                          bool stream) {
+void ApplyNormGroupPlanes(const float* x, void* y, Storage y_storage, int64_t n, int64_t plane,
+                          int64_t offset, float mean, const float* scale, const float* shift,
+                          Activation act, bool stream) {
   HWY_DYNAMIC_DISPATCH(ApplyNormGroupPlanesImpl)
-  (x, y, n, plane, offset, mean, scale, shift, act, stream);
+  (x, y, y_storage, n, plane, offset, mean, scale, shift, act, stream);
 }
 
 Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane,
@@ -98,9 +98,10 @@ Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t 
                                                               shift, act, stream, next);
 }
 
-void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
-                   Activation act, bool stream, bool from_memory) {
-  HWY_DYNAMIC_DISPATCH(ApplyNormRowsImpl)(x, y, rows, channels, p, act, stream, from_memory);
+void ApplyNormRows(const float* x, void* y, Storage y_storage, int64_t rows, int64_t channels,
+                   const NormRows& p, Activation act, bool stream, bool from_memory) {
+  HWY_DYNAMIC_DISPATCH(ApplyNormRowsImpl)
+  (x, y, y_storage, rows, channels, p, act, stream, from_memory);
 }
 
 void ApplyRowNorm(const float* x, void* y, Storage y_storage, int64_t n, float mean, float rstd,

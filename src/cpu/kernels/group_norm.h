@@ -113,7 +113,8 @@ void ColumnMeanRstd(const float* x, int64_t rows, int64_t channels, int64_t samp
                     double* mean, double* rstd);
 
 // `stream`: non-temporal stores (outputs larger than the last-level cache); each call
-// ends with the fence that orders them.
+// ends with the fence that orders them. y is stored as y_storage: half outputs are the
+// float results rounded to nearest even (made a cache-resident chunk at a time).
 //
 // Channels-first: y = act((x - mean[j]) * scale[j] + shift[j]) over n elements of
 // consecutive planes of `plane` elements, the first element at `offset` in its
@@ -122,16 +123,16 @@ void ColumnMeanRstd(const float* x, int64_t rows, int64_t channels, int64_t samp
 // shift[j] = beta - (m - mean[j]) * scale[j]. Subtracting the mean first keeps the result
 // exact when the mean is large next to the standard deviation; the folded form
 // x * scale + (beta - m * scale) would lose those digits.
-void ApplyNormPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
-                     const float* mean, const float* scale, const float* shift, Activation act,
-                     bool stream);
+void ApplyNormPlanes(const float* x, void* y, Storage y_storage, int64_t n, int64_t plane,
+                     int64_t offset, const float* mean, const float* scale, const float* shift,
+                     Activation act, bool stream);
 
 // ApplyNormPlanes over planes of one group: one mean for all of them (the same bits as
 // a mean array of copies). The per-plane mean's loads and splices measured 1-2% of
 // a fused group norm (1x64x56x56 G=32, one thread).
-void ApplyNormGroupPlanes(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
-                          float mean, const float* scale, const float* shift, Activation act,
-                          bool stream);
+void ApplyNormGroupPlanes(const float* x, void* y, Storage y_storage, int64_t n, int64_t plane,
+                          int64_t offset, float mean, const float* scale, const float* shift,
+                          Activation act, bool stream);
 
 // ApplyNormGroupPlanes (the same output bits) over n elements of one group, and the
 // moments of the n elements at `next` (the same part of the next group, not
@@ -151,8 +152,8 @@ struct NormRows {
   const float* shift;
 };
 // from_memory: x comes from DRAM rather than cache (picks the order rows are read in).
-void ApplyNormRows(const float* x, float* y, int64_t rows, int64_t channels, const NormRows& p,
-                   Activation act, bool stream, bool from_memory);
+void ApplyNormRows(const float* x, void* y, Storage y_storage, int64_t rows, int64_t channels,
+                   const NormRows& p, Activation act, bool stream, bool from_memory);
 
 // One row of a [rows, D] layer / RMS norm:
 //   y[d] = ((x[d] - mean) * rstd + offset) * gamma[d] + beta[d]

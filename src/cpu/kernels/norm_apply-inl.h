@@ -12,6 +12,7 @@
 #define NORMKIT_CPU_KERNELS_NORM_APPLY_INL_H_
 #endif
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -460,18 +461,75 @@ struct NormRowsFn {
   }
 };
 
-inline void ApplyNormPlanesImpl(const float* x, float* y, int64_t n, int64_t plane, int64_t offset,
-                                const float* mean, const float* scale, const float* shift,
-                                Activation act, bool stream) {
-  DispatchActivation<NormPlanesOf<const float*>::Fn>(act, stream, x, y, n, plane, offset, mean,
-                                                     scale, shift);
+// y = x rounded to y's storage, for i < n (the half outputs of the float kernels).
+template <bool kStream, class TY>
+HWY_INLINE void NarrowSpan(const float* x, TY* y, size_t n) {
+  MapSpan<kStream>(x, y, n, [](auto, size_t, auto v) { return v; });
 }
 
-inline void ApplyNormGroupPlanesImpl(const float* x, float* y, int64_t n, int64_t plane,
-                                     int64_t offset, float mean, const float* scale,
+// Half y: the float kernels write a chunk of L1 that is then rounded into y, so a half
+// output is bitwise the float output rounded. fn(out, begin, count) writes elements
+// [begin, begin + count) of the result to out; chunk(begin) says how many elements from
+// begin one call takes (at most kNarrowChunk, more than 0).
+constexpr size_t kNarrowChunk = 2048;
+
+template <class Chunk, class Fn>
+inline void ThroughFloatChunks(void* y, Storage y_storage, size_t n, bool stream,
+                               const Chunk& chunk, const Fn& fn) {
+  alignas(64) float out[kNarrowChunk];
+  const auto narrow = [&](auto* yt) {
+    for (size_t i = 0; i < n;) {
+      const size_t count = chunk(i);
+      fn(out, i, count);
+      if (stream) {
+        NarrowSpan<true>(out, yt + i, count);
+      } else {
+        NarrowSpan<false>(out, yt + i, count);
+      }
+      i += count;
+    }
+    if (stream) hwy::FlushStream();
+  };
+  if (y_storage == Storage::kBFloat16) return narrow(static_cast<hwy::bfloat16_t*>(y));
+  narrow(static_cast<hwy::float16_t*>(y));
+}
+
+inline void ApplyNormPlanesImpl(const float* x, void* y, Storage y_storage, int64_t n,
+                                int64_t plane, int64_t offset, const float* mean,
+                                const float* scale, const float* shift, Activation act,
+                                bool stream) {
+  if (y_storage == Storage::kFloat32) {
+    return DispatchActivation<NormPlanesOf<const float*>::Fn>(
+        act, stream, x, static_cast<float*>(y), n, plane, offset, mean, scale, shift);
+  }
+  // Chunk at `begin` starts (offset + begin) % plane into plane (offset + begin) / plane.
+  const auto to = static_cast<size_t>(n);
+  const auto chunk = [to](size_t begin) { return std::min(kNarrowChunk, to - begin); };
+  ThroughFloatChunks(y, y_storage, to, stream, chunk, [&](float* out, size_t begin, size_t count) {
+    const int64_t at = offset + static_cast<int64_t>(begin);
+    const int64_t j = at / plane;
+    DispatchActivation<NormPlanesOf<const float*>::Fn>(act, false, x + begin, out,
+                                                       static_cast<int64_t>(count), plane,
+                                                       at % plane, mean + j, scale + j, shift + j);
+  });
+}
+
+inline void ApplyNormGroupPlanesImpl(const float* x, void* y, Storage y_storage, int64_t n,
+                                     int64_t plane, int64_t offset, float mean, const float* scale,
                                      const float* shift, Activation act, bool stream) {
-  DispatchActivation<NormPlanesOf<OneMean>::Fn>(act, stream, x, y, n, plane, offset, OneMean{mean},
-                                                scale, shift);
+  if (y_storage == Storage::kFloat32) {
+    return DispatchActivation<NormPlanesOf<OneMean>::Fn>(
+        act, stream, x, static_cast<float*>(y), n, plane, offset, OneMean{mean}, scale, shift);
+  }
+  const auto to = static_cast<size_t>(n);
+  const auto chunk = [to](size_t begin) { return std::min(kNarrowChunk, to - begin); };
+  ThroughFloatChunks(y, y_storage, to, stream, chunk, [&](float* out, size_t begin, size_t count) {
+    const int64_t at = offset + static_cast<int64_t>(begin);
+    const int64_t j = at / plane;
+    DispatchActivation<NormPlanesOf<OneMean>::Fn>(act, false, x + begin, out,
+                                                  static_cast<int64_t>(count), plane, at % plane,
+                                                  OneMean{mean}, scale + j, shift + j);
+  });
 }
 
 template <Activation kAct, bool kStream>
@@ -492,9 +550,29 @@ inline Moments ApplyNormPlanesThenMomentsImpl(const float* x, float* y, int64_t 
       static_cast<size_t>(plane), static_cast<size_t>(offset), mean, scale, shift, next);
 }
 
-inline void ApplyNormRowsImpl(const float* x, float* y, int64_t rows, int64_t channels,
-                              const NormRows& p, Activation act, bool stream, bool from_memory) {
-  DispatchActivation<NormRowsFn>(act, stream, x, y, rows, channels, p, from_memory);
+inline void ApplyNormRowsImpl(const float* x, void* y, Storage y_storage, int64_t rows,
+                              int64_t channels, const NormRows& p, Activation act, bool stream,
+                              bool from_memory) {
+  if (y_storage == Storage::kFloat32) {
+    return DispatchActivation<NormRowsFn>(act, stream, x, static_cast<float*>(y), rows, channels, p,
+                                          from_memory);
+  }
+  // Chunks of whole rows, or of one row's channels where a row is longer than a chunk.
+  const auto C = static_cast<size_t>(channels);
+  const size_t n = static_cast<size_t>(rows) * C;
+  const size_t chunk_rows = kNarrowChunk / C;
+  const auto chunk = [&](size_t begin) {
+    if (chunk_rows > 0) return std::min(chunk_rows * C, n - begin);
+    return std::min(kNarrowChunk, C - begin % C);
+  };
+  ThroughFloatChunks(y, y_storage, n, stream, chunk, [&](float* out, size_t begin, size_t count) {
+    const size_t c = begin % C;  // 0 for whole rows
+    const NormRows piece{p.mean + c, p.scale + c, p.shift + c};
+    const bool whole = chunk_rows > 0;
+    DispatchActivation<NormRowsFn>(act, false, x + begin, out,
+                                   static_cast<int64_t>(whole ? count / C : 1),
+                                   static_cast<int64_t>(whole ? C : count), piece, from_memory);
+  });
 }
 
 template <class TY>
