@@ -5,7 +5,9 @@
 // Inf), at element offsets that misalign the data to anything but its element size,
 // with parameters aliasing outputs, compared with a double reference written from the
 // definitions. Pointers off their element size and parameters inside y must be
-// rejected, with every output untouched. Any disagreement aborts with what and where.
+// rejected, with every output untouched. bfloat16 / float16 storage: affine against
+// double, the norms bitwise against the float32 call on the widened values. Any
+// disagreement aborts with what and where.
 #include <cfloat>
 
 #include "fuzz_common.h"
@@ -308,10 +310,12 @@ void FuzzHalfAffine(FuzzedDataProvider& in) {
   using normkit_test::Encode;
   using normkit_test::FormatOf;
   using normkit_test::Narrow;
-  static const int32_t kPairs[6][2] = {
-      {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16}, {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_FLOAT16},
-      {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16}, {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT16},
-      {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT32}, {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32}};
+  static const int32_t kPairs[6][2] = {{NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16},
+                                       {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_FLOAT16},
+                                       {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16},
+                                       {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT16},
+                                       {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT32},
+                                       {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32}};
   const int32_t* pair = kPairs[in.ConsumeIntegralInRange<int>(0, 5)];
   const int32_t xd = pair[0], yd = pair[1];
   const int64_t N = in.ConsumeIntegralInRange<int64_t>(1, 3);
@@ -392,12 +396,116 @@ void FuzzHalfAffine(FuzzedDataProvider& in) {
   }
 }
 
+// Group norm and layer / RMS norm in a half dtype pair: a half x gives bitwise the float32
+// call's result on its widened values (statistics included), a half y that result
+// rounded (Narrow). The float32 calls themselves are checked against double in FuzzNorms.
+void FuzzHalfNorms(FuzzedDataProvider& in) {
+  using normkit_test::FormatOf;
+  using normkit_test::Narrow;
+  static const int32_t kPairs[6][2] = {{NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16},
+                                       {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_FLOAT16},
+                                       {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16},
+                                       {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT16},
+                                       {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT32},
+                                       {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32}};
+  const int32_t* pair = kPairs[in.ConsumeIntegralInRange<int>(0, 5)];
+  const int32_t xd = pair[0], yd = pair[1];
+  const bool rows = in.ConsumeBool();
+  const int64_t N = in.ConsumeIntegralInRange<int64_t>(1, 3);
+  const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 24);
+  const int64_t S = rows ? 1 : in.ConsumeIntegralInRange<int64_t>(1, 300);
+  int64_t G = 1;
+  if (!rows) {
+    G = in.ConsumeIntegralInRange<int64_t>(1, C);
+    while (C % G != 0) --G;
+  }
+  const bool rms = rows && in.ConsumeBool();
+  const bool cl = in.ConsumeBool(), in_place = xd == yd && in.ConsumeBool();
+  const int32_t act = rows ? 0 : in.ConsumeIntegralInRange<int32_t>(0, 2);
+  const int64_t numel = N * C * S;
+  const Palette pal = Palette::Pick(in);
+  const int64_t xs = xd == NORMKIT_DTYPE_FLOAT32 ? 4 : 2, ys = yd == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+  std::vector<uint8_t> xbuf(static_cast<size_t>((numel + 16) * xs));
+  std::vector<uint8_t> ybuf(static_cast<size_t>((numel + 16) * ys));
+  uint8_t* xp = xbuf.data() + in.ConsumeIntegralInRange<int64_t>(0, 15) * xs;
+  uint8_t* yp = in_place ? xp : ybuf.data() + in.ConsumeIntegralInRange<int64_t>(0, 15) * ys;
+  std::vector<float> wide(static_cast<size_t>(numel)), wide_y(wide.size());
+  Fill(wide.data(), numel, pal, in.ConsumeIntegral<uint32_t>());
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {  // a NaN or an Inf somewhere
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    wide[static_cast<size_t>(in.ConsumeIntegralInRange<int64_t>(0, numel - 1))] =
+        bad[in.ConsumeIntegralInRange<int>(0, 2)];
+  }
+  for (int64_t i = 0; i < numel; ++i) {
+    float& v = wide[static_cast<size_t>(i)];
+    if (xd == NORMKIT_DTYPE_FLOAT32) {
+      std::memcpy(xp + 4 * i, &v, 4);
+    } else {
+      const uint16_t h = Narrow(v, FormatOf(xd));
+      std::memcpy(xp + 2 * i, &h, 2);
+      // The exact widening (NaN payloads included), as the library loads it.
+      const bool nan = normkit_test::IsNaNBits(h, FormatOf(xd));
+      if (xd == NORMKIT_DTYPE_BFLOAT16 || nan) {
+        const uint32_t bits = xd == NORMKIT_DTYPE_BFLOAT16 ? uint32_t{h} << 16
+                                                           : (uint32_t{h} & 0x8000u) << 16 |
+                                                                 0x7f800000u | (h & 0x3ffu) << 13;
+        std::memcpy(&v, &bits, 4);
+      } else {
+        v = static_cast<float>(normkit_test::Decode(h, FormatOf(xd)));
+      }
+    }
+  }
+  std::vector<float> gamma(static_cast<size_t>(C)), beta(static_cast<size_t>(C));
+  Fill(gamma.data(), C, {1.25, 0.75}, in.ConsumeIntegral<uint32_t>());
+  Fill(beta.data(), C, {0, 1}, in.ConsumeIntegral<uint32_t>());
+  const float eps = in.ConsumeBool() ? 1e-5f : 1e-30f;
+  const int64_t units = rows ? N : N * G;
+  std::vector<float> mean(static_cast<size_t>(units)), rstd(mean.size()), mean_w(mean.size()),
+      rstd_w(mean.size());
+  const int64_t shape[3] = {N, C, S};
+  const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+  const int32_t rank = rows ? 2 : 3;
+  normkit_tensor xt, yt, wt, wyt;
+  normkit_tensor_init(&xt, xp, static_cast<normkit_dtype>(xd), layout, rank, shape);
+  normkit_tensor_init(&yt, yp, static_cast<normkit_dtype>(yd), layout, rank, shape);
+  normkit_tensor_init(&wt, wide.data(), NORMKIT_DTYPE_FLOAT32, layout, rank, shape);
+  normkit_tensor_init(&wyt, wide_y.data(), NORMKIT_DTYPE_FLOAT32, layout, rank, shape);
+  const auto run = [&](const normkit_tensor* a, const normkit_tensor* b, float* m, float* r) {
+    if (!rows) {
+      return normkit_group_norm(nullptr, a, G, gamma.data(), beta.data(), eps, act, b, m, r);
+    }
+    return rms ? normkit_rms_norm(nullptr, a, gamma.data(), eps, b, r)
+               : normkit_layer_norm(nullptr, a, gamma.data(), beta.data(), eps, b, m, r);
+  };
+  if (run(&wt, &wyt, mean_w.data(), rstd_w.data()) != NORMKIT_SUCCESS ||
+      run(&xt, &yt, mean.data(), rstd.data()) != NORMKIT_SUCCESS) {
+    std::fprintf(stderr, "valid half norm rejected: %s\n", normkit_last_error());
+    std::abort();
+  }
+  if (std::memcmp(mean.data(), mean_w.data(), mean.size() * 4) != 0 ||
+      std::memcmp(rstd.data(), rstd_w.data(), rstd.size() * 4) != 0) {
+    Fail("half norm statistics differ from the float32 call's", 0, rstd[0], rstd_w[0]);
+  }
+  for (int64_t i = 0; i < numel; ++i) {
+    const float w = wide_y[static_cast<size_t>(i)];
+    uint32_t got = 0, want;
+    std::memcpy(&got, yp + ys * i, static_cast<size_t>(ys));
+    if (yd == NORMKIT_DTYPE_FLOAT32) {
+      std::memcpy(&want, &w, 4);
+    } else {
+      want = Narrow(w, FormatOf(yd));
+    }
+    if (got != want) Fail("half norm output is not the float32 result rounded", i, got, want);
+  }
+}
+
 }  // namespace
 }  // namespace normkit_fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 5)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 6)) {
+    case 6: normkit_fuzz::FuzzHalfNorms(in); break;
     case 5: normkit_fuzz::FuzzHalfAffine(in); break;
     case 0: normkit_fuzz::FuzzNorms(in, false); break;
     case 1: normkit_fuzz::FuzzNorms(in, true); break;
