@@ -34,7 +34,7 @@ constexpr float kSiluLo = -88.0f;
 template <class D, class V>
 HWY_INLINE V AtLeastSiluLo(D d, V v) {
 #if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
-  return hn::IfThenElse(v < hn::Set(d, kSiluLo), hn::Set(d, kSiluLo), v);
+  return hn::IfThenElse(hn::Lt(v, hn::Set(d, kSiluLo)), hn::Set(d, kSiluLo), v);
 #else
   return hn::Max(hn::Set(d, kSiluLo), v);
 #endif
@@ -47,7 +47,7 @@ HWY_INLINE V ExpOfNegClamped(D d, V v) {
   constexpr float kBiasedRound = 12582912.0f + 127.0f;  // 1.5 * 2^23 + exponent bias
   v = hn::Min(v, hn::Set(d, 87.0f));  // NaN: 87 on x86, NaN elsewhere; the product keeps it
   const auto biased = hn::MulAdd(v, hn::Set(d, -1.44269504f), hn::Set(d, kBiasedRound));
-  const auto k = biased - hn::Set(d, kBiasedRound);
+  const auto k = hn::Sub(biased, hn::Set(d, kBiasedRound));
   auto g = hn::MulAdd(k, hn::Set(d, 0.693145752f), v);  // ln2 split hi / lo
   g = hn::MulAdd(k, hn::Set(d, 1.42860677e-06f), g);
   auto p = hn::Set(d, -0.008297654f);
@@ -56,14 +56,14 @@ HWY_INLINE V ExpOfNegClamped(D d, V v) {
   p = hn::MulAdd(p, g, hn::Set(d, 0.49998894f));
   p = hn::MulAdd(p, g, hn::Set(d, -0.9999997f));
   p = hn::MulAdd(p, g, hn::Set(d, 1.0000001f));
-  return p * hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, biased)));
+  return hn::Mul(p, hn::BitCast(d, hn::ShiftLeft<23>(hn::BitCast(di, biased))));
 }
 
 template <Activation kAct, class D, class V>
 HWY_INLINE V Activate(D d, V v) {
   if constexpr (kAct == Activation::kRelu) {
     // Not Max(v, 0): x86 max returns the second operand for NaN, and NaN must survive.
-    return hn::IfThenZeroElse(v < hn::Zero(d), v);
+    return hn::IfThenZeroElse(hn::Lt(v, hn::Zero(d)), v);
   } else if constexpr (kAct == Activation::kSilu) {
     if constexpr (hn::MaxLanes(D()) < hn::MaxLanes(DF())) {
       // Partial vectors (peels, tails) go through a full one: the reciprocal estimate
@@ -83,10 +83,10 @@ HWY_INLINE V Activate(D d, V v) {
     // this one's time (1x64x56x56 G=32 NCHW SiLU, one thread), but Intel's 512-bit
     // division is slower, and a per-core choice would change bits by machine model.
     const auto vm = AtLeastSiluLo(d, v);  // the exponential's clamp too: no extra operation
-    const auto a = hn::Set(d, 1.0f) + ExpOfNegClamped(d, vm);
+    const auto a = hn::Add(hn::Set(d, 1.0f), ExpOfNegClamped(d, vm));
     const auto r0 = hn::ApproximateReciprocal(a);
-    const auto r = r0 * hn::NegMulAdd(a, r0, hn::Set(d, 2.0f));
-    return vm * r;
+    const auto r = hn::Mul(r0, hn::NegMulAdd(a, r0, hn::Set(d, 2.0f)));
+    return hn::Mul(vm, r);
   } else {
     return v;
   }

@@ -15,6 +15,7 @@
 
 #include "cpu/kernels/storage-inl.h"
 #include "cpu/kernels/store-inl.h"
+#include "cpu/kernels/vec_slots-inl.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -29,13 +30,13 @@ template <bool kScale, bool kShift, bool kCenter = false, class V>
 HWY_INLINE V ApplyAffine(V x, V scale, V shift, V center) {
   if constexpr (kCenter) {
     static_assert(kScale && kShift, "a center comes with both terms");
-    return hn::MulAdd(x - center, scale, shift);
+    return hn::MulAdd(hn::Sub(x, center), scale, shift);
   } else if constexpr (kScale && kShift) {
     return hn::MulAdd(x, scale, shift);
   } else if constexpr (kScale) {
-    return x * scale;
+    return hn::Mul(x, scale);
   } else if constexpr (kShift) {
-    return x + shift;
+    return hn::Add(x, shift);
   } else {
     return x;
   }
@@ -137,7 +138,6 @@ HWY_INLINE size_t AffinePeriodInRegisters(const TX* x, TY* y, size_t n, const fl
                                           const float* shift_rep, const float* center_rep,
                                           size_t period, bool from_memory) {
   const hn::ScalableTag<float> d;
-  using V = hn::Vec<decltype(d)>;
   const size_t lanes = hn::Lanes(d);
   const size_t vectors = period / lanes;
   size_t i = 0;
@@ -149,22 +149,22 @@ HWY_INLINE size_t AffinePeriodInRegisters(const TX* x, TY* y, size_t n, const fl
         (kCenter && kShiftHeld) || (kScaleHeld && kScale && kShift) ? kParamRegs / 2 : kParamRegs;
     const size_t step_vectors = vectors * (kCount / vectors);  // whole periods
     const size_t step = step_vectors * lanes;
-    V vscale[kCount], vshift[kCount], vcenter[kCount];
+    VecSlots<std::remove_const_t<decltype(d)>, kCount> vscale, vshift, vcenter;
     size_t scale_at[kCount];  // kCenter: where vector j's scale is in the period
     for (size_t j = 0; j < kCount; ++j) {
       const bool used = j < step_vectors;
       const size_t at = j * lanes % period;
-      vscale[j] = kScale && kScaleHeld && used ? hn::LoadU(d, scale_rep + at) : hn::Zero(d);
-      vshift[j] = kShift && kShiftHeld && used ? hn::LoadU(d, shift_rep + at) : hn::Zero(d);
-      vcenter[j] = kCenter && used ? hn::LoadU(d, center_rep + at) : hn::Zero(d);
+      vscale.Set(j, kScale && kScaleHeld && used ? hn::LoadU(d, scale_rep + at) : hn::Zero(d));
+      vshift.Set(j, kShift && kShiftHeld && used ? hn::LoadU(d, shift_rep + at) : hn::Zero(d));
+      vcenter.Set(j, kCenter && used ? hn::LoadU(d, center_rep + at) : hn::Zero(d));
       scale_at[j] = at;
     }
     const auto apply = [&](auto xv, size_t j) {
       // Without a center the scale is loaded only for periods of a step (at = j * lanes).
       const size_t at = kCenter ? scale_at[j] : j * lanes;
-      const auto s = kScaleHeld || !kScale ? vscale[j] : hn::LoadU(d, scale_rep + at);
-      const auto b = kShiftHeld || !kShift ? vshift[j] : hn::LoadU(d, shift_rep + at);
-      PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xv, s, b, vcenter[j]),
+      const auto s = kScaleHeld || !kScale ? vscale.Get(j) : hn::LoadU(d, scale_rep + at);
+      const auto b = kShiftHeld || !kShift ? vshift.Get(j) : hn::LoadU(d, shift_rep + at);
+      PutF<kStream>(d, ApplyAffine<kScale, kShift, kCenter>(xv, s, b, vcenter.Get(j)),
                     y + i + j * lanes);
     };
     for (; n - i >= step; i += step) {

@@ -66,7 +66,7 @@ int64_t FirstInvalidVarianceImpl(const float* var, int64_t channels) {
   int64_t c = 0;
   for (; c + lanes <= channels; c += lanes) {
     const auto v = hn::LoadU(d, var + c);
-    const auto valid = hn::And(v >= zero, v <= max);  // comparisons with NaN are false
+    const auto valid = hn::And(hn::Ge(v, zero), hn::Le(v, max));  // false for NaN
     if (!hn::AllTrue(d, valid)) return c + hn::FindFirstTrue(d, hn::Not(valid));
   }
   for (; c < channels; ++c) {
@@ -83,7 +83,7 @@ bool FoldIsExactImpl(const float* mean, const float* var, float eps, int64_t cha
   int64_t c = 0;
   for (; c + lanes <= channels; c += lanes) {  // FoldsExactly's operations
     const auto m = hn::Mul(hn::LoadU(d, mean + c), inverse_ratio);
-    const auto ok = hn::Mul(m, m) <= hn::Add(hn::LoadU(d, var + c), veps);
+    const auto ok = hn::Le(hn::Mul(m, m), hn::Add(hn::LoadU(d, var + c), veps));
     if (!hn::AllTrue(d, ok)) return false;
   }
   for (; c < channels; ++c) {

@@ -26,7 +26,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // 128-bit vector, transposed in registers. (8 x 8 tiles of 256-bit vectors take fewer
 // shuffles, but measured slower here: seed 003's NHWC adjoint 0.73-0.80 of memcpy
 // against 0.92-0.99, more of their loads and stores split cache lines.)
-#if HWY_TARGET != HWY_SCALAR
+#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE  // fixed 128-bit tiles
 template <class T>
 using DTile = hn::Full128<T>;
 
@@ -50,7 +50,7 @@ template <class T>
 constexpr int64_t kTileLanes = static_cast<int64_t>(hn::MaxLanes(DTile<T>()));
 #endif
 
-#if HWY_TARGET != HWY_SCALAR
+#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE  // fixed 128-bit tiles
 // Channels-last -> planes in 256-bit tiles (8 x 8 floats, 4 x 4 doubles) where the
 // target has them: half the stores and fewer shuffles per value than 128-bit tiles.
 // The forward sum along W transposes every x value once; with 128-bit tiles the
@@ -114,7 +114,7 @@ void ToPlanesT(const T* HWY_RESTRICT x, int64_t pixels, int64_t channels, int64_
                T* HWY_RESTRICT planes, int64_t plane_stride, const T* prefetch,
                int64_t prefetch_count) {
   int64_t w = 0;
-#if HWY_TARGET != HWY_SCALAR
+#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE  // fixed 128-bit tiles
   constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
   constexpr int64_t K = kTileLanes<T>;
 #if NORMKIT_WIDE_TILES
@@ -169,7 +169,7 @@ HWY_INLINE void FromPlanesWalk(int64_t pixels, int64_t channels, T* HWY_RESTRICT
     hn::StoreU(value(d1, c, w), d1, x + w * channels + c);
   };
   int64_t w = 0;
-#if HWY_TARGET != HWY_SCALAR
+#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE  // fixed 128-bit tiles
   const DTile<T> d;
   constexpr int64_t K = kTileLanes<T>;
   for (; w + K <= pixels; w += K) {
@@ -196,8 +196,8 @@ template <bool kStream, class T>
 void FromPlanesT(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s, int64_t pixels,
                  int64_t channels, T* HWY_RESTRICT x) {
   FromPlanesWalk<kStream>(pixels, channels, x, [&](auto d, int64_t c, int64_t w) {
-    const auto v = hn::Set(d, s) * hn::LoadU(d, a + c * a_stride + w);
-    return m ? v * hn::LoadU(d, m + c * m_stride + w) : v;
+    const auto v = hn::Mul(hn::Set(d, s), hn::LoadU(d, a + c * a_stride + w));
+    return m ? hn::Mul(v, hn::LoadU(d, m + c * m_stride + w)) : v;
   });
 }
 
@@ -207,7 +207,7 @@ template <class T>
 void FromPlanesAxpyT(const T* planes, int64_t plane_stride, const T* r, int64_t r_step, const T* m,
                      int64_t m_stride, T a, int64_t pixels, int64_t channels, T* HWY_RESTRICT x) {
   FromPlanesWalk<false>(pixels, channels, x, [&](auto d, int64_t c, int64_t w) {
-    const auto t = m ? hn::Set(d, a) * hn::LoadU(d, m + c * m_stride + w) : hn::Set(d, a);
+    const auto t = m ? hn::Mul(hn::Set(d, a), hn::LoadU(d, m + c * m_stride + w)) : hn::Set(d, a);
     return hn::MulAdd(t, hn::LoadU(d, r + c * r_step + w),
                       hn::LoadU(d, planes + c * plane_stride + w));
   });
@@ -218,7 +218,7 @@ void FromPlanesAxpyT(const T* planes, int64_t plane_stride, const T* r, int64_t 
 template <class T>
 void FromPlanesAny(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s, int64_t pixels,
                    int64_t channels, T* x, bool stream) {
-#if HWY_TARGET != HWY_SCALAR
+#if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE  // fixed 128-bit tiles
   if (stream && reinterpret_cast<uintptr_t>(x) % 16 == 0 && channels % kTileLanes<T> == 0) {
     FromPlanesT<true>(a, a_stride, m, m_stride, s, pixels, channels, x);
     return;

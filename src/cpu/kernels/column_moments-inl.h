@@ -37,8 +37,8 @@ HWY_INLINE void ShiftedSumsChannel(const float* HWY_RESTRICT x, size_t R, size_t
   const auto vp = hn::LoadU(d, pivot + c);
   auto w1 = hn::Zero(dw), w2 = hn::Zero(dw);
   for (size_t r = 0; r < R; ++r) {
-    const auto dev = hn::PromoteTo(dw, hn::LoadU(d, x + r * C + c) - vp);
-    w1 = w1 + dev;
+    const auto dev = hn::PromoteTo(dw, hn::Sub(hn::LoadU(d, x + r * C + c), vp));
+    w1 = hn::Add(w1, dev);
     w2 = hn::MulAdd(dev, dev, w2);
   }
   s1[c] = hn::GetLane(w1);
@@ -52,14 +52,14 @@ HWY_INLINE void AddShiftedFour(const float* HWY_RESTRICT row, V p0, V p1, V p2, 
                                V& a2, V& a3, V& b0, V& b1, V& b2, V& b3) {
   const DF d;
   const size_t N = hn::Lanes(d);
-  const auto d0 = hn::LoadU(d, row) - p0;
-  const auto d1 = hn::LoadU(d, row + N) - p1;
-  const auto d2 = hn::LoadU(d, row + 2 * N) - p2;
-  const auto d3 = hn::LoadU(d, row + 3 * N) - p3;
-  a0 = a0 + d0;
-  a1 = a1 + d1;
-  a2 = a2 + d2;
-  a3 = a3 + d3;
+  const auto d0 = hn::Sub(hn::LoadU(d, row), p0);
+  const auto d1 = hn::Sub(hn::LoadU(d, row + N), p1);
+  const auto d2 = hn::Sub(hn::LoadU(d, row + 2 * N), p2);
+  const auto d3 = hn::Sub(hn::LoadU(d, row + 3 * N), p3);
+  a0 = hn::Add(a0, d0);
+  a1 = hn::Add(a1, d1);
+  a2 = hn::Add(a2, d2);
+  a3 = hn::Add(a3, d3);
   b0 = hn::MulAdd(d0, d0, b0);
   b1 = hn::MulAdd(d1, d1, b1);
   b2 = hn::MulAdd(d2, d2, b2);
@@ -80,58 +80,65 @@ HWY_INLINE void ShiftedSumsColumns(const float* HWY_RESTRICT x, size_t R, size_t
   const size_t N = hn::Lanes(d);
   constexpr size_t K = kVectors;
   constexpr size_t kPhases = K == 1 ? 4 : K == 4 ? 1 : 2;
-  hn::Vec<DF> p[K];
-  hn::Vec<DD> ul[K], uh[K], ql[K], qh[K];
+  // Slots: the pivots; the double sums ul, uh (sums) and ql, qh (squares), each K.
+  VecSlots<DF, K> p;
+  VecSlots<DD, 4 * K> w;
+  enum : size_t { kUl = 0, kUh = K, kQl = 2 * K, kQh = 3 * K };
   for (size_t v = 0; v < K; ++v) {
-    p[v] = hn::LoadU(d, pivot + c + v * N);
-    ul[v] = uh[v] = ql[v] = qh[v] = hn::Zero(dd);
+    p.Set(v, hn::LoadU(d, pivot + c + v * N));
+    for (size_t k = 0; k < 4; ++k) w.Set(k * K + v, hn::Zero(dd));
   }
+  // The float chains of phase u, vector v: slot u * K + v.
+  VecSlots<DF, kPhases * K> a, b;
+  const auto add_row = [&](size_t row, size_t u) {
+    HWY_UNROLL(4)
+    for (size_t v = 0; v < K; ++v) {
+      const auto dev = hn::Sub(hn::LoadU(d, x + row * C + c + v * N), p.Get(v));
+      a.Set(u * K + v, hn::Add(a.Get(u * K + v), dev));
+      b.Set(u * K + v, hn::MulAdd(dev, dev, b.Get(u * K + v)));
+    }
+  };
+  const auto accumulate = [&](hn::Vec<DF> sum, size_t lo, size_t hi) {
+    auto l = w.Get(lo), h = w.Get(hi);
+    AccumulateWide(sum, l, h);
+    w.Set(lo, l);
+    w.Set(hi, h);
+  };
   for (size_t r = 0; r < R;) {
-    hn::Vec<DF> a[kPhases][K], b[kPhases][K];
-    for (size_t u = 0; u < kPhases; ++u) {
-      for (size_t v = 0; v < K; ++v) a[u][v] = b[u][v] = hn::Zero(d);
+    for (size_t k = 0; k < kPhases * K; ++k) {
+      a.Set(k, hn::Zero(d));
+      b.Set(k, hn::Zero(d));
     }
     const size_t run_end = std::min(R, r + kFlushVectors);
     for (; r + kPhases <= run_end; r += kPhases) {
       HWY_UNROLL(4)
-      for (size_t u = 0; u < kPhases; ++u) {
-        HWY_UNROLL(4)
-        for (size_t v = 0; v < K; ++v) {
-          const auto dev = hn::LoadU(d, x + (r + u) * C + c + v * N) - p[v];
-          a[u][v] = a[u][v] + dev;
-          b[u][v] = hn::MulAdd(dev, dev, b[u][v]);
-        }
-      }
+      for (size_t u = 0; u < kPhases; ++u) add_row(r + u, u);
     }
-    for (size_t u = 0; r < run_end; ++r, ++u) {  // the run's last rows, fewer than kPhases
-      for (size_t v = 0; v < K; ++v) {
-        const auto dev = hn::LoadU(d, x + r * C + c + v * N) - p[v];
-        a[u][v] = a[u][v] + dev;
-        b[u][v] = hn::MulAdd(dev, dev, b[u][v]);
-      }
-    }
+    for (size_t u = 0; r < run_end; ++r, ++u) add_row(r, u);  // fewer than kPhases left
     for (size_t v = 0; v < K; ++v) {
-      auto sa = a[0][v], sb = b[0][v];
+      auto sa = a.Get(v), sb = b.Get(v);
       if constexpr (kPhases >= 2) {
-        sa = sa + a[1][v];
-        sb = sb + b[1][v];
+        sa = hn::Add(sa, a.Get(K + v));
+        sb = hn::Add(sb, b.Get(K + v));
       }
       if constexpr (kPhases == 4) {
-        sa = sa + (a[2][v] + a[3][v]);
-        sb = sb + (b[2][v] + b[3][v]);
+        sa = hn::Add(sa, hn::Add(a.Get(2 * K + v), a.Get(3 * K + v)));
+        sb = hn::Add(sb, hn::Add(b.Get(2 * K + v), b.Get(3 * K + v)));
       }
-      AccumulateWide(sa, ul[v], uh[v]);
-      AccumulateWide(sb, ql[v], qh[v]);
+      accumulate(sa, kUl + v, kUh + v);
+      accumulate(sb, kQl + v, kQh + v);
     }
   }
   for (size_t v = 0; v < K; ++v) {
 #if HWY_TARGET == HWY_SCALAR
-    s1[c + v] = hn::GetLane(ul[v]);
-    s2[c + v] = hn::GetLane(ql[v]);
+    s1[c + v] = hn::GetLane(w.Get(kUl + v));
+    s2[c + v] = hn::GetLane(w.Get(kQl + v));
 #else
     const size_t h = hn::Lanes(dd);
-    hn::StoreU(ul[v], dd, s1 + c + v * N), hn::StoreU(uh[v], dd, s1 + c + v * N + h);
-    hn::StoreU(ql[v], dd, s2 + c + v * N), hn::StoreU(qh[v], dd, s2 + c + v * N + h);
+    hn::StoreU(w.Get(kUl + v), dd, s1 + c + v * N),
+        hn::StoreU(w.Get(kUh + v), dd, s1 + c + v * N + h);
+    hn::StoreU(w.Get(kQl + v), dd, s2 + c + v * N),
+        hn::StoreU(w.Get(kQh + v), dd, s2 + c + v * N + h);
 #endif
   }
 }
@@ -274,7 +281,8 @@ inline void SampledRowSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_
   for (; c + N <= C; c += N) {
     auto acc = hn::Zero(d);
     for (int64_t j = 0; j < samples; ++j) {
-      acc = acc + hn::LoadU(d, x + static_cast<size_t>(SampledRow(j, samples, rows)) * C + c);
+      acc =
+          hn::Add(acc, hn::LoadU(d, x + static_cast<size_t>(SampledRow(j, samples, rows)) * C + c));
     }
     hn::StoreU(acc, d, out + c);
   }
@@ -382,7 +390,7 @@ inline void ColumnMeanRstdImpl(const float* HWY_RESTRICT x, int64_t rows, int64_
   const hn::Rebind<float, DD> df;
   for (; c + hn::Lanes(dd) <= C; c += hn::Lanes(dd)) {
     const auto sum = hn::PromoteTo(dd, hn::LoadU(df, pivot + c));
-    hn::StoreU(hn::DemoteTo(df, sum / hn::Set(dd, dsamples)), df, pivot + c);
+    hn::StoreU(hn::DemoteTo(df, hn::Div(sum, hn::Set(dd, dsamples))), df, pivot + c);
   }
 #endif
   for (; c < C; ++c) pivot[c] = static_cast<float>(static_cast<double>(pivot[c]) / dsamples);

@@ -2,6 +2,13 @@
 // The vector tags the normalization kernels share, per SIMD target: DF (float), DD (the
 // doubles of DF's bits, for sums) and DH (half of DF, the halves widened to DD).
 
+// Whether a target's vectors are whole 128-bit blocks of a width fixed at compile time
+// (x86, NEON): the transposed reductions (lane-parallel short spans) rely on that
+// layout. The scalable targets (SVE) and the one-lane ones take the per-span paths.
+#ifndef NORMKIT_FIXED_BLOCKS
+#define NORMKIT_FIXED_BLOCKS (HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE)
+#endif
+
 #if defined(NORMKIT_CPU_KERNELS_FLOAT_TAGS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef NORMKIT_CPU_KERNELS_FLOAT_TAGS_INL_H_
 #undef NORMKIT_CPU_KERNELS_FLOAT_TAGS_INL_H_

@@ -17,8 +17,9 @@
 #include <cstdint>
 
 #include "core/moments.h"
-#include "cpu/kernels/group_norm.h"
 #include "cpu/kernels/float_tags-inl.h"
+#include "cpu/kernels/group_norm.h"
+#include "cpu/kernels/vec_slots-inl.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -30,12 +31,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Adds the two halves of v, widened to double, to lo and hi.
 HWY_INLINE void AccumulateWide(hn::Vec<DF> v, hn::Vec<DD>& lo, hn::Vec<DD>& hi) {
 #if HWY_TARGET == HWY_SCALAR  // one lane: no halves, and hi receives nothing
-  lo = lo + hn::PromoteTo(DD(), v);
+  lo = hn::Add(lo, hn::PromoteTo(DD(), v));
 #else
   const DD dd;
   const DH dh;
-  lo = lo + hn::PromoteTo(dd, hn::LowerHalf(dh, v));
-  hi = hi + hn::PromoteTo(dd, hn::UpperHalf(dh, v));
+  lo = hn::Add(lo, hn::PromoteTo(dd, hn::LowerHalf(dh, v)));
+  hi = hn::Add(hi, hn::PromoteTo(dd, hn::UpperHalf(dh, v)));
 #endif
 }
 
@@ -80,7 +81,7 @@ HWY_INLINE float SamplePivot(const float* x, size_t n) {
     float sum = 0.0f;
     if (n >= N) {
       auto acc = hn::LoadU(d, x);
-      for (i = N; i + N <= n; i += N) acc = acc + hn::LoadU(d, x + i);
+      for (i = N; i + N <= n; i += N) acc = hn::Add(acc, hn::LoadU(d, x + i));
       sum = hn::GetLane(hn::SumOfLanes(d, acc));
     }
     for (; i < n; ++i) sum += x[i];
@@ -88,7 +89,7 @@ HWY_INLINE float SamplePivot(const float* x, size_t n) {
   }
   auto acc = hn::Zero(d);
   for (size_t j = 0; j < kPivotVectors; ++j) {
-    acc = acc + hn::LoadU(d, x + SampledSpanOffset(j, static_cast<int64_t>(n)));
+    acc = hn::Add(acc, hn::LoadU(d, x + SampledSpanOffset(j, static_cast<int64_t>(n))));
   }
   return hn::GetLane(hn::SumOfLanes(d, acc)) / static_cast<float>(kPivotVectors * N);
 }
@@ -106,25 +107,31 @@ class ShiftedSumsAcc {
  public:
   static constexpr size_t kPairsPerRun = kFlushVectors / 2;
 
-  explicit ShiftedSumsAcc(float p) : p_(p), vp_(hn::Set(DF(), p)) {}
+  explicit ShiftedSumsAcc(float p) : p_(p) {
+    f_.Set(kPivot, hn::Set(DF(), p));
+    for (size_t k = kA1; k <= kE2; ++k) f_.Set(k, hn::Zero(DF()));
+    for (size_t k = 0; k < 4; ++k) w_.Set(k, hn::Zero(DD()));
+  }
 
   HWY_INLINE void Add(hn::Vec<DF> v0, hn::Vec<DF> v1) {
-    AddTo(v0, a1_, a2_);
-    AddTo(v1, b1_, b2_);
+    AddTo(v0, kA1, kA2);
+    AddTo(v1, kB1, kB2);
   }
 
   HWY_INLINE void AddQuad(hn::Vec<DF> v0, hn::Vec<DF> v1, hn::Vec<DF> v2, hn::Vec<DF> v3) {
-    AddTo(v0, a1_, a2_);
-    AddTo(v1, b1_, b2_);
-    AddTo(v2, c1_, c2_);
-    AddTo(v3, e1_, e2_);
+    AddTo(v0, kA1, kA2);
+    AddTo(v1, kB1, kB2);
+    AddTo(v2, kC1, kC2);
+    AddTo(v3, kE1, kE2);
   }
 
   // Pairs leave the last two chains at zero, and adding them changes no bit.
   HWY_INLINE void Flush() {
-    AccumulateWide((a1_ + b1_) + (c1_ + e1_), s1lo_, s1hi_);
-    AccumulateWide((a2_ + b2_) + (c2_ + e2_), s2lo_, s2hi_);
-    a1_ = a2_ = b1_ = b2_ = c1_ = c2_ = e1_ = e2_ = hn::Zero(DF());
+    AccumulateWide(hn::Add(hn::Add(f_.Get(kA1), f_.Get(kB1)), hn::Add(f_.Get(kC1), f_.Get(kE1))),
+                   kS1Lo, kS1Hi);
+    AccumulateWide(hn::Add(hn::Add(f_.Get(kA2), f_.Get(kB2)), hn::Add(f_.Get(kC2), f_.Get(kE2))),
+                   kS2Lo, kS2Hi);
+    for (size_t k = kA1; k <= kE2; ++k) f_.Set(k, hn::Zero(DF()));
   }
 
   // The sums of the span x[0, n), with its elements from i on (fewer than two
@@ -138,21 +145,19 @@ class ShiftedSumsAcc {
     const size_t N = hn::Lanes(d);
     if (n >= N && i < n) {
       if (n - i >= N) {
-        const auto dev = hn::LoadU(d, x + i) - vp_;
-        a1_ = a1_ + dev;
-        a2_ = hn::MulAdd(dev, dev, a2_);
+        AddDeviation(hn::Sub(hn::LoadU(d, x + i), f_.Get(kPivot)), kA1, kA2);
         i += N;
       }
       if (i < n) {
         const auto fresh = hn::Not(hn::FirstN(d, N - (n - i)));
-        const auto dev = hn::IfThenElseZero(fresh, hn::LoadU(d, x + n - N) - vp_);
-        b1_ = b1_ + dev;
-        b2_ = hn::MulAdd(dev, dev, b2_);
+        AddDeviation(hn::IfThenElseZero(fresh, hn::Sub(hn::LoadU(d, x + n - N), f_.Get(kPivot))),
+                     kB1, kB2);
         i = n;
       }
     }
     Flush();
-    double s1 = SumLanes(s1lo_ + s1hi_), s2 = SumLanes(s2lo_ + s2hi_);
+    double s1 = SumLanes(hn::Add(w_.Get(kS1Lo), w_.Get(kS1Hi)));
+    double s2 = SumLanes(hn::Add(w_.Get(kS2Lo), w_.Get(kS2Hi)));
     for (; i < n; ++i) {
       const double dev = static_cast<double>(x[i] - p_);
       s1 += dev;
@@ -163,19 +168,30 @@ class ShiftedSumsAcc {
   }
 
  private:
-  HWY_INLINE void AddTo(hn::Vec<DF> v, hn::Vec<DF>& sum, hn::Vec<DF>& squares) const {
-    const auto dev = v - vp_;
-    sum = sum + dev;
-    squares = hn::MulAdd(dev, dev, squares);
+  // The float slots: the pivot, then the chains' sums (1) and sums of squares (2).
+  enum : size_t { kPivot, kA1, kA2, kB1, kB2, kC1, kC2, kE1, kE2, kFloatSlots };
+  // The double slots: the flushed sums, each in two halves.
+  enum : size_t { kS1Lo, kS1Hi, kS2Lo, kS2Hi };
+
+  HWY_INLINE void AddTo(hn::Vec<DF> v, size_t sum, size_t squares) {
+    AddDeviation(hn::Sub(v, f_.Get(kPivot)), sum, squares);
+  }
+
+  HWY_INLINE void AddDeviation(hn::Vec<DF> dev, size_t sum, size_t squares) {
+    f_.Set(sum, hn::Add(f_.Get(sum), dev));
+    f_.Set(squares, hn::MulAdd(dev, dev, f_.Get(squares)));
+  }
+
+  HWY_INLINE void AccumulateWide(hn::Vec<DF> v, size_t lo, size_t hi) {
+    auto l = w_.Get(lo), h = w_.Get(hi);
+    kernels::HWY_NAMESPACE::AccumulateWide(v, l, h);
+    w_.Set(lo, l);
+    w_.Set(hi, h);
   }
 
   float p_;
-  hn::Vec<DF> vp_;
-  hn::Vec<DF> a1_ = hn::Zero(DF()), a2_ = hn::Zero(DF()), b1_ = hn::Zero(DF()),
-              b2_ = hn::Zero(DF()), c1_ = hn::Zero(DF()), c2_ = hn::Zero(DF()),
-              e1_ = hn::Zero(DF()), e2_ = hn::Zero(DF());
-  hn::Vec<DD> s1lo_ = hn::Zero(DD()), s1hi_ = hn::Zero(DD()), s2lo_ = hn::Zero(DD()),
-              s2hi_ = hn::Zero(DD());
+  VecSlots<DF, kFloatSlots> f_;
+  VecSlots<DD, 4> w_;
 };
 
 // kQuads: the span fed four vectors at a time to four chains (then its last pair), the
@@ -285,6 +301,26 @@ HWY_INLINE void TwoSpansMoments(const float* HWY_RESTRICT x, size_t n, Moments* 
 }
 
 #if HWY_TARGET != HWY_SCALAR
+// FromShiftedSums and ReciprocalStd of each lane (pivot p, shifted sums t1, t2 of
+// `count` values): the same operations as those scalar functions, so the same bits.
+// Stores the means and rstds; returns whether a lane's pivot was too far from its
+// mean (PivotTooFar).
+HWY_INLINE bool LanesMeanRstd(hn::Vec<DD> p, hn::Vec<DD> t1, hn::Vec<DD> t2, double count,
+                              float eps, double* HWY_RESTRICT mean, double* HWY_RESTRICT rstd) {
+  const DD dd;
+  const auto n = hn::Set(dd, count);
+  const auto m2 = hn::Sub(t2, hn::Mul(t1, hn::Div(t1, n)));
+  const auto var = hn::Div(hn::IfThenElseZero(hn::Gt(m2, hn::Zero(dd)), m2), n);
+  hn::StoreU(hn::Add(p, hn::Div(t1, n)), dd, mean);
+  hn::StoreU(
+      hn::Div(hn::Set(dd, 1.0), hn::Sqrt(hn::Add(var, hn::Set(dd, static_cast<double>(eps))))), dd,
+      rstd);
+  return !hn::AllFalse(dd, hn::Gt(hn::Mul(t1, t1), hn::Mul(hn::Set(dd, 0.5 * count), t2)));
+}
+
+#endif
+
+#if NORMKIT_FIXED_BLOCKS
 // Lane k of the result in each 128-bit block: the sum of that block's lanes of the
 // k-th argument. Every lane's four are added in the same order.
 HWY_INLINE hn::Vec<DF> BlockSumsOfFour(hn::Vec<DF> a, hn::Vec<DF> b, hn::Vec<DF> c, hn::Vec<DF> e) {
@@ -318,21 +354,6 @@ HWY_INLINE hn::Vec<D> LaneSumsOfQuads(D d, const hn::Vec<D>* quad) {
     return hn::OddEvenBlocks(h13, h02) +
            hn::OddEvenBlocks(hn::SwapAdjacentBlocks(h13), hn::SwapAdjacentBlocks(h02));
   }
-}
-
-// FromShiftedSums and ReciprocalStd of each lane (pivot p, shifted sums t1, t2 of
-// `count` values): the same operations as those scalar functions, so the same bits.
-// Stores the means and rstds; returns whether a lane's pivot was too far from its
-// mean (PivotTooFar).
-HWY_INLINE bool LanesMeanRstd(hn::Vec<DD> p, hn::Vec<DD> t1, hn::Vec<DD> t2, double count,
-                              float eps, double* HWY_RESTRICT mean, double* HWY_RESTRICT rstd) {
-  const DD dd;
-  const auto n = hn::Set(dd, count);
-  const auto m2 = t2 - t1 * (t1 / n);
-  const auto var = hn::IfThenElseZero(m2 > hn::Zero(dd), m2) / n;
-  hn::StoreU(p + t1 / n, dd, mean);
-  hn::StoreU(hn::Set(dd, 1.0) / hn::Sqrt(var + hn::Set(dd, static_cast<double>(eps))), dd, rstd);
-  return !hn::AllFalse(dd, t1 * t1 > hn::Set(dd, 0.5 * count) * t2);
 }
 
 // Whether ShortSpansMeanRstd takes spans of n elements: one vector to
@@ -511,13 +532,13 @@ inline void ShortSpansRms(const float* HWY_RESTRICT x, size_t n, size_t spans, f
   hn::Store(rstd_of(hn::PromoteTo(dd, hn::UpperHalf(dh, sums))), dd, rstd + N / 2);
   for (size_t j = 0; j < spans; ++j) rstd_out[j] = rstd[j];
 }
-#endif  // HWY_TARGET != HWY_SCALAR
+#endif  // NORMKIT_FIXED_BLOCKS
 
 inline void SpanMeanRstdEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t count, float eps,
                                  double* mean, double* rstd) {
   const size_t un = n > 0 ? static_cast<size_t>(n) : 0;
   int64_t k = 0;
-#if HWY_TARGET != HWY_SCALAR
+#if NORMKIT_FIXED_BLOCKS
   if (LaneParallelSpans(un)) {
     const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
     for (; k < count; k += N) {
@@ -559,11 +580,12 @@ inline void ChannelParametersEachImpl(const double* HWY_RESTRICT mean,
     const auto g = gamma ? hn::PromoteTo(dd, hn::LoadU(df, gamma + i)) : hn::Set(dd, 1.0);
     const auto b = beta ? hn::PromoteTo(dd, hn::LoadU(df, beta + i)) : hn::Zero(dd);
     const auto mf = hn::DemoteTo(df, m);
-    const auto sc = hn::DemoteTo(df, g * hn::LoadU(dd, rstd + i));
-    const auto residual = m - hn::PromoteTo(dd, mf);
+    const auto sc = hn::DemoteTo(df, hn::Mul(g, hn::LoadU(dd, rstd + i)));
+    const auto residual = hn::Sub(m, hn::PromoteTo(dd, mf));
     hn::StoreU(mf, df, mean_f + i);
     hn::StoreU(sc, df, scale + i);
-    hn::StoreU(hn::DemoteTo(df, b - residual * hn::PromoteTo(dd, sc)), df, shift + i);
+    hn::StoreU(hn::DemoteTo(df, hn::Sub(b, hn::Mul(residual, hn::PromoteTo(dd, sc)))), df,
+               shift + i);
   }
 #endif
   for (; i < n; ++i) {  // the same operations, one lane
@@ -603,9 +625,9 @@ inline double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
       b = hn::MulAdd(v1, v1, b);
       i += 2 * N;
     }
-    AccumulateWide((a + b) + (c + e), lo, hi);
+    AccumulateWide(hn::Add(hn::Add(a, b), hn::Add(c, e)), lo, hi);
   }
-  double sum = SumLanes(lo + hi);
+  double sum = SumLanes(hn::Add(lo, hi));
   for (; i < n; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
   return sum;
 }
@@ -613,7 +635,7 @@ inline double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
 inline void SpanRmsEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t count, float eps,
                             double* rstd) {
   int64_t k = 0;
-#if HWY_TARGET != HWY_SCALAR
+#if NORMKIT_FIXED_BLOCKS
   const size_t un = n > 0 ? static_cast<size_t>(n) : 0;
   if (LaneParallelSpans(un)) {
     const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));

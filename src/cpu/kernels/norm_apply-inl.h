@@ -21,6 +21,7 @@
 #include "cpu/kernels/moments-inl.h"
 #include "cpu/kernels/storage-inl.h"
 #include "cpu/kernels/store-inl.h"
+#include "cpu/kernels/vec_slots-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
@@ -66,7 +67,7 @@ template <Activation kAct>
 HWY_INLINE hn::Vec<DF> NormOf(const float* HWY_RESTRICT x, hn::Vec<DF> mean, hn::Vec<DF> scale,
                               hn::Vec<DF> shift) {
   const DF d;
-  return Activate<kAct>(d, hn::MulAdd(hn::LoadU(d, x) - mean, scale, shift));
+  return Activate<kAct>(d, hn::MulAdd(hn::Sub(hn::LoadU(d, x), mean), scale, shift));
 }
 
 // y[i] = act((x[i] - mean[i]) * scale[i] + shift[i]) for i < n (MapSpan: NormOf's
@@ -75,7 +76,7 @@ template <Activation kAct, bool kStream>
 HWY_INLINE void NormSpan(const float* x, float* y, size_t n, const float* mean, const float* scale,
                          const float* shift) {
   MapSpan<kStream>(x, y, n, [&](auto d, size_t c, auto v) {
-    const auto dev = v - hn::LoadU(d, mean + c);
+    const auto dev = hn::Sub(v, hn::LoadU(d, mean + c));
     return Activate<kAct>(d, hn::MulAdd(dev, hn::LoadU(d, scale + c), hn::LoadU(d, shift + c)));
   });
 }
@@ -106,7 +107,7 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
   size_t off = offset;  // its offset in that plane
   size_t i = 0;
   const auto one = [&] {
-    const auto v = hn::LoadU(d1, x + i) - hn::Set(d1, mean[j]);
+    const auto v = hn::Sub(hn::LoadU(d1, x + i), hn::Set(d1, mean[j]));
     hn::StoreU(Activate<kAct>(d1, hn::MulAdd(v, hn::Set(d1, scale[j]), hn::Set(d1, shift[j]))), d1,
                y + i);
     ++i;
@@ -130,8 +131,8 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
         // few vectors in flight one at a time.
         for (; k + 2 * N <= run; k += 2 * N) {
           // Both loads first: through NormOf each sat inside its chain (4% slower).
-          const auto v0 = hn::MulAdd(hn::LoadU(d, x + i + k) - vmean, vs, vb);
-          const auto v1 = hn::MulAdd(hn::LoadU(d, x + i + k + N) - vmean, vs, vb);
+          const auto v0 = hn::MulAdd(hn::Sub(hn::LoadU(d, x + i + k), vmean), vs, vb);
+          const auto v1 = hn::MulAdd(hn::Sub(hn::LoadU(d, x + i + k + N), vmean), vs, vb);
           const auto a0 = Activate<kAct>(d, v0);
           const auto a1 = Activate<kAct>(d, v1);
           put(a0, i + k);
@@ -229,11 +230,11 @@ HWY_INLINE void NormNarrowRowsT(const float* x, float* y, size_t rows, const Nor
   const DF d;
   const size_t N = hn::Lanes(d);
   constexpr size_t K = kVectors;
-  hn::Vec<DF> m[K], s[K], b[K];
+  VecSlots<DF, K> m, s, b;
   for (size_t v = 0; v < K; ++v) {
-    m[v] = hn::LoadU(d, p.mean + v * N);
-    s[v] = hn::LoadU(d, p.scale + v * N);
-    b[v] = hn::LoadU(d, p.shift + v * N);
+    m.Set(v, hn::LoadU(d, p.mean + v * N));
+    s.Set(v, hn::LoadU(d, p.scale + v * N));
+    b.Set(v, hn::LoadU(d, p.shift + v * N));
   }
   // Steps of four vectors (whole rows), their loads before their stores.
   constexpr size_t kRowsPerStep = K == 3 ? 4 : 4 / K;  // four vectors or 12
@@ -242,20 +243,20 @@ HWY_INLINE void NormNarrowRowsT(const float* x, float* y, size_t rows, const Nor
   const size_t n = rows * K * N;
   size_t i = 0;
   for (; i + step <= n; i += step) {
-    hn::Vec<DF> v[kStepVectors];
+    VecSlots<DF, kStepVectors> v;
     HWY_UNROLL(12)
-    for (size_t j = 0; j < kStepVectors; ++j) v[j] = hn::LoadU(d, x + i + j * N);
+    for (size_t j = 0; j < kStepVectors; ++j) v.Set(j, hn::LoadU(d, x + i + j * N));
     HWY_UNROLL(12)
     for (size_t j = 0; j < kStepVectors; ++j) {
       const size_t c = j % K;
-      const auto r = Activate<kAct>(d, hn::MulAdd(v[j] - m[c], s[c], b[c]));
+      const auto r = Activate<kAct>(d, hn::MulAdd(hn::Sub(v.Get(j), m.Get(c)), s.Get(c), b.Get(c)));
       PutVector<kStream>(DF(), r, y + i + j * N);
     }
   }
   for (; i < n; i += K * N) {
     HWY_UNROLL(4)
     for (size_t c = 0; c < K; ++c)
-      NormVector<kAct, kStream>(x + i + c * N, y + i + c * N, m[c], s[c], b[c]);
+      NormVector<kAct, kStream>(x + i + c * N, y + i + c * N, m.Get(c), s.Get(c), b.Get(c));
   }
 }
 
@@ -409,13 +410,13 @@ template <bool kGamma, bool kBeta, bool kStream, class TY>
 inline void RowNormT(const float* x, TY* y, size_t n, float mean, float rstd, float offset,
                      const float* gamma, const float* beta) {
   MapSpan<kStream>(x, y, n, [&](auto d, size_t c, auto v) {
-    const auto t = hn::MulAdd(v - hn::Set(d, mean), hn::Set(d, rstd), hn::Set(d, offset));
+    const auto t = hn::MulAdd(hn::Sub(v, hn::Set(d, mean)), hn::Set(d, rstd), hn::Set(d, offset));
     if constexpr (kGamma && kBeta) {
       return hn::MulAdd(t, hn::LoadU(d, gamma + c), hn::LoadU(d, beta + c));
     } else if constexpr (kGamma) {
-      return t * hn::LoadU(d, gamma + c);
+      return hn::Mul(t, hn::LoadU(d, gamma + c));
     } else if constexpr (kBeta) {
-      return t + hn::LoadU(d, beta + c);
+      return hn::Add(t, hn::LoadU(d, beta + c));
     } else {
       return t;
     }

@@ -14,6 +14,7 @@
 // clang-format on
 #include "cpu/kernels/channel_planes-inl.h"
 #include "cpu/kernels/store-inl.h"
+#include "cpu/kernels/vec_slots-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace normkit {
@@ -53,7 +54,7 @@ void AccumulateT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RESTRI
   } else {
     ForRow<T>(n, [&](auto d, size_t i) {
       request(d, i);
-      hn::StoreU(hn::LoadU(d, y + i) + hn::LoadU(d, x + i), d, y + i);
+      hn::StoreU(hn::Add(hn::LoadU(d, y + i), hn::LoadU(d, x + i)), d, y + i);
     });
   }
 }
@@ -109,7 +110,7 @@ void PhasesT(const ShiftSumPhaseRow<T>& s) {
       });
     } else {
       ForRow<T>(C, [&](auto d, size_t i) {
-        hn::StoreU(hn::LoadU(d, y + i) + hn::LoadU(d, x + i), d, y + i);
+        hn::StoreU(hn::Add(hn::LoadU(d, y + i), hn::LoadU(d, x + i)), d, y + i);
       });
     }
   }
@@ -132,8 +133,8 @@ void SumPlanesT(const ShiftSumPlanesRow<T>& r) {
     int64_t lanes[B];  // of each block within [y_begin, y_end): N, fewer, or none
     for (int64_t k = 0; k < B; ++k)
       lanes[k] = std::max<int64_t>(0, std::min(N, r.y_end - j - k * N));
-    hn::Vec<decltype(d)> acc[B];
-    for (int64_t k = 0; k < B; ++k) acc[k] = hn::Zero(d);
+    VecSlots<hn::ScalableTag<T>, B> acc;
+    for (int64_t k = 0; k < B; ++k) acc.Set(k, hn::Zero(d));
     const int64_t span = std::min(B * N, r.y_end - j);
     for (int64_t c = 0; c < r.channels; ++c) {
       const int64_t i = j - (r.offset0 + c * r.step);  // the first block's first x position
@@ -144,17 +145,17 @@ void SumPlanesT(const ShiftSumPlanesRow<T>& r) {
       if (r.m) {
         const T* m = r.m + c * r.m_channel_stride + i;
         for (int64_t k = 0; k < B; ++k)
-          acc[k] = hn::MulAdd(hn::LoadU(d, m + k * N), hn::LoadU(d, x + k * N), acc[k]);
+          acc.Set(k, hn::MulAdd(hn::LoadU(d, m + k * N), hn::LoadU(d, x + k * N), acc.Get(k)));
       } else {
-        for (int64_t k = 0; k < B; ++k) acc[k] = acc[k] + hn::LoadU(d, x + k * N);
+        for (int64_t k = 0; k < B; ++k) acc.Set(k, hn::Add(acc.Get(k), hn::LoadU(d, x + k * N)));
       }
     }
     for (int64_t k = 0; k < B; ++k) {
-      if (r.scale != T(1)) acc[k] = acc[k] * hn::Set(d, r.scale);
+      if (r.scale != T(1)) acc.Set(k, hn::Mul(acc.Get(k), hn::Set(d, r.scale)));
       if (lanes[k] == N) {
-        hn::StoreU(acc[k], d, r.y + j + k * N);
+        hn::StoreU(acc.Get(k), d, r.y + j + k * N);
       } else if (lanes[k] > 0) {
-        hn::Store(acc[k], d, part);
+        hn::Store(acc.Get(k), d, part);
         std::copy(part, part + lanes[k], r.y + j + k * N);
       }
     }
@@ -232,21 +233,25 @@ void SkewT(const ShiftSumSkewRows<T>& s) {
       t0[p] = step > 0 ? phase + p + a * (pixels - 1) : phase + p;
       for (int r = 0; r < R; ++r) ys[r][p] = s.y[r] + t0[p] + offset0 + (C - 1) * step;
     }
-    V acc[R][P][NB];
+    // Block k of row r, phase p: slot (r * P + p) * NB + k.
+    VecSlots<hn::ScalableTag<T>, R * P * NB> acc;
+    const auto at = [](int r, int p, int k) { return static_cast<size_t>((r * P + p) * NB + k); };
     for (int r = 0; r < R; ++r)
       for (int p = 0; p < P; ++p)
-        for (int k = 0; k < NB; ++k) acc[r][p][k] = hn::Zero(d);
+        for (int k = 0; k < NB; ++k) acc.Set(at(r, p, k), hn::Zero(d));
     // One step: every partial sum moves one channel up, and the top lane of the last
     // block, a finished y element, leaves.
     const auto advance = [&](int64_t q) HWY_ATTR {
       for (int r = 0; r < R; ++r) {
         for (int p = 0; p < P; ++p) {
-          V moved[NB];
+          VecSlots<hn::ScalableTag<T>, NB> moved;
           for (int k = 0; k < NB; ++k)
-            moved[k] = hn::TableLookupLanes(acc[r][p][k], k == NB - 1 ? rotate_last : rotate);
-          ys[r][p][q * dt] = hn::GetLane(moved[NB - 1]) * scale;
-          acc[r][p][0] = hn::IfThenZeroElse(lane0, moved[0]);
-          for (int k = 1; k < NB; ++k) acc[r][p][k] = hn::IfThenElse(lane0, moved[k - 1], moved[k]);
+            moved.Set(
+                k, hn::TableLookupLanes(acc.Get(at(r, p, k)), k == NB - 1 ? rotate_last : rotate));
+          ys[r][p][q * dt] = hn::GetLane(moved.Get(NB - 1)) * scale;
+          acc.Set(at(r, p, 0), hn::IfThenZeroElse(lane0, moved.Get(0)));
+          for (int k = 1; k < NB; ++k)
+            acc.Set(at(r, p, k), hn::IfThenElse(lane0, moved.Get(k - 1), moved.Get(k)));
         }
       }
     };
@@ -260,9 +265,10 @@ void SkewT(const ShiftSumSkewRows<T>& s) {
           if constexpr (kMask) {
             const V m = hn::Set(d, ms[r][t]);
             for (int k = 0; k < NB; ++k)
-              acc[r][p][k] = hn::MulAdd(m, hn::LoadU(d, x + k * L), acc[r][p][k]);
+              acc.Set(at(r, p, k), hn::MulAdd(m, hn::LoadU(d, x + k * L), acc.Get(at(r, p, k))));
           } else {
-            for (int k = 0; k < NB; ++k) acc[r][p][k] = acc[r][p][k] + hn::LoadU(d, x + k * L);
+            for (int k = 0; k < NB; ++k)
+              acc.Set(at(r, p, k), hn::Add(acc.Get(at(r, p, k)), hn::LoadU(d, x + k * L)));
           }
         }
       }
@@ -340,23 +346,25 @@ void SkewAxpyT(const ShiftSumSkewAxpyRows<T>& s) {
   }
   HWY_ALIGN T lanes[HWY_MAX_BYTES / sizeof(T)];
   for (int64_t phase = 0; phase < a && phase < W; ++phase) {
-    V g[R][NB];
+    VecSlots<hn::ScalableTag<T>, R * NB> g;  // block k of row r: slot r * NB + k
     for (int r = 0; r < R; ++r)
       for (int k = 0; k < NB; ++k) {
         for (int64_t j = 0; j < L; ++j) lanes[j] = rs[r][phase + (first[k] + j) * step];
-        g[r][k] = hn::Load(d, lanes);
+        g.Set(r * NB + k, hn::Load(d, lanes));
       }
     for (int64_t t = phase; t < W; t += a) {
       for (int r = 0; r < R; ++r) {
         T* x = xs[r] + t * C;
         const V f = hn::Set(d, kMask ? s.a * ms[r][t] : s.a);
-        V v[NB];
-        for (int k = 0; k < NB; ++k) v[k] = hn::LoadU(d, x + first[k]);
-        for (int k = 0; k < NB; ++k) hn::StoreU(hn::MulAdd(f, g[r][k], v[k]), d, x + first[k]);
+        VecSlots<hn::ScalableTag<T>, NB> v;
+        for (int k = 0; k < NB; ++k) v.Set(k, hn::LoadU(d, x + first[k]));
+        for (int k = 0; k < NB; ++k)
+          hn::StoreU(hn::MulAdd(f, g.Get(r * NB + k), v.Get(k)), d, x + first[k]);
         if (t + a < W) {
           for (int k = 0; k < NB; ++k) {
             const T in = rs[r][t + a + (first[k] + fresh_lane) * step];
-            g[r][k] = hn::IfThenElse(fresh, hn::Set(d, in), hn::TableLookupLanes(g[r][k], move));
+            g.Set(r * NB + k, hn::IfThenElse(fresh, hn::Set(d, in),
+                                             hn::TableLookupLanes(g.Get(r * NB + k), move)));
           }
         }
       }
@@ -399,8 +407,8 @@ void ScaledProductT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RES
   const hn::CappedTag<T, 1> d1;
   const size_t N = hn::Lanes(d);
   const auto one = [&](auto dt, size_t i) {
-    const auto v = hn::Set(dt, s) * hn::LoadU(dt, x + i);
-    PutVector<kStream>(dt, m ? v * hn::LoadU(dt, m + i) : v, y + i);
+    const auto v = hn::Mul(hn::Set(dt, s), hn::LoadU(dt, x + i));
+    PutVector<kStream>(dt, m ? hn::Mul(v, hn::LoadU(dt, m + i)) : v, y + i);
   };
   size_t i = 0;
   if constexpr (kStream) {  // Stream needs aligned addresses: peel to the next one
@@ -423,11 +431,11 @@ void PhasesAdjointT(const ShiftSumPhaseAdjointRow<T>& s) {
     const T mt = s.m ? s.m[t] : T(1);
     const auto one = [&](auto dt, size_t i) {
       if constexpr (kUpdate) {
-        const auto a = s.m ? hn::Set(dt, s.scale) * hn::Set(dt, mt) : hn::Set(dt, s.scale);
+        const auto a = s.m ? hn::Mul(hn::Set(dt, s.scale), hn::Set(dt, mt)) : hn::Set(dt, s.scale);
         hn::StoreU(hn::MulAdd(a, hn::LoadU(dt, src + i), hn::LoadU(dt, dst + i)), dt, dst + i);
       } else {
-        const auto v = hn::Set(dt, s.scale) * hn::LoadU(dt, src + i);
-        PutVector<kStream>(dt, s.m ? v * hn::Set(dt, mt) : v, dst + i);
+        const auto v = hn::Mul(hn::Set(dt, s.scale), hn::LoadU(dt, src + i));
+        PutVector<kStream>(dt, s.m ? hn::Mul(v, hn::Set(dt, mt)) : v, dst + i);
       }
     };
     size_t i = 0;
@@ -441,8 +449,9 @@ void PhasesAdjointT(const ShiftSumPhaseAdjointRow<T>& s) {
 
 template <class T>
 void ScaleT(T* HWY_RESTRICT y, T s, size_t n) {
-  ForRow<T>(n,
-            [&](auto d, size_t i) { hn::StoreU(hn::Set(d, s) * hn::LoadU(d, y + i), d, y + i); });
+  ForRow<T>(n, [&](auto d, size_t i) {
+    hn::StoreU(hn::Mul(hn::Set(d, s), hn::LoadU(d, y + i)), d, y + i);
+  });
 }
 
 template <class T>
@@ -453,8 +462,9 @@ void AddSquaresT(T* HWY_RESTRICT p, const T* HWY_RESTRICT m, size_t n) {
       hn::StoreU(hn::MulAdd(v, v, hn::LoadU(d, p + i)), d, p + i);
     });
   } else {
-    ForRow<T>(
-        n, [&](auto d, size_t i) { hn::StoreU(hn::LoadU(d, p + i) + hn::Set(d, T(1)), d, p + i); });
+    ForRow<T>(n, [&](auto d, size_t i) {
+      hn::StoreU(hn::Add(hn::LoadU(d, p + i), hn::Set(d, T(1))), d, p + i);
+    });
   }
 }
 
@@ -464,7 +474,7 @@ void DivideT(T* z, const T* y, const T* HWY_RESTRICT p, T a, T b, size_t n) {
     const auto den = hn::MulAdd(hn::Set(d, a), hn::LoadU(d, p + i), hn::Set(d, b));
     const auto nonzero = hn::Ne(den, hn::Zero(d));
     // Divide by 1 where the denominator is 0, then zero those lanes: never 0/0.
-    const auto q = hn::LoadU(d, y + i) / hn::IfThenElse(nonzero, den, hn::Set(d, T(1)));
+    const auto q = hn::Div(hn::LoadU(d, y + i), hn::IfThenElse(nonzero, den, hn::Set(d, T(1))));
     hn::StoreU(hn::IfThenElseZero(nonzero, q), d, z + i);
   });
 }
@@ -475,11 +485,11 @@ void GapResidualT(T* HWY_RESTRICT r, const T* HWY_RESTRICT y, const T* HWY_RESTR
                   T b, size_t n) {
   ForRow<T>(n, [&](auto d, size_t i) {
     auto v = hn::LoadU(d, r + i);
-    if constexpr (kScale) v = hn::Set(d, scale) * v;
-    v = hn::LoadU(d, y + i) - v;
+    if constexpr (kScale) v = hn::Mul(hn::Set(d, scale), v);
+    v = hn::Sub(hn::LoadU(d, y + i), v);
     const auto den = hn::MulAdd(hn::Set(d, a), hn::LoadU(d, p + i), hn::Set(d, b));
     const auto nonzero = hn::Ne(den, hn::Zero(d));
-    const auto q = v / hn::IfThenElse(nonzero, den, hn::Set(d, T(1)));
+    const auto q = hn::Div(v, hn::IfThenElse(nonzero, den, hn::Set(d, T(1))));
     hn::StoreU(hn::IfThenElseZero(nonzero, q), d, r + i);
   });
 }
@@ -489,7 +499,7 @@ void DivideByMaskT(T* HWY_RESTRICT x, const T* HWY_RESTRICT z, const T* HWY_REST
   ForRow<T>(n, [&](auto d, size_t i) {
     const auto mv = hn::LoadU(d, m + i);
     const auto nonzero = hn::Ne(mv, hn::Zero(d));
-    const auto q = hn::LoadU(d, z + i) / hn::IfThenElse(nonzero, mv, hn::Set(d, T(1)));
+    const auto q = hn::Div(hn::LoadU(d, z + i), hn::IfThenElse(nonzero, mv, hn::Set(d, T(1))));
     hn::StoreU(hn::IfThenElseZero(nonzero, q), d, x + i);
   });
 }
@@ -497,7 +507,7 @@ void DivideByMaskT(T* HWY_RESTRICT x, const T* HWY_RESTRICT z, const T* HWY_REST
 template <class T>
 void AxpyT(T* HWY_RESTRICT x, const T* HWY_RESTRICT r, const T* HWY_RESTRICT m, T a, size_t n) {
   ForRow<T>(n, [&](auto d, size_t i) {
-    const auto t = m ? hn::Set(d, a) * hn::LoadU(d, m + i) : hn::Set(d, a);
+    const auto t = m ? hn::Mul(hn::Set(d, a), hn::LoadU(d, m + i)) : hn::Set(d, a);
     hn::StoreU(hn::MulAdd(t, hn::LoadU(d, r + i), hn::LoadU(d, x + i)), d, x + i);
   });
 }

@@ -160,7 +160,13 @@ HWY_INLINE void StoreF(D d, hn::Vec<D> v, T* p) {
 template <bool kStream, class D, typename T>
 HWY_INLINE void PutF(D d, hn::Vec<D> v, T* p) {
   constexpr bool kWhole = !HWY_ARCH_X86 || sizeof(T) * hn::MaxLanes(D()) >= 16;
-  PutVector<kStream && kWhole>(hn::Rebind<T, D>(), Narrowed(d, v, static_cast<const T*>(p)), p);
+  const auto narrowed = Narrowed(d, v, static_cast<const T*>(p));
+  if constexpr (sizeof(T) == 2) {  // as integers: SVE has no Stream of 16-bit floats
+    const hn::Rebind<uint16_t, D> du16;
+    PutVector<kStream && kWhole>(du16, hn::BitCast(du16, narrowed), reinterpret_cast<uint16_t*>(p));
+  } else {
+    PutVector<kStream && kWhole>(hn::Rebind<T, D>(), narrowed, p);
+  }
 }
 
 // Stores lanes [kept, Lanes(d)) of v at p, keeping the first `kept` elements there: the
