@@ -27,6 +27,9 @@ template <class D, size_t K>
 class VecSlots {
  public:
   using V = hn::Vec<D>;
+  // Declared here, inside the target's attribute region: an implicit constructor would
+  // not carry the target's attributes, and GCC then refuses to inline the vectors' own.
+  HWY_INLINE VecSlots() {}
 #if HWY_HAVE_SCALABLE
   HWY_INLINE V Get(size_t k) const {
     return hn::Load(D(), lanes_ + k * kStride);
