@@ -85,8 +85,16 @@ HWY_INLINE V Activate(D d, V v) {
     const auto vm = AtLeastSiluLo(d, v);  // the exponential's clamp too: no extra operation
     const auto a = hn::Add(hn::Set(d, 1.0f), ExpOfNegClamped(d, vm));
     const auto r0 = hn::ApproximateReciprocal(a);
-    const auto r = hn::Mul(r0, hn::NegMulAdd(a, r0, hn::Set(d, 2.0f)));
+    auto r = hn::Mul(r0, hn::NegMulAdd(a, r0, hn::Set(d, 2.0f)));
+#if HWY_ARCH_ARM
+    // ARM's estimate has 8 bits (x86's 12): a second Newton step for the same bound, and
+    // NaN kept explicitly (NEON's minimum of NaN and 87 is 87: the estimate of a
+    // finite a then carries no NaN into the product on every path).
+    r = hn::Mul(r, hn::NegMulAdd(a, r, hn::Set(d, 2.0f)));
+    return hn::IfThenElse(hn::IsNaN(v), v, hn::Mul(vm, r));
+#else
     return hn::Mul(vm, r);
+#endif
   } else {
     return v;
   }
