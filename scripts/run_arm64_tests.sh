@@ -46,6 +46,8 @@ tests="$dir/tests/normkit_tests"
 # Large tensors: minutes each under emulation.
 large='*Large*:*FromMemory*:Streaming.*:Concurrency.*:ShiftSum.SeedChannelCounts'
 large+=':Affine.LargeOutputStreamingPath:*AffineChannelsLastPeriodsOnEveryTarget'
+# Tests of threads themselves (pool, host pools, thread creation): they need real threads.
+large+=':ApiEdges.ThreadCreation*:ThreadPool.*:HostPool.*:Context*'
 targets='SimdTargets.*:HalfConversions.*:GoldenVectors.*:ShiftSum.PhaseWalksOnEveryTarget'
 run() {  # name, cpu, gtest filter
   echo "=== aarch64 $1 (qemu -cpu $2)"
