@@ -16,4 +16,7 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE BOTH)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
-set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static -L /usr/aarch64-linux-gnu)
+# qemu loads the arm64 multiarch glibc (libc6:arm64, which libhwy-dev:arm64 brings): under
+# qemu-user, the cross toolchain's own copy in /usr/aarch64-linux-gnu hangs in
+# pthread_create (a five-line std::thread program does; the multiarch one runs it).
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static -L /)
