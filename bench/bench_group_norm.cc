@@ -25,8 +25,7 @@ const char* NormName(Norm op) {
   return "?";
 }
 
-// dtype: of x and y (bfloat16 / float16: layer and RMS norm; the reference then moves the
-// op's own bytes).
+// dtype: of x and y (bfloat16 / float16: the reference then moves the op's own bytes).
 void RunNorm(benchmark::State& state, Norm op, std::vector<int64_t> shape, int64_t groups,
              normkit_layout layout, int32_t activation, bool in_place, int threads,
              int32_t dtype = NORMKIT_DTYPE_FLOAT32) {
@@ -133,6 +132,13 @@ int RegisterAll() {
         for (int t : thread_counts)
           Register("rows", op, shape, 0, NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_ACTIVATION_NONE,
                    false, t, dtype);
+  // Half group norm: the seed shapes (51 and 103 MB in bfloat16) and an edge shape.
+  for (int32_t dtype : {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT16})
+    for (const auto& s : {group_shapes[0], group_shapes[1], group_shapes[3]})
+      for (auto layout : layouts)
+        for (int32_t act : {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_SILU})
+          for (int t : thread_counts)
+            Register(s.group, Norm::kGroup, s.shape, s.groups, layout, act, false, t, dtype);
   return 0;
 }
 const int registered = RegisterAll();
