@@ -120,8 +120,7 @@ typedef void (*normkit_parallel_for_fn)(void* pool, int64_t n,
  * other context. Calls on CUDA tensors ignore it. Errors: INVALID_ARGUMENT if `out` or
  * `parallel_for` is NULL or num_threads is not in [1, NORMKIT_MAX_THREADS]. */
 NORMKIT_API normkit_status normkit_context_create_with_parallel_for(
-    int32_t num_threads, normkit_parallel_for_fn parallel_for, void* pool,
-    normkit_context** out);
+    int32_t num_threads, normkit_parallel_for_fn parallel_for, void* pool, normkit_context** out);
 
 /* Destroys a context. NULL is accepted and ignored. */
 NORMKIT_API void normkit_context_destroy(normkit_context* context);
