@@ -9,6 +9,7 @@
 // double, the norms bitwise against the float32 call on the widened values. Any
 // disagreement aborts with what and where.
 #include <cfloat>
+#include <utility>
 
 #include "fuzz_common.h"
 #include "half_reference.h"
@@ -301,6 +302,18 @@ void FuzzFoldAliasing(FuzzedDataProvider& in) {
   }
 }
 
+// The dtype pairs (x, y) of half storage: one half dtype, or one side float32.
+std::pair<int32_t, int32_t> PickHalfPair(FuzzedDataProvider& in) {
+  static const int32_t kPairs[6][2] = {{NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16},
+                                       {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_FLOAT16},
+                                       {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16},
+                                       {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT16},
+                                       {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT32},
+                                       {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32}};
+  const int32_t* pair = kPairs[in.ConsumeIntegralInRange<int>(0, 5)];
+  return {pair[0], pair[1]};
+}
+
 // Affine in half storage (every supported pair of dtypes, either layout, in place for one
 // dtype, data at any element offset): each output within one unit of its format of the
 // double result rounded to it (float32 outputs: within float32 rounding), NaN where the
@@ -310,14 +323,8 @@ void FuzzHalfAffine(FuzzedDataProvider& in) {
   using normkit_test::Encode;
   using normkit_test::FormatOf;
   using normkit_test::Narrow;
-  static const int32_t kPairs[6][2] = {{NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16},
-                                       {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_FLOAT16},
-                                       {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16},
-                                       {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT16},
-                                       {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT32},
-                                       {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32}};
-  const int32_t* pair = kPairs[in.ConsumeIntegralInRange<int>(0, 5)];
-  const int32_t xd = pair[0], yd = pair[1];
+  const std::pair<int32_t, int32_t> pair = PickHalfPair(in);
+  const int32_t xd = pair.first, yd = pair.second;
   const int64_t N = in.ConsumeIntegralInRange<int64_t>(1, 3);
   const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 40);
   const int64_t S = in.ConsumeIntegralInRange<int64_t>(1, 200);
@@ -402,14 +409,8 @@ void FuzzHalfAffine(FuzzedDataProvider& in) {
 void FuzzHalfNorms(FuzzedDataProvider& in) {
   using normkit_test::FormatOf;
   using normkit_test::Narrow;
-  static const int32_t kPairs[6][2] = {{NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16},
-                                       {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_FLOAT16},
-                                       {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16},
-                                       {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT16},
-                                       {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT32},
-                                       {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32}};
-  const int32_t* pair = kPairs[in.ConsumeIntegralInRange<int>(0, 5)];
-  const int32_t xd = pair[0], yd = pair[1];
+  const std::pair<int32_t, int32_t> pair = PickHalfPair(in);
+  const int32_t xd = pair.first, yd = pair.second;
   const bool rows = in.ConsumeBool();
   const int64_t N = in.ConsumeIntegralInRange<int64_t>(1, 3);
   const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 24);
