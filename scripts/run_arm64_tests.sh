@@ -47,6 +47,7 @@ tests="$dir/tests/normkit_tests"
 large='*Large*:*FromMemory*:Streaming.*:ShiftSum.SeedChannelCounts'
 large+=':Affine.LargeOutputStreamingPath:*AffineChannelsLastPeriodsOnEveryTarget'
 targets='SimdTargets.*:HalfConversions.*:GoldenVectors.*:ShiftSum.PhaseWalksOnEveryTarget'
+targets+=':FloatEdges.*OnEveryTarget:GroupNorm.SiluWithinAFewUlpsOverItsRange'
 targets+='-*AffineChannelsLastPeriodsOnEveryTarget'  # minutes under SVE emulation
 run() {  # name, cpu, gtest filter
   echo "=== aarch64 $1 (qemu -cpu $2)"
