@@ -65,6 +65,11 @@ struct AffinePeriodicJob {
 void AffineBroadcast(const AffineBroadcastJob& job, int64_t begin, int64_t end);
 void AffinePeriodic(const AffinePeriodicJob& job, int64_t begin, int64_t end);
 
+// The same for jobs with half storage on either side (AffineBroadcast / AffinePeriodic
+// hand them over): their own translation unit, kernels/affine_half.cc.
+void AffineBroadcastHalf(const AffineBroadcastJob& job, int64_t begin, int64_t end);
+void AffinePeriodicHalf(const AffinePeriodicJob& job, int64_t begin, int64_t end);
+
 // float32 lanes of the dispatched target's vectors (rep padding and period minimum).
 size_t AffineLanes();
 
