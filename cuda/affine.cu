@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // CUDA affine: y = x * scale + shift, per channel or per sample and channel, either
 // layout; one fused multiply-add per element, as on CPU, so every launch shape gives the
-// same bits. Tensors below 2^31 elements run the flat kernel: 4 floats per load where
-// the layout allows it, 4 loads in flight per thread before any store (a memory-bound
-// kernel needs that many bytes in flight to reach copy speed), and the parameter index
-// from 32-bit multiply-high divisions. Larger tensors take the 64-bit chunked kernel.
+// same bits. x and y are float32, bfloat16 or float16 (cuda/storage.h: float math, each
+// result rounded to nearest-even, as on CPU). Tensors below 2^31 elements run the flat
+// kernel: 16 bytes per load where the layout allows it, 4 loads in flight per thread before any
+// store (a memory-bound kernel needs that many bytes in flight to reach copy speed), and the
+// parameter index from 32-bit multiply-high divisions. Larger tensors take the 64-bit chunked
+// kernel.
 
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "cuda/affine_math.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
+#include "cuda/storage.h"
 
 namespace normkit {
 namespace cuda {
@@ -30,48 +33,73 @@ __device__ float AffineOf(float x, const float* center, const float* scale, cons
   return fmaf(x - Param(center, p, 0.0f), Param(scale, p, 1.0f), Param(shift, p, 0.0f));
 }
 
-// Items (float4 vectors, or floats) [block * kFlatBlockItems, +kFlatBlockItems), thread t
-// taking t, t + kBlockThreads, ...; `count` items in the tensor.
-template <bool kVector>
-__global__ void AffineFlatKernel(const float* x, float* y, const float* center, const float* scale,
+// kLanes elements of T moved as one load or store (16 bytes: float4, or 8 halves).
+template <class T, int kLanes>
+struct alignas(kLanes * sizeof(T)) Lanes {
+  T v[kLanes];
+};
+
+// The kLanes parameters p, p + 1, ... of a channels-last vector (p a multiple of kLanes,
+// the array 16-byte aligned): float4 loads instead of kLanes scalar ones (half vectors
+// carry 8 channels in 16 bytes, and 16 scalar parameter loads a vector made the NHWC
+// kernel issue-bound at half the copy's speed).
+template <int kLanes>
+__device__ void ParamLanes(const float* a, uint32_t p, float absent, float (&out)[kLanes]) {
+  if (a == nullptr) {
+#pragma unroll
+    for (int l = 0; l < kLanes; ++l) out[l] = absent;
+    return;
+  }
+  const auto* v = reinterpret_cast<const float4*>(a + p);
+#pragma unroll
+  for (int q = 0; q < kLanes / 4; ++q) {
+    const float4 f = v[q];
+    out[4 * q] = f.x, out[4 * q + 1] = f.y, out[4 * q + 2] = f.z, out[4 * q + 3] = f.w;
+  }
+}
+
+// Items (vectors of kLanes elements) [block * kFlatBlockItems, +kFlatBlockItems), thread t
+// taking t, t + kBlockThreads, ...; `count` items in the tensor. x and y may be of
+// different storage (float math, each result rounded to nearest-even into TY).
+// kChannelVector: channels-last lanes whose parameters load as float4s (ParamLanes).
+template <int kLanes, bool kChannelVector, class TX, class TY>
+__global__ void AffineFlatKernel(const TX* x, TY* y, const float* center, const float* scale,
                                  const float* shift, AffineIndex ix, uint32_t count) {
+  using XV = Lanes<TX, kLanes>;
+  using YV = Lanes<TY, kLanes>;
   const uint32_t first = blockIdx.x * kFlatBlockItems + threadIdx.x;
-  if constexpr (kVector) {
-    const auto* xv = reinterpret_cast<const float4*>(x);
-    auto* yv = reinterpret_cast<float4*>(y);
-    float4 v[kUnroll];
+  const auto* xv = reinterpret_cast<const XV*>(x);
+  auto* yv = reinterpret_cast<YV*>(y);
+  XV v[kUnroll];
 #pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const uint32_t i = first + j * kBlockThreads;
-      if (i < count) v[j] = xv[i];
-    }
+  for (int j = 0; j < kUnroll; ++j) {
+    const uint32_t i = first + j * kBlockThreads;
+    if (i < count) v[j] = xv[i];
+  }
 #pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const uint32_t i = first + j * kBlockThreads;
-      if (i >= count) break;
-      const uint32_t p = ix.Param(4 * i);
-      const uint32_t step = ix.channels_last ? 1 : 0;  // lanes are channels c..c+3, or one
-      float4 r;
-      r.x = AffineOf(v[j].x, center, scale, shift, p);
-      r.y = AffineOf(v[j].y, center, scale, shift, p + step);
-      r.z = AffineOf(v[j].z, center, scale, shift, p + 2 * step);
-      r.w = AffineOf(v[j].w, center, scale, shift, p + 3 * step);
-      yv[i] = r;
-    }
-  } else {
-    float v[kUnroll];
+  for (int j = 0; j < kUnroll; ++j) {
+    const uint32_t i = first + j * kBlockThreads;
+    if (i >= count) break;
+    const uint32_t p = ix.Param(kLanes * i);
+    YV r;
+    if constexpr (kChannelVector) {
+      float m[kLanes], sc[kLanes], sh[kLanes];
+      ParamLanes(center, p, 0.0f, m);
+      ParamLanes(scale, p, 1.0f, sc);
+      ParamLanes(shift, p, 0.0f, sh);
 #pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const uint32_t i = first + j * kBlockThreads;
-      if (i < count) v[j] = x[i];
-    }
+      for (int l = 0; l < kLanes; ++l) {
+        r.v[l] = Element<TY>::FromFloat(fmaf(Element<TX>::ToFloat(v[j].v[l]) - m[l], sc[l], sh[l]));
+      }
+    } else {
+      const uint32_t step = ix.channels_last ? 1 : 0;  // lanes are channels c, c+1, ..., or one
 #pragma unroll
-    for (int j = 0; j < kUnroll; ++j) {
-      const uint32_t i = first + j * kBlockThreads;
-      if (i >= count) break;
-      const uint32_t p = ix.Param(i);
-      y[i] = AffineOf(v[j], center, scale, shift, p);
+      for (int l = 0; l < kLanes; ++l) {
+        r.v[l] = Element<TY>::FromFloat(
+            AffineOf(Element<TX>::ToFloat(v[j].v[l]), center, scale, shift, p + l * step));
+      }
     }
+    yv[i] = r;
   }
 }
 
@@ -92,9 +120,47 @@ __global__ void BatchNormFoldKernel(const float* gamma, const float* beta, const
   shift[c] = centered ? b : __fsub_rn(b, __fmul_rn(mean[c], s));
 }
 
-__global__ void AffineKernel(const float* x, float* y, const float* center, const float* scale,
+template <class TX, class TY>
+__global__ void AffineKernel(const TX* x, TY* y, const float* center, const float* scale,
                              const float* shift, AffineShape shape) {
   AffineThread(x, y, scale, shift, shape, blockIdx.x, threadIdx.x, blockDim.x, center);
+}
+
+// The kernels for one storage pair. Vectors of 16 bytes of the wider element (4 floats,
+// or 8 halves when both sides are half) where alignment and layout allow.
+template <class TX, class TY>
+normkit_status AffineTyped(const char* op, cudaStream_t stream, const TensorView& x,
+                           const TensorView& y, const float* scale, const float* shift,
+                           bool per_sample, const float* center) {
+  constexpr int kLanes = 16 / (sizeof(TX) > sizeof(TY) ? sizeof(TX) : sizeof(TY));
+  const int64_t numel = x.batch * x.channels * x.spatial;
+  const auto* xd = static_cast<const TX*>(x.data);
+  auto* yd = static_cast<TY*>(y.data);
+  if (numel < kMaxIndex32) {
+    const AffineIndex ix = AffineIndex::Of(x.channels, x.spatial, per_sample, x.channels_last());
+    const bool vector = AffineVectorizable(x.channels, x.spatial, x.channels_last(), xd, sizeof(TX),
+                                           yd, sizeof(TY), kLanes);
+    const auto count = static_cast<uint32_t>(vector ? numel / kLanes : numel);
+    const unsigned blocks = (count + kFlatBlockItems - 1) / kFlatBlockItems;
+    const auto aligned16 = [](const float* a) { return reinterpret_cast<uintptr_t>(a) % 16 == 0; };
+    const bool channel_vector =
+        vector && x.channels_last() && aligned16(center) && aligned16(scale) && aligned16(shift);
+    if (channel_vector) {
+      AffineFlatKernel<kLanes, true>
+          <<<blocks, kBlockThreads, 0, stream>>>(xd, yd, center, scale, shift, ix, count);
+    } else if (vector) {
+      AffineFlatKernel<kLanes, false>
+          <<<blocks, kBlockThreads, 0, stream>>>(xd, yd, center, scale, shift, ix, count);
+    } else {
+      AffineFlatKernel<1, false>
+          <<<blocks, kBlockThreads, 0, stream>>>(xd, yd, center, scale, shift, ix, count);
+    }
+    return LaunchStatus(op);
+  }
+  const AffineShape shape = AffineShape::Of(x.channels, x.spatial, per_sample, x.channels_last());
+  AffineKernel<<<static_cast<unsigned>(x.batch * shape.chunks), kBlockThreads, 0, stream>>>(
+      xd, yd, center, scale, shift, shape);
+  return LaunchStatus(op);
 }
 
 }  // namespace
@@ -104,28 +170,11 @@ normkit_status Affine(const char* op, const normkit_context* ctx, const TensorVi
                       const float* center) {
   DeviceScope scope(x.device_index);
   if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
-  const int64_t numel = x.batch * x.channels * x.spatial;
   const cudaStream_t stream = StreamOf(ctx);
-  const auto* xd = static_cast<const float*>(x.data);
-  auto* yd = static_cast<float*>(y.data);
-  if (numel < kMaxIndex32) {
-    const AffineIndex ix = AffineIndex::Of(x.channels, x.spatial, per_sample, x.channels_last());
-    const bool vector = AffineVectorizable(x.channels, x.spatial, x.channels_last(), xd, yd);
-    const auto count = static_cast<uint32_t>(vector ? numel / 4 : numel);
-    const unsigned blocks = (count + kFlatBlockItems - 1) / kFlatBlockItems;
-    if (vector) {
-      AffineFlatKernel<true>
-          <<<blocks, kBlockThreads, 0, stream>>>(xd, yd, center, scale, shift, ix, count);
-    } else {
-      AffineFlatKernel<false>
-          <<<blocks, kBlockThreads, 0, stream>>>(xd, yd, center, scale, shift, ix, count);
-    }
-    return LaunchStatus(op);
-  }
-  const AffineShape shape = AffineShape::Of(x.channels, x.spatial, per_sample, x.channels_last());
-  AffineKernel<<<static_cast<unsigned>(x.batch * shape.chunks), kBlockThreads, 0, stream>>>(
-      xd, yd, center, scale, shift, shape);
-  return LaunchStatus(op);
+  return DispatchStoragePair(x.dtype, y.dtype, [&](auto tx, auto ty) {
+    return AffineTyped<decltype(tx), decltype(ty)>(op, stream, x, y, scale, shift, per_sample,
+                                                   center);
+  });
 }
 
 normkit_status BatchNormInference(const char* op, const normkit_context* ctx, const TensorView& x,

@@ -5,9 +5,11 @@
 #define NORMKIT_CUDA_AFFINE_MATH_H_
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/channel_cursor.h"
+#include "cuda/storage.h"
 
 namespace normkit {
 namespace cuda {
@@ -58,36 +60,39 @@ struct AffineIndex {
   }
 };
 
-// Whether the flat kernel may move 4 floats at a time: every aligned group of 4
-// elements shares one plane (channels-first) or holds channels c..c+3 of one position.
+// Whether the flat kernel may move `lanes` elements at a time: x and y aligned to a whole
+// vector of their element sizes, and every aligned group of `lanes` elements in one plane
+// (channels-first) or channels c..c+lanes-1 of one position.
 inline bool AffineVectorizable(int64_t C, int64_t spatial, bool channels_last, const void* x,
-                               const void* y) {
-  const bool aligned = (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) % 16 == 0;
-  return aligned && (channels_last ? C % 4 == 0 : spatial % 4 == 0);
+                               size_t x_bytes, const void* y, size_t y_bytes, int lanes) {
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % (lanes * x_bytes) == 0 &&
+                       reinterpret_cast<uintptr_t>(y) % (lanes * y_bytes) == 0;
+  return aligned && (channels_last ? C % lanes == 0 : spatial % lanes == 0);
 }
 
 // Block `block` (sample block / chunks, chunk block % chunks), thread `tid` of `threads`.
 // center (batch norm with running means far from the spread): y = (x - center) * scale
-// + shift; x - 0 is x, so without one the bits are a plain FMA's.
-NORMKIT_HOST_DEVICE inline void AffineThread(const float* x, float* y, const float* scale,
-                                             const float* shift, const AffineShape& s,
-                                             int64_t block, int64_t tid, int64_t threads,
-                                             const float* center = nullptr) {
+// + shift; x - 0 is x, so without one the bits are a plain FMA's. TX / TY: the storage
+// of x and y (float math, the result rounded into TY).
+template <class TX, class TY>
+NORMKIT_HOST_DEVICE void AffineThread(const TX* x, TY* y, const float* scale, const float* shift,
+                                      const AffineShape& s, int64_t block, int64_t tid,
+                                      int64_t threads, const float* center = nullptr) {
   const int64_t sample_elems = s.C * s.spatial;
   const int64_t n = block / s.chunks;
   const int64_t begin = (block - n * s.chunks) * kAffineChunkElems;
   const int64_t end =
       begin + kAffineChunkElems < sample_elems ? begin + kAffineChunkElems : sample_elems;
   const int64_t param_base = s.per_sample ? n * s.C : 0;
-  const float* xs = x + n * sample_elems;
-  float* ys = y + n * sample_elems;
+  const TX* xs = x + n * sample_elems;
+  TY* ys = y + n * sample_elems;
   ChannelCursor cursor(begin + tid, threads, s.C, s.spatial, s.channels_last);
   for (int64_t i = begin + tid; i < end; i += threads, cursor.Next()) {
     const int64_t p = param_base + cursor.channel();
     const float sc = scale != nullptr ? scale[p] : 1.0f;
     const float sh = shift != nullptr ? shift[p] : 0.0f;
     const float m = center != nullptr ? center[p] : 0.0f;
-    ys[i] = fmaf(xs[i] - m, sc, sh);
+    ys[i] = Element<TY>::FromFloat(fmaf(Element<TX>::ToFloat(xs[i]) - m, sc, sh));
   }
 }
 

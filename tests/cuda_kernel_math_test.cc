@@ -734,26 +734,32 @@ TEST(CudaKernelMath, U32DividerMatchesDivision) {
 }
 
 // The flat affine kernel: each element's parameter index, and, where the tensor takes
-// float4 items, the lanes of an item (one plane channels-first; c..c+3 channels-last).
+// vector items of 4 (floats) or 8 (halves) elements, the lanes of an item (one plane
+// channels-first; c..c+lanes-1 channels-last).
 TEST(CudaKernelMath, AffineIndexMatchesCoordinates) {
   using normkit::cuda::AffineIndex;
   struct Case {
     int64_t N, C, S;
   };
-  for (const Case& k : {Case{2, 3, 5}, Case{3, 8, 12}, Case{2, 1024, 1}, Case{1, 4, 9000}}) {
+  for (const Case& k :
+       {Case{2, 3, 5}, Case{3, 8, 12}, Case{2, 1024, 1}, Case{1, 4, 9000}, Case{2, 16, 8}}) {
     for (bool cl : {false, true}) {
       for (bool per_sample : {false, true}) {
         const AffineIndex ix = AffineIndex::Of(k.C, k.S, per_sample, cl);
-        const bool vector = normkit::cuda::AffineVectorizable(k.C, k.S, cl, nullptr, nullptr);
-        for (int64_t e = 0; e < k.N * k.C * k.S; ++e) {
-          const int64_t n = e / (k.C * k.S);
-          const int64_t c = cl ? e % k.C : (e / k.S) % k.C;
-          const int64_t want = per_sample ? n * k.C + c : c;
-          ASSERT_EQ(ix.Param(static_cast<uint32_t>(e)), want) << "element " << e;
-          if (vector) {
-            const int64_t lane = e % 4;
-            const uint32_t first = ix.Param(static_cast<uint32_t>(e - lane));
-            ASSERT_EQ(first + (cl ? lane : 0), want) << "lane " << lane << " of element " << e;
+        for (int lanes : {4, 8}) {
+          const bool vector =
+              normkit::cuda::AffineVectorizable(k.C, k.S, cl, nullptr, 2, nullptr, 2, lanes);
+          for (int64_t e = 0; e < k.N * k.C * k.S; ++e) {
+            const int64_t n = e / (k.C * k.S);
+            const int64_t c = cl ? e % k.C : (e / k.S) % k.C;
+            const int64_t want = per_sample ? n * k.C + c : c;
+            ASSERT_EQ(ix.Param(static_cast<uint32_t>(e)), want) << "element " << e;
+            if (vector) {
+              const int64_t lane = e % lanes;
+              const uint32_t first = ix.Param(static_cast<uint32_t>(e - lane));
+              ASSERT_EQ(first + (cl ? lane : 0), want)
+                  << "lane " << lane << " of " << lanes << ", element " << e;
+            }
           }
         }
       }

@@ -8,11 +8,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/norm_cluster_math.h"
 #include "cuda/norm_math.h"
+#include "half_reference.h"
 #include "norm_reference.h"
 #include "test_util.h"
 #include "vectors.h"
@@ -236,6 +239,159 @@ TEST(Cuda, AffineAndBatchNormMatchCpu) {
       EXPECT_EQ(dz.Download(), cpu_inplace) << "in place";
     }
   }
+}
+
+// x's values stored as `dtype` (raw bytes), rounded to nearest even for the half formats.
+std::vector<uint8_t> StoredAs(const std::vector<float>& values, int32_t dtype) {
+  if (dtype == NORMKIT_DTYPE_FLOAT32) {
+    std::vector<uint8_t> bytes(values.size() * 4);
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return bytes;
+  }
+  std::vector<uint8_t> bytes(values.size() * 2);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t quiet_nan = dtype == NORMKIT_DTYPE_BFLOAT16 ? 0x7fc0 : 0x7e00;
+    const uint16_t h = std::isnan(values[i]) ? quiet_nan : Encode(values[i], FormatOf(dtype));
+    std::memcpy(&bytes[2 * i], &h, 2);
+  }
+  return bytes;
+}
+
+// The CPU's half storage is tested against float64 (half_storage_test.cc); the GPU widens,
+// computes the same fused multiply-add and rounds to nearest even: the same bits in every
+// pair (NaNs compared as NaN: the formats' NaN payloads may differ).
+void ExpectSameStored(const std::vector<uint8_t>& gpu, const std::vector<uint8_t>& cpu,
+                      int32_t dtype, const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  const size_t width = dtype == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+  int bad = 0;
+  for (size_t i = 0; i < gpu.size() / width; ++i) {
+    uint32_t g = 0, c = 0;
+    std::memcpy(&g, &gpu[i * width], width);
+    std::memcpy(&c, &cpu[i * width], width);
+    const bool nan = width == 4 ? std::isnan(FloatOfBits(g)) && std::isnan(FloatOfBits(c))
+                                : IsNaNBits(static_cast<uint16_t>(g), FormatOf(dtype)) &&
+                                      IsNaNBits(static_cast<uint16_t>(c), FormatOf(dtype));
+    if (g != c && !nan && ++bad <= 5) {
+      ADD_FAILURE() << what << ": element " << i << " gpu bits 0x" << std::hex << g << " cpu 0x"
+                    << c << std::dec;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// bfloat16 / float16 on either side of affine and batch norm: GPU bits == CPU bits, both
+// layouts, the vector and the element paths (an odd element offset), in place, and values
+// past float16's range (Inf after rounding) and NaN.
+TEST(Cuda, HalfStorageAffineAndBatchNormMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<int32_t, int32_t>> pairs = {
+      {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16},
+      {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT16},
+      {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT32},
+      {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32},
+      {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16},
+      {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_FLOAT16}};
+  for (const auto& shape : std::vector<std::vector<int64_t>>{
+           {2, 3}, {5, 16, 13}, {2, 8, 7, 8}, {3, 64, 40, 30}, {2, 4, 3, 5, 6}}) {
+    const int64_t n = Numel(shape), N = shape[0], C = shape[1];
+    std::vector<float> values = RandomVector(n, 11, -3.0f, 3.0f);
+    values[0] = 70000.0f;  // float16: Inf, stored or computed
+    values[n / 2] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> scale = RandomVector(N * C, 12), shift = RandomVector(N * C, 13);
+    const std::vector<float> var = RandomVector(C, 14, 0.0f, 3.0f), mean = RandomVector(C, 15);
+    DeviceArray<float> dscale(scale), dshift(shift), dmean(mean), dvar(var);
+    for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      for (const auto& [xd, yd] : pairs) {
+        for (int offset : {0, 1}) {
+          SCOPED_TRACE("rank " + std::to_string(shape.size()) + " C=" + std::to_string(C) +
+                       " layout " + std::to_string(layout) + " x dtype " + std::to_string(xd) +
+                       " y dtype " + std::to_string(yd) + " offset " + std::to_string(offset));
+          const size_t xw = xd == NORMKIT_DTYPE_FLOAT32 ? 4 : 2,
+                       yw = yd == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+          std::vector<uint8_t> x = StoredAs(values, xd);
+          x.insert(x.begin(), offset * xw, 0);  // an odd element offset: the element path
+          DeviceArray<uint8_t> dx(x), dy{std::vector<uint8_t>((n + offset) * yw)};
+          normkit_tensor xc = Desc(x.data() + offset * xw, layout, shape);
+          xc.dtype = xd;
+          std::vector<uint8_t> cpu(n * yw);
+          normkit_tensor yc = Desc(cpu.data(), layout, shape);
+          yc.dtype = yd;
+          normkit_tensor xt = OnDevice(xc, dx.get() + offset * xw);
+          normkit_tensor yt = OnDevice(yc, dy.get() + offset * yw);
+          for (int32_t kind : {NORMKIT_PARAMS_PER_CHANNEL, NORMKIT_PARAMS_PER_SAMPLE_CHANNEL}) {
+            ASSERT_EQ(normkit_affine(nullptr, &xc, scale.data(), shift.data(), kind, &yc),
+                      NORMKIT_SUCCESS)
+                << normkit_last_error();
+            ASSERT_EQ(normkit_affine(nullptr, &xt, dscale.get(), dshift.get(), kind, &yt),
+                      NORMKIT_SUCCESS)
+                << normkit_last_error();
+            std::vector<uint8_t> gpu = dy.Download();
+            gpu.erase(gpu.begin(), gpu.begin() + offset * yw);
+            ExpectSameStored(gpu, cpu, yd, "affine kind " + std::to_string(kind));
+          }
+          // Parameters off 16-byte alignment: channels-last vectors load them one by one.
+          ASSERT_EQ(normkit_affine(nullptr, &xc, scale.data() + 1, shift.data() + 1,
+                                   NORMKIT_PARAMS_PER_CHANNEL, &yc),
+                    NORMKIT_SUCCESS);
+          ASSERT_EQ(normkit_affine(nullptr, &xt, dscale.get() + 1, dshift.get() + 1,
+                                   NORMKIT_PARAMS_PER_CHANNEL, &yt),
+                    NORMKIT_SUCCESS)
+              << normkit_last_error();
+          {
+            std::vector<uint8_t> gpu = dy.Download();
+            gpu.erase(gpu.begin(), gpu.begin() + offset * yw);
+            ExpectSameStored(gpu, cpu, yd, "affine, parameters at an odd float");
+          }
+          ASSERT_EQ(normkit_batch_norm_inference(nullptr, &xc, scale.data(), shift.data(),
+                                                 mean.data(), var.data(), 1e-5f, &yc),
+                    NORMKIT_SUCCESS);
+          ASSERT_EQ(normkit_batch_norm_inference(nullptr, &xt, dscale.get(), dshift.get(),
+                                                 dmean.get(), dvar.get(), 1e-5f, &yt),
+                    NORMKIT_SUCCESS)
+              << normkit_last_error();
+          std::vector<uint8_t> gpu = dy.Download();
+          gpu.erase(gpu.begin(), gpu.begin() + offset * yw);
+          ExpectSameStored(gpu, cpu, yd, "batch norm");
+          if (xd != yd) continue;
+          // In place: x is y.
+          std::vector<uint8_t> cpu_inplace(x.begin() + offset * xw, x.end());
+          normkit_tensor ct = Desc(cpu_inplace.data(), layout, shape);
+          ct.dtype = xd;
+          ASSERT_EQ(
+              normkit_affine(nullptr, &ct, scale.data(), nullptr, NORMKIT_PARAMS_PER_CHANNEL, &ct),
+              NORMKIT_SUCCESS);
+          DeviceArray<uint8_t> dz(x);
+          normkit_tensor zt = OnDevice(xc, dz.get() + offset * xw);
+          ASSERT_EQ(
+              normkit_affine(nullptr, &zt, dscale.get(), nullptr, NORMKIT_PARAMS_PER_CHANNEL, &zt),
+              NORMKIT_SUCCESS)
+              << normkit_last_error();
+          gpu = dz.Download();
+          gpu.erase(gpu.begin(), gpu.begin() + offset * xw);
+          ExpectSameStored(gpu, cpu_inplace, xd, "affine in place");
+        }
+      }
+    }
+  }
+}
+
+// The CUDA norms are float32 only: a half tensor is refused, naming it, before anything runs.
+TEST(Cuda, HalfStorageNormsAreRefused) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<int64_t> shape = {2, 4, 3, 3};
+  std::vector<uint8_t> x = StoredAs(RandomVector(Numel(shape), 3), NORMKIT_DTYPE_BFLOAT16);
+  DeviceArray<uint8_t> dx(x), dy(x);
+  normkit_tensor xt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, shape), dx.get());
+  normkit_tensor yt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, shape), dy.get());
+  xt.dtype = yt.dtype = NORMKIT_DTYPE_BFLOAT16;
+  EXPECT_EQ(normkit_group_norm(nullptr, &xt, 2, nullptr, nullptr, 1e-5f, NORMKIT_ACTIVATION_NONE,
+                               &yt, nullptr, nullptr),
+            NORMKIT_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::string(normkit_last_error()).find("x->dtype = bfloat16 on a CUDA tensor"),
+            std::string::npos)
+      << normkit_last_error();
+  EXPECT_EQ(dy.Download(), x);
 }
 
 TEST(Cuda, NormsMatchReference) {

@@ -149,8 +149,10 @@ NORMKIT_API int32_t normkit_cuda_device_count(void);
 
 typedef enum normkit_dtype {
   NORMKIT_DTYPE_FLOAT32 = 1,
-  NORMKIT_DTYPE_FLOAT16 = 2,  /* IEEE binary16: affine, batch norm, layer / RMS norm (CPU) */
-  NORMKIT_DTYPE_BFLOAT16 = 3, /* bfloat16: affine, batch norm, layer / RMS norm (CPU) */
+  /* The half dtypes: every op but the shift-sum family on CPU; affine and batch norm on
+   * CUDA. */
+  NORMKIT_DTYPE_FLOAT16 = 2,  /* IEEE binary16 */
+  NORMKIT_DTYPE_BFLOAT16 = 3, /* bfloat16 */
   NORMKIT_DTYPE_FLOAT64 = 4   /* the shift-sum family only */
 } normkit_dtype;
 
@@ -248,7 +250,7 @@ typedef enum normkit_param_kind {
  * y[n, c, s] = x[n, c, s] * scale[n*C + c] + shift[n*C + c]   (PER_SAMPLE_CHANNEL)
  *
  * x, y: rank 2..5, either layout, identical layout and shape; each float32, bfloat16
- *   or float16 (CPU tensors; CUDA: float32): the same dtype, or one of them float32
+ *   or float16 (CPU and CUDA tensors, the same bits): the same dtype, or one of them float32
  *   (widen, or normalize-and-narrow, in one pass). The math is float32 whatever the
  *   storage; a half y is the float32 result rounded to nearest even (NaN stays NaN,
  *   overflow gives Inf), so within one unit in its last place of the exact result
@@ -381,8 +383,8 @@ typedef enum normkit_activation {
  * or a sample (channels-last) fits in 1 MiB, otherwise twice.
  * Errors: INVALID_ARGUMENT (NULL x / y / data, descriptor, shape mismatch, groups,
  *   eps, activation, overlap, in place with two dtypes); UNSUPPORTED (float64, two
- *   different half dtypes, half CUDA tensors); DEVICE_UNAVAILABLE (CUDA tensors without a
- *   usable GPU). Nothing is written on error. */
+ *   different half dtypes, half CUDA tensors: the CUDA norms are float32 only);
+ *   DEVICE_UNAVAILABLE (CUDA tensors without a usable GPU). Nothing is written on error. */
 NORMKIT_API normkit_status normkit_group_norm(const normkit_context* context,
                                               const normkit_tensor* x, int64_t groups,
                                               const float* gamma, const float* beta, float eps,

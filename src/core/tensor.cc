@@ -203,14 +203,6 @@ normkit_status CheckStoragePair(const char* op, const TensorView& x, const Tenso
                 "dtype)",
                 op, DtypeName(y.dtype), DtypeName(x.dtype));
   }
-  if (x.on_cuda() && x.dtype != NORMKIT_DTYPE_FLOAT32) {
-    return Fail(NORMKIT_ERROR_UNSUPPORTED, "%s: x->dtype = %s on a CUDA tensor (float32 only)", op,
-                DtypeName(x.dtype));
-  }
-  if (y.on_cuda() && y.dtype != NORMKIT_DTYPE_FLOAT32) {
-    return Fail(NORMKIT_ERROR_UNSUPPORTED, "%s: y->dtype = %s on a CUDA tensor (float32 only)", op,
-                DtypeName(y.dtype));
-  }
   return NORMKIT_SUCCESS;
 }
 
