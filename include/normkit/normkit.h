@@ -299,8 +299,8 @@ NORMKIT_API normkit_status normkit_batch_norm_fold(int64_t channels, const float
  * the result is within 1e-5 of the output's scale (|gamma| + |beta|) of the exact
  * value, for any ratio of mean to standard deviation.
  * x, y: as for normkit_affine (float32, bfloat16 or float16 in the same pairs, rank
- *   2..5, either layout, in place allowed). gamma / beta may be NULL; mean / var are C floats; none of them may
- *   overlap y.
+ *   2..5, either layout, in place allowed). gamma / beta may be NULL; mean / var are C
+ *   floats; none of them may overlap y.
  * CUDA tensors: the parameters are device arrays, folded on the device; this call waits
  *   for the context's stream, to check running_var (and, for the choice above,
  *   running_mean) on the host before y is written. To apply the same batch norm many times
@@ -428,6 +428,36 @@ NORMKIT_API normkit_status normkit_rms_norm(const normkit_context* context, cons
                                             const float* gamma, float eps, const normkit_tensor* y,
                                             float* rstd_out);
 
+/* Residual add fused with layer norm (a transformer block's "add & norm"):
+ *   h[r, d] = (x[r, d] + residual[r, d]) + bias[d]      (each add rounded to float),
+ *   y[r, d] = (h[r, d] - mean[r]) * rstd[r] * gamma[d] + beta[d],
+ * reading x and residual once and writing y (and h, when h_out is given: the next
+ * block's residual) once; h stays in cache between the two. The statistics and y are
+ * bitwise those of normkit_layer_norm on h.
+ * x, residual, y, h_out: float32 CPU tensors of one shape [rows, D] (rank 2). h_out may
+ *   be NULL. Each output may be an input itself (y->data == x->data or residual->data,
+ *   likewise h_out) but must not otherwise overlap one; y and h_out must not overlap.
+ *   x and residual may be the same array.
+ * bias, gamma, beta: D floats or NULL (0, 1, 0); mean_out, rstd_out: `rows` floats or
+ *   NULL. None may overlap an output.
+ * Errors: INVALID_ARGUMENT (as normkit_layer_norm, for residual and h_out too, and the
+ *   overlaps above); UNSUPPORTED (a dtype other than float32, CUDA tensors: CPU only for
+ *   now). Nothing is written on error. */
+NORMKIT_API normkit_status normkit_add_layer_norm(
+    const normkit_context* context, const normkit_tensor* x, const normkit_tensor* residual,
+    const float* bias, const float* gamma, const float* beta, float eps, const normkit_tensor* y,
+    const normkit_tensor* h_out, float* mean_out, float* rstd_out);
+
+/* Residual add fused with RMS norm: h = (x + residual) + bias as in
+ * normkit_add_layer_norm, y[r, d] = h[r, d] * rstd[r] * gamma[d],
+ * rstd = 1 / sqrt(mean(h[r, :]^2) + eps). Rules as normkit_add_layer_norm. */
+NORMKIT_API normkit_status normkit_add_rms_norm(const normkit_context* context,
+                                                const normkit_tensor* x,
+                                                const normkit_tensor* residual, const float* bias,
+                                                const float* gamma, float eps,
+                                                const normkit_tensor* y,
+                                                const normkit_tensor* h_out, float* rstd_out);
+
 /* ------------------------------------------------------------------------- */
 /* Shift-sum: the coded-aperture spectral imaging (CASSI) operators          */
 /* ------------------------------------------------------------------------- */
@@ -501,9 +531,9 @@ NORMKIT_API normkit_status normkit_shift_sum_adjoint(const normkit_context* cont
 
 /* Normalizer Phi_s[h, w'] = sum_c Phi_c[h, w']^2 over the positions channel c covers
  * (the diagonal of A A^T is s^2 Phi_s); without a mask, the count of channels covering
- * each position (the alpha of coded-aperture reconstruction codes). x gives the shape only: its data is not read and may
- * be NULL.
- * phi_s: [H', W'] values of x's dtype, or [B, H', W'] for per-sample masks. */
+ * each position (the alpha of coded-aperture reconstruction codes). x gives the shape only: its
+ * data is not read and may be NULL. phi_s: [H', W'] values of x's dtype, or [B, H', W'] for
+ * per-sample masks. */
 NORMKIT_API normkit_status normkit_shift_sum_normalizer(const normkit_context* context,
                                                         const normkit_tensor* x,
                                                         const normkit_shift_sum_params* params,
@@ -513,8 +543,9 @@ typedef enum normkit_pinv_mode {
   /* x = A^T(y / (s^2 Phi_s)), the Moore-Penrose pseudo-inverse; positions no channel
    * covers (Phi_s = 0) give 0, never NaN. */
   NORMKIT_PINV_MOORE_PENROSE = 0,
-  /* The pseudo-inverse of coded-aperture reconstruction codes: x_c = window_c(y / (s * alpha)) / M_c with alpha the count of
-   * covering channels; pixels where the mask is 0 give 0 rather than 0/0. */
+  /* The pseudo-inverse of coded-aperture reconstruction codes: x_c = window_c(y / (s * alpha)) /
+   * M_c with alpha the count of covering channels; pixels where the mask is 0 give 0 rather than
+   * 0/0. */
   NORMKIT_PINV_DIVIDE_BY_MASK = 1
 } normkit_pinv_mode;
 

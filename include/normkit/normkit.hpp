@@ -195,6 +195,26 @@ inline void RmsNorm(const Tensor& x, const float* gamma, float eps, const Tensor
   Check(normkit_rms_norm(ctx ? ctx->get() : nullptr, x.get(), gamma, eps, y.get(), rstd_out));
 }
 
+// Residual add fused with layer norm: h = x + residual (+ bias), y = layer norm of h
+// (see normkit_add_layer_norm); h_out, when given, receives h.
+inline void AddLayerNorm(const Tensor& x, const Tensor& residual, const float* bias,
+                         const float* gamma, const float* beta, float eps, const Tensor& y,
+                         const Tensor* h_out = nullptr, const Context* ctx = nullptr,
+                         float* mean_out = nullptr, float* rstd_out = nullptr) {
+  Check(normkit_add_layer_norm(ctx ? ctx->get() : nullptr, x.get(), residual.get(), bias, gamma,
+                               beta, eps, y.get(), h_out ? h_out->get() : nullptr, mean_out,
+                               rstd_out));
+}
+
+// Residual add fused with RMS norm (see normkit_add_rms_norm).
+inline void AddRmsNorm(const Tensor& x, const Tensor& residual, const float* bias,
+                       const float* gamma, float eps, const Tensor& y,
+                       const Tensor* h_out = nullptr, const Context* ctx = nullptr,
+                       float* rstd_out = nullptr) {
+  Check(normkit_add_rms_norm(ctx ? ctx->get() : nullptr, x.get(), residual.get(), bias, gamma, eps,
+                             y.get(), h_out ? h_out->get() : nullptr, rstd_out));
+}
+
 // Parameters of the shift-sum family (see normkit_shift_sum_params): the step S, then
 // the axis, scale and mask as needed, e.g. ShiftSumParams(2).Scale(0.5).Mask(
 // NORMKIT_MASK_HW, mask).

@@ -131,6 +131,114 @@ normkit_status RowNormEntry(const char* op, const normkit_context* context, cons
   });
 }
 
+// `t` (named `name`) has x's dtype, rank and shape and lives on x's device.
+normkit_status CheckLikeX(const char* op, const char* name, const TensorView& x,
+                          const TensorView& t) {
+  if (t.dtype != x.dtype) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->dtype = %s differs from x->dtype = %s", op,
+                name, DtypeName(t.dtype), DtypeName(x.dtype));
+  }
+  if (t.rank != x.rank) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->rank = %d differs from x->rank = %d", op,
+                name, t.rank, x.rank);
+  }
+  for (int32_t i = 0; i < x.rank; ++i) {
+    if (t.shape[i] != x.shape[i]) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                  "%s: %s->shape[%d] = %lld differs from x->shape[%d] = %lld", op, name, i,
+                  static_cast<long long>(t.shape[i]), i, static_cast<long long>(x.shape[i]));
+    }
+  }
+  return CheckSameDevice(op, x, "x", t, name);
+}
+
+// An output may be an input itself (in place) but share no other byte with it.
+normkit_status CheckInPlaceOrApart(const char* op, const char* out_name, const TensorView& out,
+                                   const char* in_name, const TensorView& in) {
+  if (out.data == in.data || !RangesOverlap(out.data, out.bytes, in.data, in.bytes)) {
+    return NORMKIT_SUCCESS;
+  }
+  return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+              "%s: %s partially overlaps %s (in place needs %s->data == %s->data)", op, out_name,
+              in_name, out_name, in_name);
+}
+
+// An array of `count` floats (NULL passes) shares no byte with the tensor `t`.
+normkit_status CheckArrayApart(const char* op, const char* name, const float* p, int64_t count,
+                               const char* t_name, const TensorView& t) {
+  if (p != nullptr &&
+      RangesOverlap(p, count * static_cast<int64_t>(sizeof(float)), t.data, t.bytes)) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps %s", op, name, t_name);
+  }
+  return NORMKIT_SUCCESS;
+}
+
+normkit_status AddRowNormEntry(const char* op, const normkit_context* context,
+                               const normkit_tensor* x, const normkit_tensor* residual,
+                               const float* bias, const float* gamma, const float* beta, float eps,
+                               bool rms, const normkit_tensor* y, const normkit_tensor* h_out,
+                               float* mean_out, float* rstd_out) {
+  return Guarded(op, [&] {
+    TensorView xv, yv, rv, hv;
+    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(op, x, y, &xv, &yv, UnaryDtypes::kFloat32));
+    if (xv.rank != 2) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                  "%s: x->rank = %d, expected 2 ([rows, D]; describe [B, T, D] as [B*T, D])", op,
+                  xv.rank);
+    }
+    NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "residual", residual, &rv));
+    NORMKIT_RETURN_IF_ERROR(CheckLikeX(op, "residual", xv, rv));
+    NORMKIT_RETURN_IF_ERROR(CheckInPlaceOrApart(op, "y", yv, "residual", rv));
+    const int64_t D = xv.channels, rows = xv.batch;
+    NORMKIT_RETURN_IF_ERROR(
+        ValidateNormArrays(op, xv, yv, eps, gamma, beta, D, mean_out, rstd_out, rows));
+    NORMKIT_RETURN_IF_ERROR(CheckElementAligned(op, "bias", bias, sizeof(float)));
+    NORMKIT_RETURN_IF_ERROR(CheckArrayApart(op, "bias", bias, D, "the output y", yv));
+    const std::pair<const char*, const float*> arrays[] = {{"bias", bias},
+                                                           {"gamma", gamma},
+                                                           {"beta", beta},
+                                                           {"mean_out", mean_out},
+                                                           {"rstd_out", rstd_out}};
+    const int64_t counts[] = {D, D, D, rows, rows};
+    for (int i = 3; i < 5; ++i) {  // the statistics outputs against the residual input
+      NORMKIT_RETURN_IF_ERROR(
+          CheckArrayApart(op, arrays[i].first, arrays[i].second, counts[i], "residual", rv));
+      NORMKIT_RETURN_IF_ERROR(CheckSameOrDisjoint(op, arrays[i].first, arrays[i].second, counts[i],
+                                                  "bias", bias, D, false));
+    }
+    if (h_out != nullptr) {
+      NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "h_out", h_out, &hv));
+      NORMKIT_RETURN_IF_ERROR(CheckLikeX(op, "h_out", xv, hv));
+      NORMKIT_RETURN_IF_ERROR(CheckInPlaceOrApart(op, "h_out", hv, "x", xv));
+      NORMKIT_RETURN_IF_ERROR(CheckInPlaceOrApart(op, "h_out", hv, "residual", rv));
+      if (RangesOverlap(hv.data, hv.bytes, yv.data, yv.bytes)) {
+        return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: h_out overlaps y (two outputs)", op);
+      }
+      for (int i = 0; i < 5; ++i) {
+        NORMKIT_RETURN_IF_ERROR(CheckArrayApart(op, arrays[i].first, arrays[i].second, counts[i],
+                                                "the output h_out", hv));
+      }
+    }
+    if (xv.on_cuda()) {
+      return Fail(NORMKIT_ERROR_UNSUPPORTED,
+                  "%s: CUDA tensors are not supported (CPU only for now)", op);
+    }
+    NormArgs args;
+    args.gamma = gamma;
+    args.beta = beta;
+    args.eps = eps;
+    args.rms = rms;
+    args.mean = mean_out;
+    args.rstd = rstd_out;
+    cpu::RowResidual add;
+    add.residual = static_cast<const float*>(rv.data);
+    add.bias = bias;
+    add.h = h_out != nullptr ? static_cast<float*>(hv.data) : nullptr;
+    cpu::RowNorm(ResolveContext(context), xv, yv, args, &add);
+    return NORMKIT_SUCCESS;
+  });
+}
+
 }  // namespace
 }  // namespace normkit
 
@@ -173,4 +281,20 @@ extern "C" NORMKIT_API normkit_status normkit_rms_norm(const normkit_context* co
                                                        float* rstd_out) {
   return normkit::RowNormEntry("rms_norm", context, x, gamma, nullptr, eps, true, y, nullptr,
                                rstd_out);
+}
+
+extern "C" NORMKIT_API normkit_status normkit_add_layer_norm(
+    const normkit_context* context, const normkit_tensor* x, const normkit_tensor* residual,
+    const float* bias, const float* gamma, const float* beta, float eps, const normkit_tensor* y,
+    const normkit_tensor* h_out, float* mean_out, float* rstd_out) {
+  return normkit::AddRowNormEntry("add_layer_norm", context, x, residual, bias, gamma, beta, eps,
+                                  false, y, h_out, mean_out, rstd_out);
+}
+
+extern "C" NORMKIT_API normkit_status normkit_add_rms_norm(
+    const normkit_context* context, const normkit_tensor* x, const normkit_tensor* residual,
+    const float* bias, const float* gamma, float eps, const normkit_tensor* y,
+    const normkit_tensor* h_out, float* rstd_out) {
+  return normkit::AddRowNormEntry("add_rms_norm", context, x, residual, bias, gamma, nullptr, eps,
+                                  true, y, h_out, nullptr, rstd_out);
 }

@@ -536,7 +536,7 @@ RowParameters AlignedRowParameters(const float* gamma, const float* beta, int64_
 }
 
 void RowNorm(const normkit_context& context, const TensorView& x, const TensorView& y,
-             const RowNormArgs& args) {
+             const RowNormArgs& args, const RowResidual* residual) {
   const kernels::Storage xs = kernels::StorageOf(x.dtype), ys = kernels::StorageOf(y.dtype);
   const int64_t x_elem = kernels::StorageBytes(xs), y_elem = kernels::StorageBytes(ys);
   const auto* xd = static_cast<const char*>(x.data);
@@ -547,7 +547,9 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   const bool stream = x.data != y.data && y.bytes >= kStreamingStoreBytes;
   const int64_t rows_per_task = std::max<int64_t>(1, (int64_t{1} << 15) / D);
   const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
-  const normkit_context& ctx = ContextForBytes(context, x.bytes + y.bytes);
+  // The fused add reads residual and may write h: twice the bytes of x and y.
+  const normkit_context& ctx =
+      ContextForBytes(context, (residual != nullptr ? 2 : 1) * (x.bytes + y.bytes));
   // Row r's outputs (and optional mean / rstd) from its float values xr, its mean (0 for
   // RMS norm) and rstd.
   const auto apply_row = [&](int64_t r, const float* xr, double mean, double rstd) {
@@ -577,13 +579,28 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   // Half x: each batch (or row) is widened into a float scratch of its worker, made
   // before the loop, and normalized from there: the float kernels' statistics and bits,
   // x read from memory once.
+  // With the fused residual add, h = x + residual is made the same way, into h itself
+  // when the caller wants it, else into the scratch: x and residual read once, h
+  // normalized from cache.
   const bool widen = xs != kernels::Storage::kFloat32;
-  const int64_t scratch_floats = widen ? (batched ? batch_rows : 1) * D : 0;
-  const int64_t workers = widen ? ParallelWorkers(ctx, tasks) : 0;
+  const bool add = residual != nullptr;
+  const bool use_scratch = widen || (add && residual->h == nullptr);
+  const int64_t scratch_floats = use_scratch ? (batched ? batch_rows : 1) * D : 0;
+  const int64_t workers = use_scratch ? ParallelWorkers(ctx, tasks) : 0;
   std::vector<AlignedArray<float>> scratch(static_cast<size_t>(workers));
   for (auto& s : scratch) s = AllocateAligned<float>(static_cast<size_t>(scratch_floats));
-  // The float values of rows [r, r + count): x itself, or widened into the scratch.
+  // The float values of rows [r, r + count): x itself, widened into the scratch, or h.
   const auto rows_of = [&](int64_t r, int64_t count, int64_t worker) -> const float* {
+    if (add) {
+      const auto* x_rows = reinterpret_cast<const float*>(xd) + r * D;
+      const float* r_rows = residual->residual + r * D;
+      float* h =
+          residual->h != nullptr ? residual->h + r * D : scratch[static_cast<size_t>(worker)].get();
+      for (int64_t k = 0; k < count; ++k) {
+        kernels::ResidualAdd(x_rows + k * D, r_rows + k * D, residual->bias, D, h + k * D);
+      }
+      return h;
+    }
     if (!widen) return reinterpret_cast<const float*>(xd) + r * D;
     float* out = scratch[static_cast<size_t>(worker)].get();
     kernels::WidenToFloat(xd + r * D * x_elem, xs, count * D, out);
@@ -629,7 +646,7 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
       apply_row(r, xr, mean, 1.0 / std::sqrt(ms + static_cast<double>(args.eps)));
     }
   };
-  if (widen) {
+  if (use_scratch) {
     ParallelForWorkers(ctx, tasks, run_task);
   } else {
     ParallelFor(ctx, tasks, [&](int64_t task) { run_task(task, 0); });

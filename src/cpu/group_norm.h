@@ -27,9 +27,18 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
 
 using RowNormArgs = NormArgs;  // gamma, beta, eps, rms, mean, rstd
 
-// Layer norm or RMS norm over the last dimension of a [rows, D] tensor.
+// The residual add of the fused add + norm: the rows normalized are
+// h = (x + residual) + bias, written to h when it is not null (x, residual, h float32).
+struct RowResidual {
+  const float* residual = nullptr;  // [rows, D]
+  const float* bias = nullptr;      // D floats, or null
+  float* h = nullptr;               // [rows, D], or null
+};
+
+// Layer norm or RMS norm over the last dimension of a [rows, D] tensor; with `residual`,
+// of h = x + residual (+ bias) (float32 x and y).
 void RowNorm(const normkit_context& context, const TensorView& x, const TensorView& y,
-             const RowNormArgs& args);
+             const RowNormArgs& args, const RowResidual* residual = nullptr);
 
 // Tuning constants of the group-norm plans, each with its reason in one line; the
 // measurements behind them are in docs/tuning.md.

@@ -33,6 +33,7 @@ HWY_EXPORT(ApplyNormPlanesThenMomentsImpl);
 HWY_EXPORT(ApplyNormRowsImpl);
 HWY_EXPORT(ApplyRowNormImpl);
 HWY_EXPORT(WidenToFloatImpl);
+HWY_EXPORT(ResidualAddImpl);
 
 Moments SpanMoments(const float* x, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(SpanMomentsImpl)(x, n);
@@ -112,6 +113,10 @@ void ApplyRowNorm(const float* x, void* y, Storage y_storage, int64_t n, float m
 
 void WidenToFloat(const void* x, Storage storage, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(WidenToFloatImpl)(x, storage, n, out);
+}
+
+void ResidualAdd(const float* x, const float* r, const float* bias, int64_t n, float* h) {
+  HWY_DYNAMIC_DISPATCH(ResidualAddImpl)(x, r, bias, n, h);
 }
 
 }  // namespace kernels

@@ -625,6 +625,23 @@ inline void WidenToFloatImpl(const void* x, Storage storage, int64_t count, floa
   widen(static_cast<const float*>(x));
 }
 
+// h[i] = (x[i] + r[i]) + bias[i] (bias null: x[i] + r[i]) for i < count, each add
+// rounded to float in that order (a framework's two adds). h may be x or r.
+inline void ResidualAddImpl(const float* x, const float* r, const float* bias, int64_t count,
+                            float* h) {
+  const size_t n = static_cast<size_t>(count);
+  const auto add = [&](auto d, size_t i) {
+    auto v = hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, r + i));
+    if (bias != nullptr) v = hn::Add(v, hn::LoadU(d, bias + i));
+    hn::StoreU(v, d, h + i);
+  };
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) add(d, i);
+  for (; i < n; ++i) add(hn::CappedTag<float, 1>(), i);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
