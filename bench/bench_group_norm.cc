@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Benchmarks of the normalization family on seed 002's shapes and the edge shapes:
 // group norm (with and without the fused SiLU), instance norm, layer / RMS norm over
-// [4096, 768] and [4096, 128]; both layouts, 1 and all threads, against the same-run memcpy.
+// [4096, 768] and [4096, 128], the fused residual add + layer / RMS norm; both layouts, 1 and all
+// threads, against the same-run memcpy.
 //
 //   ./build/bench/normkit_bench --benchmark_filter='seed002'
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bench_harness.h"
@@ -79,6 +81,30 @@ void Register(const std::string& group, Norm op, const std::vector<int64_t>& sha
   });
 }
 
+// The fused residual add + layer / RMS norm over [rows, D]: x and residual read, y and h
+// written (h_out given: a transformer block's add & norm); the reference copies those 4
+// arrays' bytes (2 in, 2 out).
+void RunAddNorm(benchmark::State& state, bool rms, int64_t rows, int64_t D, int threads) {
+  const int64_t n = rows * D;
+  Buffer in = MakeBuffer(2 * n, 1), out = MakeBuffer(2 * n, 2);
+  Buffer bias = MakeBuffer(D, 3), gamma = MakeBuffer(D, 4), beta = MakeBuffer(D, 5);
+  normkit_context* ctx = nullptr;
+  normkit_context_create(threads, &ctx);
+  const auto layout = NORMKIT_LAYOUT_CHANNELS_FIRST;
+  normkit_tensor xt = Desc(in.get(), layout, {rows, D}), rt = Desc(in.get() + n, layout, {rows, D});
+  normkit_tensor yt = Desc(out.get(), layout, {rows, D}),
+                 ht = Desc(out.get() + n, layout, {rows, D});
+  const auto run_op = [&] {
+    const normkit_status st =
+        rms ? normkit_add_rms_norm(ctx, &xt, &rt, bias.get(), gamma.get(), 1e-5f, &yt, &ht, nullptr)
+            : normkit_add_layer_norm(ctx, &xt, &rt, bias.get(), gamma.get(), beta.get(), 1e-5f, &yt,
+                                     &ht, nullptr, nullptr);
+    if (st != NORMKIT_SUCCESS) std::abort();
+  };
+  RunAgainstCopy(state, run_op, threads, in.get(), 2 * n, false, 4 * n * 4, out.get());
+  normkit_context_destroy(ctx);
+}
+
 int RegisterAll() {
   const int all = static_cast<int>(std::thread::hardware_concurrency());
   std::vector<int> thread_counts = {1};
@@ -124,6 +150,17 @@ int RegisterAll() {
       for (int t : thread_counts)
         Register("rows", op, shape, 0, NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_ACTIVATION_NONE,
                  false, t);
+  // Residual add + norm at the row-norm shapes and decode-sized calls.
+  for (bool rms : {false, true})
+    for (const auto& [rows, D] : std::vector<std::pair<int64_t, int64_t>>{
+             {4096, 768}, {2048, 4096}, {1, 4096}, {8, 4096}, {32, 4096}, {1, 768}})
+      for (int t : thread_counts) {
+        const std::string name = std::string("rows/") +
+                                 (rms ? "add_rms_norm/" : "add_layer_norm/") +
+                                 std::to_string(rows) + "x" + std::to_string(D) +
+                                 "/outofplace/threads:" + std::to_string(t);
+        RegisterTimed(name, [=](benchmark::State& st) { RunAddNorm(st, rms, rows, D, t); });
+      }
   // Half rows, and [16384, 4096] (128 MiB in bfloat16): from memory.
   for (int32_t dtype : {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT16})
     for (Norm op : {Norm::kLayerRows, Norm::kRmsRows})

@@ -9,6 +9,8 @@ call runs. Results are bitwise identical for any thread count.
 """
 from ._normkit import Context, cuda_device_count, simd_target, threading_backend, version
 from ._ops import (
+    add_layer_norm,
+    add_rms_norm,
     affine,
     batch_norm,
     batch_norm_fold,
@@ -31,6 +33,8 @@ from ._ops import (
 __version__ = version()
 __all__ = [
     "Context",
+    "add_layer_norm",
+    "add_rms_norm",
     "affine",
     "batch_norm",
     "batch_norm_fold",

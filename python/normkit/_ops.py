@@ -169,6 +169,39 @@ def rms_norm(x, weight=None, eps: float = 1e-6, *, out=None, rstd_out=None,
     return _row_norm(x, weight, None, eps, True, out, None, rstd_out, context)
 
 
+def _add_row_norm(x, residual, add_bias, weight, bias, eps, rms, out, residual_out, mean_out,
+                  rstd_out, context):
+    d = x.shape[-1]
+    if tuple(residual.shape) != tuple(x.shape):
+        raise ValueError(f"residual has shape {tuple(residual.shape)}, expected {tuple(x.shape)}")
+    out = _empty_like(x) if out is None else out
+    for name, t in (("out", out), ("residual_out", residual_out)):
+        if t is not None and tuple(t.shape) != tuple(x.shape):
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(x.shape)}")
+    h = None if residual_out is None else _rows(residual_out, d, "residual_out")
+    _normkit.add_row_norm(_rows(x, d, "x"), _rows(residual, d, "residual"), add_bias, weight, bias,
+                          float(eps), rms, _rows(out, d, "out"), h, mean_out, rstd_out, context)
+    return out
+
+
+def add_layer_norm(x, residual, weight=None, bias=None, eps: float = 1e-5, *, add_bias=None,
+                   out=None, residual_out=None, mean_out=None, rstd_out=None,
+                   context: Optional[_normkit.Context] = None):
+    """A transformer block's add & norm in one pass: h = x + residual (+ add_bias),
+    returns layer_norm(h) over the last dimension (float32). residual_out, when given,
+    receives h (the next block's residual); out and residual_out may be x or residual
+    (in place)."""
+    return _add_row_norm(x, residual, add_bias, weight, bias, eps, False, out, residual_out,
+                         mean_out, rstd_out, context)
+
+
+def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, *, add_bias=None, out=None,
+                 residual_out=None, rstd_out=None, context: Optional[_normkit.Context] = None):
+    """h = x + residual (+ add_bias), returns rms_norm(h); as add_layer_norm."""
+    return _add_row_norm(x, residual, add_bias, weight, None, eps, True, out, residual_out, None,
+                         rstd_out, context)
+
+
 # ---- shift-sum family (coded-aperture imaging) ----
 
 _AXES = {"w": 0, "h": 1}

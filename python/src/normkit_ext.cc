@@ -409,6 +409,31 @@ void RowNorm(const Array& x, const OptArray& weight, const OptArray& bias, float
   });
 }
 
+// Residual add + layer norm (rms = false) or RMS norm of [rows, D]: h = x + residual
+// (+ add_bias), out = norm(h); h_out (or None) receives h.
+void AddRowNorm(const Array& x, const Array& residual, const OptArray& add_bias,
+                const OptArray& weight, const OptArray& bias, float eps, bool rms, const Array& out,
+                const OptArray& h_out, const OptArray& mean_out, const OptArray& rstd_out,
+                const Context* ctx) {
+  const char* op = rms ? "add_rms_norm" : "add_layer_norm";
+  const normkit_tensor xt = TensorOf(x, NORMKIT_LAYOUT_CHANNELS_FIRST, op, "x");
+  const normkit_tensor rt = TensorOf(residual, NORMKIT_LAYOUT_CHANNELS_FIRST, op, "residual");
+  const normkit_tensor yt = TensorOf(out, NORMKIT_LAYOUT_CHANNELS_FIRST, op, "out");
+  normkit_tensor ht{};
+  if (h_out) ht = TensorOf(*h_out, NORMKIT_LAYOUT_CHANNELS_FIRST, op, "residual_out");
+  const int64_t D = xt.shape[1], rows = xt.shape[0];
+  const float* a = ParamOf(add_bias, D, op, "add_bias", xt.device);
+  const float* g = ParamOf(weight, D, op, "weight", xt.device);
+  const float* b = ParamOf(bias, D, op, "bias", xt.device);
+  float* m = ParamOf(mean_out, rows, op, "mean_out", xt.device);
+  float* r = ParamOf(rstd_out, rows, op, "rstd_out", xt.device);
+  const normkit_tensor* hp = h_out ? &ht : nullptr;
+  Call([&] {
+    return rms ? normkit_add_rms_norm(ContextOf(ctx), &xt, &rt, a, g, eps, &yt, hp, r)
+               : normkit_add_layer_norm(ContextOf(ctx), &xt, &rt, a, g, b, eps, &yt, hp, m, r);
+  });
+}
+
 // ---- shift-sum family ----
 
 // The shift-sum call's parameters over a validated mask: its kind (NORMKIT_MASK_*) and the
@@ -567,4 +592,8 @@ NB_MODULE(_normkit, m) {
   m.def("row_norm", &RowNorm, nb::arg("x"), nb::arg("weight").none(), nb::arg("bias").none(),
         nb::arg("eps"), nb::arg("rms"), nb::arg("out"), nb::arg("mean_out").none(),
         nb::arg("rstd_out").none(), nb::arg("context").none());
+  m.def("add_row_norm", &AddRowNorm, nb::arg("x"), nb::arg("residual"),
+        nb::arg("add_bias").none(), nb::arg("weight").none(), nb::arg("bias").none(),
+        nb::arg("eps"), nb::arg("rms"), nb::arg("out"), nb::arg("h_out").none(),
+        nb::arg("mean_out").none(), nb::arg("rstd_out").none(), nb::arg("context").none());
 }

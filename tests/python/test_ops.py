@@ -150,6 +150,31 @@ def test_layer_and_rms_norm(shape):
     close(rstd_out, 1 / np.sqrt(ms.reshape(-1) + 1e-6))
 
 
+@pytest.mark.parametrize("shape", [(7, 96), (2, 3, 40)])
+def test_add_layer_and_rms_norm(shape):
+    x = (RNG.standard_normal(shape) + 3).astype(np.float32)
+    r = RNG.standard_normal(shape).astype(np.float32)
+    d = shape[-1]
+    w, b, a = (RNG.standard_normal(d).astype(np.float32) for _ in range(3))
+    h = (x + r) + a  # float32 adds: the residual normkit writes, bit for bit
+    hd = h.astype(np.float64)
+    mean, var = hd.mean(-1, keepdims=True), hd.var(-1, keepdims=True)
+    h_out = np.empty_like(x)
+    y = normkit.add_layer_norm(x, r, w, b, 1e-5, add_bias=a, residual_out=h_out)
+    assert np.array_equal(h_out, h)
+    close(y, (hd - mean) / np.sqrt(var + 1e-5) * w + b)
+    assert np.array_equal(y, normkit.layer_norm(h, w, b, 1e-5))
+    ms = (hd * hd).mean(-1, keepdims=True)
+    x2, r2 = x.copy(), r.copy()  # in place: y over x, h over the residual
+    normkit.add_rms_norm(x2, r2, w, 1e-6, add_bias=a, out=x2, residual_out=r2)
+    close(x2, hd / np.sqrt(ms + 1e-6) * w)
+    assert np.array_equal(r2, h)
+    with pytest.raises(ValueError, match="residual has shape"):
+        normkit.add_layer_norm(x, r[..., :-1])
+    with pytest.raises(ValueError, match="h_out overlaps y"):
+        normkit.add_layer_norm(x, r, out=h_out, residual_out=h_out)
+
+
 def test_bitwise_identical_for_any_thread_count():
     x = RNG.standard_normal((4, 32, 32, 32)).astype(np.float32)
     ys = [normkit.group_norm(channels_last(x), 8, context=normkit.Context(t)) for t in (1, 2, 3)]
