@@ -503,9 +503,78 @@ void FuzzHalfNorms(FuzzedDataProvider& in) {
 }  // namespace
 }  // namespace normkit_fuzz
 
+// The fused residual add + layer / RMS norm: h bitwise the two float adds, y against the
+// definition on h (CheckGroup), on edge magnitudes (x + residual overflowing, cancelling),
+// with every in-place pairing of the outputs and inputs.
+void FuzzAddNorms(FuzzedDataProvider& in) {
+  const int64_t rows = in.ConsumeIntegralInRange<int64_t>(1, 4);
+  const int64_t D = in.ConsumeIntegralInRange<int64_t>(1, 300);
+  const int64_t n = rows * D;
+  const bool rms = in.ConsumeBool(), has_bias = in.ConsumeBool(), has_h = in.ConsumeBool();
+  Floats x(n, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Floats r(n, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Floats y(n, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Floats h(n, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Floats params(3 * D, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Fill(x.p, n, Palette::Pick(in), in.ConsumeIntegral<uint32_t>());
+  Fill(r.p, n, Palette::Pick(in), in.ConsumeIntegral<uint32_t>());
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {  // a NaN or an Inf somewhere
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    (in.ConsumeBool() ? x : r).p[in.ConsumeIntegralInRange<int64_t>(0, n - 1)] =
+        bad[in.ConsumeIntegralInRange<int>(0, 2)];
+  }
+  float* bias = params.p;
+  float* gamma = params.p + D;
+  float* beta = params.p + 2 * D;
+  Fill(bias, D, Palette::Pick(in), in.ConsumeIntegral<uint32_t>());
+  Fill(gamma, D, {1.25, 0.75}, in.ConsumeIntegral<uint32_t>());
+  Fill(beta, D, {0, 1}, in.ConsumeIntegral<uint32_t>());
+  std::vector<float> h_want(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float sum = x.p[i] + r.p[i];
+    h_want[i] = has_bias ? sum + bias[i % D] : sum;
+  }
+  // 0: own buffers; 1: y = x; 2: y = residual; 3: h = x; 4: h = residual; 5: y = x, h = r.
+  const int aliasing = in.ConsumeIntegralInRange<int>(0, has_h ? 5 : 2);
+  float* yp = aliasing == 1 || aliasing == 5 ? x.p : aliasing == 2 ? r.p : y.p;
+  float* hp = aliasing == 3 ? x.p : aliasing == 4 || aliasing == 5 ? r.p : h.p;
+  const float eps = in.ConsumeBool() ? 1e-5f : 1e-30f;
+  const int64_t shape[2] = {rows, D};
+  normkit_tensor xt, rt, yt, ht;
+  for (auto [t, p] :
+       {std::pair<normkit_tensor*, float*>{&xt, x.p}, {&rt, r.p}, {&yt, yp}, {&ht, hp}}) {
+    normkit_tensor_init(t, p, NORMKIT_DTYPE_FLOAT32, NORMKIT_LAYOUT_CHANNELS_FIRST, 2, shape);
+  }
+  std::vector<float> mean_out(static_cast<size_t>(rows), -7.f), rstd_out(mean_out);
+  const normkit_status st =
+      rms ? normkit_add_rms_norm(nullptr, &xt, &rt, has_bias ? bias : nullptr, gamma, eps, &yt,
+                                 has_h ? &ht : nullptr, rstd_out.data())
+          : normkit_add_layer_norm(nullptr, &xt, &rt, has_bias ? bias : nullptr, gamma, beta, eps,
+                                   &yt, has_h ? &ht : nullptr, mean_out.data(), rstd_out.data());
+  CheckStatus(st);
+  if (st != NORMKIT_SUCCESS) {
+    std::fprintf(stderr, "valid add-norm call rejected: %s\n", normkit_last_error());
+    std::abort();
+  }
+  if (has_h && std::memcmp(hp, h_want.data(), static_cast<size_t>(n) * sizeof(float)) != 0) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (std::memcmp(&hp[i], &h_want[i], sizeof(float)) != 0)
+        Fail("add_norm h", i, hp[i], h_want[i]);
+    }
+  }
+  for (int64_t row = 0; row < rows; ++row) {
+    CheckGroup(
+        rms ? "add_rms_norm" : "add_layer_norm", h_want.data(), yp, D,
+        [&](int64_t k) { return row * D + k; }, [&](int64_t k) -> double { return gamma[k]; },
+        [&](int64_t k) -> double { return beta[k]; }, eps, rms, mean_out[row], rstd_out[row], !rms,
+        true);
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 6)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+    case 7: normkit_fuzz::FuzzAddNorms(in); break;
     case 6: normkit_fuzz::FuzzHalfNorms(in); break;
     case 5: normkit_fuzz::FuzzHalfAffine(in); break;
     case 0: normkit_fuzz::FuzzNorms(in, false); break;

@@ -322,6 +322,34 @@ TEST(OutOfMemory, NormsWriteAllOrNothing) {
                                                          mean, rstd);
                              });
     }
+    // Residual add + layer norm: without h_out, h goes to a scratch per worker (gamma and
+    // beta misaligned: their aligned copies too), made before any output is written.
+    {
+      const std::vector<float> r0 = RandomVector(rows * D, 17);
+      std::vector<float> x, r, y, h, mean, rstd;
+      normkit_tensor at = Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}), rt = at,
+                     ayt = at, aht = at;
+      for (bool with_h : {false, true}) {
+        ExpectAllOrNothing(
+            std::string("add_layer_norm, h_out ") + (with_h ? "given" : "NULL") + ", threads " +
+                std::to_string(threads),
+            [&] {
+              x = x0, r = r0;
+              y.assign(x0.size(), -7.0f), h = y;
+              mean.assign(rows, -7.0f), rstd = mean;
+              at.data = x.data(), rt.data = r.data(), ayt.data = y.data(), aht.data = h.data();
+            },
+            [&] {
+              return normkit_add_layer_norm(ctx.ctx, &at, &rt, beta, gamma, beta, 1e-5f, &ayt,
+                                            with_h ? &aht : nullptr, mean.data(), rstd.data());
+            },
+            [&] {
+              Bytes b;
+              for (const auto* v : {&x, &r, &y, &h, &mean, &rstd}) Append(b, *v);
+              return b;
+            });
+      }
+    }
     // A float16 affine without scale: its ones are made before the call writes anything.
     normkit_tensor at = Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {2, 3 * D, 16}), ay = at;
     at.dtype = ay.dtype = NORMKIT_DTYPE_FLOAT16;
