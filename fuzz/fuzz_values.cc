@@ -500,9 +500,6 @@ void FuzzHalfNorms(FuzzedDataProvider& in) {
   }
 }
 
-}  // namespace
-}  // namespace normkit_fuzz
-
 // The fused residual add + layer / RMS norm: h bitwise the two float adds, y against the
 // definition on h (CheckGroup), on edge magnitudes (x + residual overflowing, cancelling),
 // with every in-place pairing of the outputs and inputs.
@@ -570,6 +567,9 @@ void FuzzAddNorms(FuzzedDataProvider& in) {
         true);
   }
 }
+
+}  // namespace
+}  // namespace normkit_fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
