@@ -592,8 +592,8 @@ NB_MODULE(_normkit, m) {
   m.def("row_norm", &RowNorm, nb::arg("x"), nb::arg("weight").none(), nb::arg("bias").none(),
         nb::arg("eps"), nb::arg("rms"), nb::arg("out"), nb::arg("mean_out").none(),
         nb::arg("rstd_out").none(), nb::arg("context").none());
-  m.def("add_row_norm", &AddRowNorm, nb::arg("x"), nb::arg("residual"),
-        nb::arg("add_bias").none(), nb::arg("weight").none(), nb::arg("bias").none(),
-        nb::arg("eps"), nb::arg("rms"), nb::arg("out"), nb::arg("h_out").none(),
-        nb::arg("mean_out").none(), nb::arg("rstd_out").none(), nb::arg("context").none());
+  m.def("add_row_norm", &AddRowNorm, nb::arg("x"), nb::arg("residual"), nb::arg("add_bias").none(),
+        nb::arg("weight").none(), nb::arg("bias").none(), nb::arg("eps"), nb::arg("rms"),
+        nb::arg("out"), nb::arg("h_out").none(), nb::arg("mean_out").none(),
+        nb::arg("rstd_out").none(), nb::arg("context").none());
 }
