@@ -149,65 +149,45 @@ const char* LayoutName(normkit_layout l) {
   return l == NORMKIT_LAYOUT_CHANNELS_LAST ? "NHWC" : "NCHW";
 }
 
-void BenchAffine(const std::vector<int64_t>& shape, normkit_layout layout) {
-  const int64_t n = Numel(shape), C = shape[1], bytes = 2 * n * 4;
-  const std::vector<float> x = Random(n, 1), scale = Random(C, 2), shift = Random(C, 3),
-                           var = Random(C, 4, 0.1f, 2.0f);
-  DeviceBuffer dx(n * 4), dy(n * 4), ds(C * 4), dh(C * 4), dv(C * 4);
-  Upload(dx, x), Upload(ds, scale), Upload(dh, shift), Upload(dv, var);
-  normkit_tensor xc = Desc(const_cast<float*>(x.data()), layout, shape);
-  normkit_tensor xt = OnDevice(xc, dx.ptr), yt = OnDevice(xc, dy.ptr);
-  std::vector<float> cpu(n);
-  normkit_tensor yc = Desc(cpu.data(), layout, shape);
-  normkit_affine(nullptr, &xc, scale.data(), shift.data(), NORMKIT_PARAMS_PER_CHANNEL, &yc);
-  const auto affine = [&] {
-    normkit_affine(nullptr, &xt, ds.as<float>(), dh.as<float>(), NORMKIT_PARAMS_PER_CHANNEL, &yt);
-  };
-  affine();
-  bool ok = Agree(Download<float>(dy, n), cpu, 0);
-  Row("affine", ShapeName(shape), LayoutName(layout), TimeAgainstCopy(affine, bytes), bytes, ok);
-  normkit_batch_norm_inference(nullptr, &xc, nullptr, nullptr, shift.data(), var.data(), 1e-5f,
-                               &yc);
-  const auto bn = [&] {
-    normkit_batch_norm_inference(nullptr, &xt, nullptr, nullptr, dh.as<float>(), dv.as<float>(),
-                                 1e-5f, &yt);
-  };
-  bn();
-  ok = Agree(Download<float>(dy, n), cpu, 0);
-  Row("batch_norm_inference", ShapeName(shape), LayoutName(layout), TimeAgainstCopy(bn, bytes),
-      bytes, ok);
-}
-
-// Affine and batch norm with x and y in bfloat16 or float16 (half the bytes): checked
-// bitwise against the CPU's half path, timed against a copy of the op's own bytes.
-void BenchAffineHalf(const std::vector<int64_t>& shape, normkit_layout layout, int32_t dtype) {
-  const int64_t n = Numel(shape), C = shape[1], bytes = 2 * n * 2;
-  const bool bf16 = dtype == NORMKIT_DTYPE_BFLOAT16;
+// Affine and batch norm with x and y in `dtype` (float32, or bfloat16 / float16: half the
+// bytes), checked bitwise against the CPU path and timed against a copy of the op's own
+// bytes.
+void BenchAffine(const std::vector<int64_t>& shape, normkit_layout layout, int32_t dtype) {
+  const int64_t n = Numel(shape), C = shape[1];
+  const int64_t elem = dtype == NORMKIT_DTYPE_FLOAT32 ? 4 : 2, bytes = 2 * n * elem;
   const std::vector<float> values = Random(n, 1), scale = Random(C, 2), shift = Random(C, 3),
                            var = Random(C, 4, 0.1f, 2.0f);
-  // Any half bits will do as input: the top 16 bits of a float (bfloat16), or a float16
-  // with the exponent kept finite.
-  std::vector<uint16_t> x(n);
+  // x's bytes: the floats, or the top 16 bits of each (bfloat16; float16 with the top
+  // exponent bit cleared, so finite).
+  std::vector<uint8_t> x(n * elem);
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u;
     std::memcpy(&u, &values[i], 4);
-    x[i] = bf16 ? static_cast<uint16_t>(u >> 16) : static_cast<uint16_t>((u >> 16) & 0xbfff);
+    if (elem == 2) {
+      const auto h =
+          static_cast<uint16_t>(dtype == NORMKIT_DTYPE_BFLOAT16 ? u >> 16 : (u >> 16) & 0xbfff);
+      std::memcpy(&x[2 * i], &h, 2);
+    } else {
+      std::memcpy(&x[4 * i], &u, 4);
+    }
   }
-  DeviceBuffer dx(n * 2), dy(n * 2), ds(C * 4), dh(C * 4), dv(C * 4);
+  DeviceBuffer dx(n * elem), dy(n * elem), ds(C * 4), dh(C * 4), dv(C * 4);
   Upload(dx, x), Upload(ds, scale), Upload(dh, shift), Upload(dv, var);
   normkit_tensor xc = Desc(x.data(), layout, shape);
   xc.dtype = dtype;
   normkit_tensor xt = OnDevice(xc, dx.ptr), yt = OnDevice(xc, dy.ptr);
-  std::vector<uint16_t> cpu(n);
+  std::vector<uint8_t> cpu(n * elem);
   normkit_tensor yc = xc;
   yc.data = cpu.data();
-  const std::string suffix = bf16 ? " bf16" : " f16";
+  const std::string suffix = dtype == NORMKIT_DTYPE_FLOAT32    ? ""
+                             : dtype == NORMKIT_DTYPE_BFLOAT16 ? " bf16"
+                                                               : " f16";
   normkit_affine(nullptr, &xc, scale.data(), shift.data(), NORMKIT_PARAMS_PER_CHANNEL, &yc);
   const auto affine = [&] {
     normkit_affine(nullptr, &xt, ds.as<float>(), dh.as<float>(), NORMKIT_PARAMS_PER_CHANNEL, &yt);
   };
   affine();
-  bool ok = Download<uint16_t>(dy, n) == cpu;
+  bool ok = Download<uint8_t>(dy, n * elem) == cpu;
   Row(("affine" + suffix).c_str(), ShapeName(shape), LayoutName(layout),
       TimeAgainstCopy(affine, bytes), bytes, ok);
   normkit_batch_norm_inference(nullptr, &xc, nullptr, nullptr, shift.data(), var.data(), 1e-5f,
@@ -217,7 +197,7 @@ void BenchAffineHalf(const std::vector<int64_t>& shape, normkit_layout layout, i
                                  1e-5f, &yt);
   };
   bn();
-  ok = Download<uint16_t>(dy, n) == cpu;
+  ok = Download<uint8_t>(dy, n * elem) == cpu;
   Row(("batch_norm_inference" + suffix).c_str(), ShapeName(shape), LayoutName(layout),
       TimeAgainstCopy(bn, bytes), bytes, ok);
 }
@@ -346,9 +326,10 @@ int main(int argc, char** argv) {
   for (const auto& s : big) {
     for (auto l : {cf, cl}) {
       if (!norms_only) {
-        BenchAffine(s, l);
-        BenchAffineHalf(s, l, NORMKIT_DTYPE_BFLOAT16);
-        BenchAffineHalf(s, l, NORMKIT_DTYPE_FLOAT16);
+        for (int32_t dtype :
+             {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT16}) {
+          BenchAffine(s, l, dtype);
+        }
       }
       BenchGroupNorm("group_norm G=32", s, 32, l, NORMKIT_ACTIVATION_NONE);
       BenchGroupNorm("group_norm G=32 + SiLU", s, 32, l, NORMKIT_ACTIVATION_SILU);

@@ -105,6 +105,18 @@ normkit_status GroupNormEntry(const char* op, const normkit_context* context,
   });
 }
 
+NormArgs RowNormArgs(const float* gamma, const float* beta, float eps, bool rms, float* mean_out,
+                     float* rstd_out) {
+  NormArgs args;
+  args.gamma = gamma;
+  args.beta = beta;
+  args.eps = eps;
+  args.rms = rms;
+  args.mean = mean_out;
+  args.rstd = rstd_out;
+  return args;
+}
+
 normkit_status RowNormEntry(const char* op, const normkit_context* context, const normkit_tensor* x,
                             const float* gamma, const float* beta, float eps, bool rms,
                             const normkit_tensor* y, float* mean_out, float* rstd_out) {
@@ -118,13 +130,7 @@ normkit_status RowNormEntry(const char* op, const normkit_context* context, cons
     }
     NORMKIT_RETURN_IF_ERROR(ValidateNormArrays(op, xv, yv, eps, gamma, beta, xv.channels, mean_out,
                                                rstd_out, xv.batch));
-    NormArgs args;
-    args.gamma = gamma;
-    args.beta = beta;
-    args.eps = eps;
-    args.rms = rms;
-    args.mean = mean_out;
-    args.rstd = rstd_out;
+    const NormArgs args = RowNormArgs(gamma, beta, eps, rms, mean_out, rstd_out);
     if (xv.on_cuda()) return NormCuda(op, context, xv, yv, args, true);
     cpu::RowNorm(ResolveContext(context), xv, yv, args);
     return NORMKIT_SUCCESS;
@@ -223,13 +229,7 @@ normkit_status AddRowNormEntry(const char* op, const normkit_context* context,
       return Fail(NORMKIT_ERROR_UNSUPPORTED,
                   "%s: CUDA tensors are not supported (CPU only for now)", op);
     }
-    NormArgs args;
-    args.gamma = gamma;
-    args.beta = beta;
-    args.eps = eps;
-    args.rms = rms;
-    args.mean = mean_out;
-    args.rstd = rstd_out;
+    const NormArgs args = RowNormArgs(gamma, beta, eps, rms, mean_out, rstd_out);
     cpu::RowResidual add;
     add.residual = static_cast<const float*>(rv.data);
     add.bias = bias;
