@@ -192,44 +192,71 @@ void RunGroupNorm(const char* source, const std::vector<int64_t>& shape, int64_t
   normkit_context_destroy(ctx);
 }
 
-void RunRowNorm(const std::vector<int64_t>& shape, bool rms, int threads) {
+// Layer / RMS norm of [rows, D]; with `add`, the fused residual add first (h = x + r
+// written too: x, r read and y, h written, against a copy of those bytes). Checked on
+// every 97th row against the norm of h (h = x without the add) in double.
+void RunRowNorm(const std::vector<int64_t>& shape, bool rms, bool add, int threads) {
   const Workload w{"rows", shape};
   const int64_t rows = shape[0], D = shape[1], numel = rows * D;
-  const int64_t bytes = 2 * numel * static_cast<int64_t>(sizeof(float));
-  Buffer x = MakeBuffer(numel, 41), y = MakeBuffer(numel, 42), ref = MakeBuffer(numel, 43),
-         gamma = MakeBuffer(D, 44), beta = MakeBuffer(D, 45);
+  const int64_t arrays = add ? 2 : 1;  // inputs (x, r); as many outputs (y, h)
+  const int64_t bytes = 2 * arrays * numel * static_cast<int64_t>(sizeof(float));
+  Buffer in = MakeBuffer(arrays * numel, 41), out = MakeBuffer(arrays * numel, 42),
+         ref = MakeBuffer(arrays * numel, 43), gamma = MakeBuffer(D, 44), beta = MakeBuffer(D, 45);
+  const float* x = in.get();
+  const float* r = in.get() + numel;
+  const float* y = out.get();
+  const float* h = out.get() + numel;
   normkit_context* ctx = nullptr;
   normkit_context_create(threads, &ctx);
-  normkit_tensor xt = Desc(x.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape),
-                 yt = Desc(y.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, shape);
+  const auto layout = NORMKIT_LAYOUT_CHANNELS_FIRST;
+  normkit_tensor xt = Desc(in.get(), layout, shape), yt = Desc(out.get(), layout, shape);
+  normkit_tensor rt = Desc(in.get() + numel, layout, shape),
+                 ht = Desc(out.get() + numel, layout, shape);
   const auto call = [&] {
-    const normkit_status st =
-        rms ? normkit_rms_norm(ctx, &xt, gamma.get(), 1e-5f, &yt, nullptr)
-            : normkit_layer_norm(ctx, &xt, gamma.get(), beta.get(), 1e-5f, &yt, nullptr, nullptr);
+    normkit_status st;
+    if (add) {
+      st = rms ? normkit_add_rms_norm(ctx, &xt, &rt, nullptr, gamma.get(), 1e-5f, &yt, &ht, nullptr)
+               : normkit_add_layer_norm(ctx, &xt, &rt, nullptr, gamma.get(), beta.get(), 1e-5f, &yt,
+                                        &ht, nullptr, nullptr);
+    } else {
+      st =
+          rms ? normkit_rms_norm(ctx, &xt, gamma.get(), 1e-5f, &yt, nullptr)
+              : normkit_layer_norm(ctx, &xt, gamma.get(), beta.get(), 1e-5f, &yt, nullptr, nullptr);
+    }
     if (st != NORMKIT_SUCCESS) std::printf("  error: %s\n", normkit_last_error());
   };
   call();
   bool ok = true;
-  for (int64_t r = 0; r < rows && ok; r += 97) {
+  std::vector<float> hr(static_cast<size_t>(D));
+  for (int64_t row = 0; row < rows && ok; row += 97) {
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t i = row * D + d;
+      hr[d] = add ? x[i] + r[i] : x[i];
+      if (add && h[i] != hr[d]) {
+        std::printf("  MISMATCH in h at row %lld\n", static_cast<long long>(row));
+        ok = false;
+      }
+    }
     double m = 0, sq = 0;
     if (!rms) {
-      for (int64_t d = 0; d < D; ++d) m += x[r * D + d];
+      for (int64_t d = 0; d < D; ++d) m += hr[d];
       m /= D;
     }
-    for (int64_t d = 0; d < D; ++d) sq += (x[r * D + d] - m) * (x[r * D + d] - m);
+    for (int64_t d = 0; d < D; ++d) sq += (hr[d] - m) * (hr[d] - m);
     const double rs = 1.0 / std::sqrt(sq / D + 1e-5);
     for (int64_t d = 0; d < D && ok; ++d) {
-      const double t = (x[r * D + d] - m) * rs * gamma[d], b = rms ? 0.0 : beta[d];
-      if (!(std::fabs(y[r * D + d] - (t + b)) <= 1e-5 * (std::fabs(t) + std::fabs(b)) + 1e-7)) {
-        std::printf("  MISMATCH at row %lld\n", static_cast<long long>(r));
+      const double t = (hr[d] - m) * rs * gamma[d], b = rms ? 0.0 : beta[d];
+      if (!(std::fabs(y[row * D + d] - (t + b)) <= 1e-5 * (std::fabs(t) + std::fabs(b)) + 1e-7)) {
+        std::printf("  MISMATCH at row %lld\n", static_cast<long long>(row));
         ok = false;
       }
     }
   }
   const PairTiming tm = TimePair(
-      call, [&] { ParallelCopy(threads, ref.get(), x.get(), numel); }, bytes);
-  PrintRow(rms ? "rms_norm" : "layer_norm", w, NORMKIT_LAYOUT_CHANNELS_FIRST, false, threads, tm,
-           bytes, ok);
+      call, [&] { ParallelCopy(threads, ref.get(), in.get(), arrays * numel); }, bytes);
+  const char* name =
+      add ? (rms ? "add + rms_norm" : "add + layer_norm") : (rms ? "rms_norm" : "layer_norm");
+  PrintRow(name, w, layout, false, threads, tm, bytes, ok);
   normkit_context_destroy(ctx);
 }
 
@@ -392,9 +419,11 @@ int main(int argc, char** argv) {
   }
   const std::vector<int64_t> rows_shape =
       quick ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{4096, 768};
-  for (bool rms : {false, true}) {
-    RunRowNorm(rows_shape, rms, 1);
-    if (all > 1) RunRowNorm(rows_shape, rms, all);
+  for (bool add : {false, true}) {
+    for (bool rms : {false, true}) {
+      RunRowNorm(rows_shape, rms, add, 1);
+      if (all > 1) RunRowNorm(rows_shape, rms, add, all);
+    }
   }
   struct ShiftWorkload {
     const char* source;
