@@ -279,6 +279,15 @@ TEST(AddNorm, ValidationNamesTheArgumentAndWritesNothing) {
        "h_out overlaps y"},
       {"h shape", [](Call& c) { c.ht.shape[0] = 2; }, NORMKIT_ERROR_INVALID_ARGUMENT,
        "h_out->shape[0] = 2 differs from x->shape[0] = 4"},
+      {"bias not float-aligned",
+       [](Call& c) {
+         c.bias =
+             reinterpret_cast<const float*>(reinterpret_cast<const char*>(c.params.data()) + 1);
+       },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "bias"},
+      {"residual not float-aligned",
+       [](Call& c) { c.rt.data = reinterpret_cast<char*>(c.r.data()) + 2; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "residual"},
       {"bias over y", [](Call& c) { c.bias = c.y.data() + 4; }, NORMKIT_ERROR_INVALID_ARGUMENT,
        "bias overlaps the output y"},
       {"bias over h", [](Call& c) { c.bias = c.h.data() + 4; }, NORMKIT_ERROR_INVALID_ARGUMENT,
