@@ -363,21 +363,17 @@ TEST(OutOfMemory, NormsWriteAllOrNothing) {
   }
 }
 
-// The shift-sum family on shapes that take each of its paths (channels-first tiles,
-// channels-last skewed rows, phases, planes in registers, plane slices, along H), on
-// tensors large enough to split over two threads.
-TEST(OutOfMemory, ShiftSumFamilyWritesAllOrNothing) {
-  const std::vector<Geometry> shapes = {
-      {2, 28, 64, 256, 2, false, NORMKIT_MASK_HW, 0.5},       // skewed rows / planes in registers
-      {2, 80, 16, 256, -2, false, NORMKIT_MASK_NONE, 1.0},    // phases
-      {2, 80, 16, 256, 3, false, NORMKIT_MASK_CHW, 1.0},      // plane slices
-      {2, 28, 160, 64, 1, false, NORMKIT_MASK_PHI_CHW, 1.0},  // Phi mask
-      {2, 12, 128, 96, 2, true, NORMKIT_MASK_HW, 1.0}};       // along H
-  for (int threads : {1, 2}) {
+// Every op of the shift-sum family on each geometry, both layouts, with x, y and xs
+// stored as `dtype` (the float vectors hold them; a half tensor uses the first half of
+// their bytes) and the mask float32.
+void ExpectShiftSumFamilyAllOrNothing(const std::vector<Geometry>& shapes,
+                                      std::initializer_list<int> thread_counts, int32_t dtype) {
+  for (int threads : thread_counts) {
     Context ctx(threads);
     for (const Geometry& g : shapes) {
       for (bool cl : {false, true}) {
-        const std::string name = "B=" + std::to_string(g.B) + " C=" + std::to_string(g.C) +
+        const std::string name = std::string(dtype == NORMKIT_DTYPE_FLOAT32 ? "" : "bfloat16 ") +
+                                 "B=" + std::to_string(g.B) + " C=" + std::to_string(g.C) +
                                  " W=" + std::to_string(g.W) + " S=" + std::to_string(g.S) +
                                  (g.along_h ? " along H" : "") + " mask " +
                                  std::to_string(g.mask_kind) + (cl ? " NHWC" : " NCHW") +
@@ -394,18 +390,19 @@ TEST(OutOfMemory, ShiftSumFamilyWritesAllOrNothing) {
         const std::vector<int64_t> yshape = {g.B, 1, g.Hout(), g.Wout()};
         const std::vector<int64_t> sshape = {g.B, g.C, g.Hout(), g.Wout()};
         std::vector<float> x, y, xs, phi;
-        const normkit_tensor yin =
+        normkit_tensor yin =
             Desc(const_cast<float*>(y0.data()), NORMKIT_LAYOUT_CHANNELS_FIRST, yshape);
-        const normkit_tensor xin = Desc(const_cast<float*>(x0.data()), layout, xshape);
-        const normkit_tensor xsin = Desc(const_cast<float*>(xs0.data()), layout, sshape);
+        normkit_tensor xin = Desc(const_cast<float*>(x0.data()), layout, xshape);
+        normkit_tensor xsin = Desc(const_cast<float*>(xs0.data()), layout, sshape);
         normkit_tensor xt = Desc(nullptr, layout, xshape);
         normkit_tensor yt = Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, yshape);
         normkit_tensor xst = Desc(nullptr, layout, sshape);
+        for (normkit_tensor* t : {&yin, &xin, &xsin, &xt, &yt, &xst}) t->dtype = dtype;
         const auto reset = [&] {
           x = x0;
           y.assign(y0.size(), -7.0f);
           xs.assign(xs0.size(), -7.0f);
-          phi.assign(static_cast<size_t>(g.Hout() * g.Wout()), -7.0f);
+          phi.assign(static_cast<size_t>((g.PerSample() ? g.B : 1) * g.Hout() * g.Wout()), -7.0f);
           xt.data = x.data();
           yt.data = y.data();
           xst.data = xs.data();
@@ -452,6 +449,28 @@ TEST(OutOfMemory, ShiftSumFamilyWritesAllOrNothing) {
       }
     }
   }
+}
+
+// The shift-sum family on shapes that take each of its paths (channels-first tiles,
+// channels-last skewed rows, phases, planes in registers, plane slices, along H), on
+// tensors large enough to split over two threads.
+TEST(OutOfMemory, ShiftSumFamilyWritesAllOrNothing) {
+  ExpectShiftSumFamilyAllOrNothing(
+      {{2, 28, 64, 256, 2, false, NORMKIT_MASK_HW, 0.5},       // skewed rows / planes in registers
+       {2, 80, 16, 256, -2, false, NORMKIT_MASK_NONE, 1.0},    // phases
+       {2, 80, 16, 256, 3, false, NORMKIT_MASK_CHW, 1.0},      // plane slices
+       {2, 28, 160, 64, 1, false, NORMKIT_MASK_PHI_CHW, 1.0},  // Phi mask
+       {2, 12, 128, 96, 2, true, NORMKIT_MASK_HW, 1.0}},       // along H
+      {1, 2}, NORMKIT_DTYPE_FLOAT32);
+}
+
+// bfloat16 tensors: chunks of samples widened into a float scratch. Three samples of
+// 2.8 MB of float run as two chunks, the second allocating nothing (a failure there
+// would come after the first chunk's outputs were written).
+TEST(OutOfMemory, HalfShiftSumFamilyWritesAllOrNothing) {
+  ExpectShiftSumFamilyAllOrNothing({{3, 28, 96, 256, 2, false, NORMKIT_MASK_HW, 1.0},
+                                    {2, 12, 64, 96, 2, true, NORMKIT_MASK_BCHW, 1.0}},
+                                   {2}, NORMKIT_DTYPE_BFLOAT16);
 }
 
 }  // namespace

@@ -511,8 +511,8 @@ TEST(Validation, ShiftSumParamsAndXRules) {
          c.xt.shape[2] = 20;
        },
        NORMKIT_ERROR_INVALID_ARGUMENT, "x->rank = 3, expected 4"},
-      {"x float16", [](ShiftCall& c) { c.xt.dtype = NORMKIT_DTYPE_FLOAT16; },
-       NORMKIT_ERROR_UNSUPPORTED, "float32 and float64 only"},
+      {"x not a dtype", [](ShiftCall& c) { c.xt.dtype = 9; }, NORMKIT_ERROR_INVALID_ARGUMENT,
+       "x->dtype = 9 is not a normkit_dtype"},
       {"step overflowing the shifted width", [](ShiftCall& c) { c.params.step = int64_t{1} << 62; },
        NORMKIT_ERROR_INVALID_ARGUMENT, "makes the shifted sizes overflow"},
       // y [1, 1, 1, 2^61 + 5] times C = 3 is 6.9e18 elements, which fit int64; the bytes do not.
@@ -553,6 +553,29 @@ TEST(Validation, ShiftSumOperatorRules) {
        NORMKIT_ERROR_INVALID_ARGUMENT, "y must be [B, 1, H', W']"},
       {"y float64", [](ShiftCall& c) { c.yt.dtype = NORMKIT_DTYPE_FLOAT64; },
        NORMKIT_ERROR_INVALID_ARGUMENT, "y->dtype = float64 differs from x->dtype = float32"},
+      {"y bfloat16 with x float64",
+       [](ShiftCall& c) {
+         c.xt.dtype = NORMKIT_DTYPE_FLOAT64;
+         c.xt.shape[3] /= 2;  // the same bytes
+         c.yt.dtype = NORMKIT_DTYPE_BFLOAT16;
+       },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "y->dtype = bfloat16 differs from x->dtype = float64"},
+      {"y bfloat16 with x float16",
+       [](ShiftCall& c) {
+         c.xt.dtype = NORMKIT_DTYPE_FLOAT16;
+         c.yt.dtype = NORMKIT_DTYPE_BFLOAT16;
+       },
+       NORMKIT_ERROR_UNSUPPORTED,
+       "y->dtype = bfloat16 with x->dtype = float16 is not supported (the same dtype, or one of "
+       "them float32)"},
+      {"mask off float alignment with half tensors",
+       [](ShiftCall& c) {
+         c.xt.dtype = NORMKIT_DTYPE_BFLOAT16;
+         c.yt.dtype = NORMKIT_DTYPE_BFLOAT16;
+         c.params.mask_kind = NORMKIT_MASK_HW;
+         c.params.mask = reinterpret_cast<const char*>(c.mask.data()) + 2;
+       },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "params->mask"},
       {"y NULL data", [](ShiftCall& c) { c.yt.data = nullptr; }, NORMKIT_ERROR_INVALID_ARGUMENT,
        "y->data is NULL"},
       {"y inside x", [](ShiftCall& c) { c.yt.data = c.x.data() + 8; },
@@ -606,10 +629,18 @@ TEST(Validation, ShiftSumNormalizerAndStackRules) {
   const std::vector<ShiftRule> stack_rules = {
       {"xs without the shifted width", [](ShiftCall& c) { c.xst.shape[3] = 5; },
        NORMKIT_ERROR_INVALID_ARGUMENT,
-       "xs must be x's dtype and layout with shape [B, C, H', W'] = "
+       "xs must be x's layout with shape [B, C, H', W'] = "
        "[2, 3, 4, 9]"},
       {"xs in the other layout", [](ShiftCall& c) { c.xst.layout = NORMKIT_LAYOUT_CHANNELS_LAST; },
-       NORMKIT_ERROR_INVALID_ARGUMENT, "xs must be x's dtype and layout"},
+       NORMKIT_ERROR_INVALID_ARGUMENT, "xs must be x's layout"},
+      {"xs float16 with x bfloat16",
+       [](ShiftCall& c) {
+         c.xt.dtype = NORMKIT_DTYPE_BFLOAT16;
+         c.xst.dtype = NORMKIT_DTYPE_FLOAT16;
+       },
+       NORMKIT_ERROR_UNSUPPORTED, "xs->dtype = float16 with x->dtype = bfloat16 is not supported"},
+      {"xs float64 with x float32", [](ShiftCall& c) { c.xst.dtype = NORMKIT_DTYPE_FLOAT64; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "xs->dtype = float64 differs from x->dtype = float32"},
       {"xs NULL data", [](ShiftCall& c) { c.xst.data = nullptr; }, NORMKIT_ERROR_INVALID_ARGUMENT,
        "xs->data is NULL"},
       {"xs over x",

@@ -18,16 +18,28 @@ namespace {
 // The first version of the parameter struct: every field up to and including `mask`.
 constexpr uint32_t kParamsV1Size = offsetof(normkit_shift_sum_params, mask) + sizeof(const void*);
 
-// A validated call: the geometry, the dtype and the mask, before choosing float or double.
+bool IsHalf(normkit_dtype dtype) {
+  return dtype == NORMKIT_DTYPE_BFLOAT16 || dtype == NORMKIT_DTYPE_FLOAT16;
+}
+
+// A validated call: the geometry, the dtypes and the mask, before choosing float or double.
 struct ShiftSumCall {
-  normkit_dtype dtype = NORMKIT_DTYPE_FLOAT32;
+  normkit_dtype dtype = NORMKIT_DTYPE_FLOAT32;        // x's
+  normkit_dtype other_dtype = NORMKIT_DTYPE_FLOAT32;  // y's or xs's (set by their checks)
   int64_t B = 0, C = 0, H = 0, W = 0, H_out = 0, W_out = 0;
   bool channels_last = false;
   const normkit_shift_sum_params* params = nullptr;
   int64_t mask_elems = 0;
   int64_t normalizer_elems = 0;  // [H', W'], or [B, H', W'] for per-sample masks
 
-  int64_t elem_size() const { return DtypeSize(dtype); }
+  // The computing type: float64 for float64 tensors, else float32. Masks, normalizers
+  // and Phi_s are stored in it (float32 beside bfloat16 / float16 tensors).
+  normkit_dtype math() const {
+    return dtype == NORMKIT_DTYPE_FLOAT64 ? NORMKIT_DTYPE_FLOAT64 : NORMKIT_DTYPE_FLOAT32;
+  }
+  int64_t elem_size() const { return DtypeSize(math()); }
+  // A half tensor in the call: the float32 drivers on widened chunks (CPU only).
+  bool stored() const { return IsHalf(dtype) || IsHalf(other_dtype); }
   int64_t y_elems() const { return B * H_out * W_out; }
 
   template <class T>
@@ -48,7 +60,7 @@ struct ShiftSumCall {
 // Returns fn(T()) for the call's dtype T.
 template <class Fn>
 normkit_status DispatchDtype(const ShiftSumCall& call, const Fn& fn) {
-  return call.dtype == NORMKIT_DTYPE_FLOAT64 ? fn(double()) : fn(float());
+  return call.math() == NORMKIT_DTYPE_FLOAT64 ? fn(double()) : fn(float());
 }
 
 // For CUDA tensors: the device exists and every array of the call is device memory.
@@ -91,10 +103,11 @@ normkit_status ValidateX(const char* op, const char* name, const normkit_tensor*
                          const normkit_shift_sum_params* params, TensorView* xv, ShiftSumCall* call,
                          bool shape_only = false) {
   NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, name, x, xv, shape_only));
-  if (xv->dtype != NORMKIT_DTYPE_FLOAT32 && xv->dtype != NORMKIT_DTYPE_FLOAT64) {
+  if (xv->dtype != NORMKIT_DTYPE_FLOAT32 && xv->dtype != NORMKIT_DTYPE_FLOAT64 &&
+      !IsHalf(xv->dtype)) {
     return Fail(NORMKIT_ERROR_UNSUPPORTED,
-                "%s: %s->dtype = %s is not supported (float32 and float64 only)", op, name,
-                DtypeName(xv->dtype));
+                "%s: %s->dtype = %s is not supported (float32, float64, bfloat16 or float16)", op,
+                name, DtypeName(xv->dtype));
   }
   if (xv->rank != 4) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->rank = %d, expected 4 ([B, C, H, W])", op,
@@ -144,14 +157,33 @@ normkit_status ValidateX(const char* op, const char* name, const normkit_tensor*
   return NORMKIT_SUCCESS;
 }
 
+// The dtype of x's partner `name` (y or xs): x's own, or with a half x or partner the
+// other float32 (the storage pairs of every op; float64 pairs only with itself).
+normkit_status CheckPartnerDtype(const char* op, const char* name, normkit_dtype dtype,
+                                 ShiftSumCall* call) {
+  if (dtype != call->dtype) {
+    if (dtype == NORMKIT_DTYPE_FLOAT64 || call->dtype == NORMKIT_DTYPE_FLOAT64 ||
+        !(IsHalf(dtype) || dtype == NORMKIT_DTYPE_FLOAT32)) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->dtype = %s differs from x->dtype = %s",
+                  op, name, DtypeName(dtype), DtypeName(call->dtype));
+    }
+    if (IsHalf(dtype) && IsHalf(call->dtype)) {
+      return Fail(NORMKIT_ERROR_UNSUPPORTED,
+                  "%s: %s->dtype = %s with x->dtype = %s is not supported (the same dtype, or one "
+                  "of them float32)",
+                  op, name, DtypeName(dtype), DtypeName(call->dtype));
+    }
+  }
+  call->other_dtype = dtype;
+  return NORMKIT_SUCCESS;
+}
+
 // y: [B, 1, H', W'] (rank 4, either layout tag) or [B, H', W'] (rank 3, channels-first).
-normkit_status ValidateY(const char* op, const normkit_tensor* y, const ShiftSumCall& call,
+normkit_status ValidateY(const char* op, const normkit_tensor* y, ShiftSumCall* call_ptr,
                          TensorView* yv) {
   NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "y", y, yv));
-  if (yv->dtype != call.dtype) {
-    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: y->dtype = %s differs from x->dtype = %s", op,
-                DtypeName(yv->dtype), DtypeName(call.dtype));
-  }
+  NORMKIT_RETURN_IF_ERROR(CheckPartnerDtype(op, "y", yv->dtype, call_ptr));
+  const ShiftSumCall& call = *call_ptr;
   const bool rank4 = yv->rank == 4 && yv->shape[0] == call.B && yv->shape[1] == 1 &&
                      yv->shape[2] == call.H_out && yv->shape[3] == call.W_out;
   const bool rank3 = yv->rank == 3 && !yv->channels_last() && yv->shape[0] == call.B &&
@@ -194,12 +226,31 @@ normkit_status ValidateXY(const char* op, const normkit_tensor* x, const normkit
                           TensorView* yv, ShiftSumCall* call) {
   NORMKIT_RETURN_IF_ERROR(ValidateParams(op, params));
   NORMKIT_RETURN_IF_ERROR(ValidateX(op, "x", x, params, xv, call));
-  NORMKIT_RETURN_IF_ERROR(ValidateY(op, y, *call, yv));
+  NORMKIT_RETURN_IF_ERROR(ValidateY(op, y, call, yv));
   NORMKIT_RETURN_IF_ERROR(CheckSameDevice(op, *xv, "x", *yv, "y"));
   NORMKIT_RETURN_IF_ERROR(CheckTensorsDisjoint(op, *xv, "x", *yv, "y"));
   const TensorView& out = x_is_output ? *xv : *yv;
   return CheckDisjoint(op, "params->mask", params->mask, call->mask_elems, out,
                        x_is_output ? "x" : "y", *call);
+}
+
+// A call with a bfloat16 / float16 tensor: the CPU's float32 drivers on widened chunks
+// of samples. CUDA takes float32 and float64 only: refused, naming the half tensor.
+normkit_status RunStored(const char* op, const normkit_context* context, const TensorView& x,
+                         const char* partner, const ShiftSumCall& call,
+                         cpu::ShiftSumStoredCall stored) {
+  if (x.on_cuda()) {
+    const bool x_half = IsHalf(call.dtype);
+    return Fail(NORMKIT_ERROR_UNSUPPORTED,
+                "%s: %s->dtype = %s on a CUDA tensor is not supported (float32 and float64 only)",
+                op, x_half ? "x" : partner, DtypeName(x_half ? call.dtype : call.other_dtype));
+  }
+  cpu::ShiftSumStored(ResolveContext(context), call.Problem<float>(), stored);
+  return NORMKIT_SUCCESS;
+}
+
+cpu::StoredTensor Stored(const TensorView& t) {
+  return {t.data, kernels::StorageOf(t.dtype)};
 }
 
 }  // namespace
@@ -217,6 +268,11 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum(const normkit_context* c
     TensorView xv, yv;
     ShiftSumCall call;
     NORMKIT_RETURN_IF_ERROR(normkit::ValidateXY(kOp, x, y, params, false, &xv, &yv, &call));
+    if (call.stored()) {
+      return normkit::RunStored(
+          kOp, context, xv, "y", call,
+          {normkit::cpu::ShiftSumOp::kForward, normkit::Stored(xv), normkit::Stored(yv)});
+    }
     return normkit::DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
       const auto* in = static_cast<const T*>(xv.data);
@@ -241,6 +297,11 @@ normkit_shift_sum_adjoint(const normkit_context* context, const normkit_tensor* 
     TensorView xv, yv;
     ShiftSumCall call;
     NORMKIT_RETURN_IF_ERROR(normkit::ValidateXY(kOp, x, y, params, true, &xv, &yv, &call));
+    if (call.stored()) {
+      return normkit::RunStored(
+          kOp, context, xv, "y", call,
+          {normkit::cpu::ShiftSumOp::kAdjoint, normkit::Stored(yv), normkit::Stored(xv)});
+    }
     return normkit::DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
       const auto* in = static_cast<const T*>(yv.data);
@@ -312,6 +373,13 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum_pinv(const normkit_conte
     }
     NORMKIT_RETURN_IF_ERROR(normkit::CheckDisjoint(kOp, "normalizer", normalizer,
                                                    call.normalizer_elems, xv, "x", call));
+    if (call.stored()) {
+      normkit::cpu::ShiftSumStoredCall stored{normkit::cpu::ShiftSumOp::kPinv, normkit::Stored(yv),
+                                              normkit::Stored(xv)};
+      stored.mode = static_cast<normkit::PinvMode>(mode);
+      stored.normalizer = static_cast<const float*>(normalizer);
+      return normkit::RunStored(kOp, context, xv, "y", call, stored);
+    }
     return normkit::DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
       const auto pinv_mode = static_cast<normkit::PinvMode>(mode);
@@ -346,6 +414,14 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum_gap_step(
     }
     NORMKIT_RETURN_IF_ERROR(normkit::CheckDisjoint(kOp, "normalizer", normalizer,
                                                    call.normalizer_elems, xv, "x", call));
+    if (call.stored()) {
+      normkit::cpu::ShiftSumStoredCall stored{normkit::cpu::ShiftSumOp::kGapStep,
+                                              normkit::Stored(yv), normkit::Stored(xv)};
+      stored.lambda = static_cast<float>(lambda);
+      stored.gamma = static_cast<float>(gamma);
+      stored.normalizer = static_cast<const float*>(normalizer);
+      return normkit::RunStored(kOp, context, xv, "y", call, stored);
+    }
     return normkit::DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
       const auto* norm = static_cast<const T*>(normalizer);
@@ -369,14 +445,15 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum_gap_step(
 namespace normkit {
 namespace {
 
-// xs: x's dtype and layout, [B, C, H', W'].
-normkit_status ValidateStack(const char* op, const TensorView& xs, const ShiftSumCall& call,
+// xs: x's layout, [B, C, H', W'], its dtype x's partner (CheckPartnerDtype).
+normkit_status ValidateStack(const char* op, const TensorView& xs, ShiftSumCall* call_ptr,
                              bool channels_last) {
-  if (xs.dtype != call.dtype || xs.rank != 4 || xs.channels_last() != channels_last ||
-      xs.shape[0] != call.B || xs.shape[1] != call.C || xs.shape[2] != call.H_out ||
-      xs.shape[3] != call.W_out) {
+  NORMKIT_RETURN_IF_ERROR(CheckPartnerDtype(op, "xs", xs.dtype, call_ptr));
+  const ShiftSumCall& call = *call_ptr;
+  if (xs.rank != 4 || xs.channels_last() != channels_last || xs.shape[0] != call.B ||
+      xs.shape[1] != call.C || xs.shape[2] != call.H_out || xs.shape[3] != call.W_out) {
     return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
-                "%s: xs must be x's dtype and layout with shape [B, C, H', W'] = "
+                "%s: xs must be x's layout with shape [B, C, H', W'] = "
                 "[%lld, %lld, %lld, %lld]",
                 op, static_cast<long long>(call.B), static_cast<long long>(call.C),
                 static_cast<long long>(call.H_out), static_cast<long long>(call.W_out));
@@ -393,9 +470,14 @@ normkit_status ShiftEntry(const char* op, const normkit_context* context, const 
     ShiftSumCall call;
     NORMKIT_RETURN_IF_ERROR(ValidateX(op, "x", x, params, &xv, &call));
     NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "xs", xs, &sv));
-    NORMKIT_RETURN_IF_ERROR(ValidateStack(op, sv, call, xv.channels_last()));
+    NORMKIT_RETURN_IF_ERROR(ValidateStack(op, sv, &call, xv.channels_last()));
     NORMKIT_RETURN_IF_ERROR(CheckSameDevice(op, xv, "x", sv, "xs"));
     NORMKIT_RETURN_IF_ERROR(CheckTensorsDisjoint(op, xv, "x", sv, "xs"));
+    if (call.stored()) {
+      return RunStored(op, context, xv, "xs", call,
+                       {forward ? cpu::ShiftSumOp::kShift : cpu::ShiftSumOp::kUnshift,
+                        Stored(forward ? xv : sv), Stored(forward ? sv : xv)});
+    }
     return DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
       const auto problem = call.Problem<T>();

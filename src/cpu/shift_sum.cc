@@ -13,7 +13,10 @@ namespace cpu {
 using namespace shift_sum_rows;  // NOLINT: this file's own internals
 
 template <class T>
-void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* y) {
+void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* y,
+                     ShiftSumScratch<T>* scratch) {
+  ShiftSumScratch<T> own;
+  ShiftSumScratch<T>& pool = scratch ? *scratch : own;
   const ForwardPath path = ForwardPathOf(p);
   const auto make = [&](TaskRows<T>& s) { ForwardScratch(p, s); };
   const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
@@ -83,11 +86,14 @@ void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
       if (p.scale != T(1)) ShiftSumScale(ytile, p.scale, (r1 - r0) * p.W_out);
     });
   };
-  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), make, task);
+  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), pool.workers, make, task);
 }
 
 template <class T>
-void ShiftSumAdjoint(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* y, T* x) {
+void ShiftSumAdjoint(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* y, T* x,
+                     ShiftSumScratch<T>* scratch) {
+  ShiftSumScratch<T> own;
+  ShiftSumScratch<T>& pool = scratch ? *scratch : own;
   const auto make = [&](TaskRows<T>& s) {
     if (AdjointByPhases(p)) PhasesScratch(p, s);
   };
@@ -100,7 +106,7 @@ void ShiftSumAdjoint(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
     }
     if (stream) hwy::FlushStream();
   };
-  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
+  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
 }
 
 template <class T>
@@ -115,10 +121,11 @@ void ShiftSumNormalizer(const normkit_context& ctx, const ShiftSumProblem<T>& p,
 
 template <class T>
 void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode mode,
-                  const T* given_normalizer, const T* y, T* x) {
+                  const T* given_normalizer, const T* y, T* x, ShiftSumScratch<T>* scratch) {
+  ShiftSumScratch<T> own;
+  ShiftSumScratch<T>& pool = scratch ? *scratch : own;
   const bool mp = mode == PinvMode::kMoorePenrose;
-  std::vector<T> table;
-  const T* normalizer = mp ? SharedNormalizer(ctx, p, given_normalizer, table) : nullptr;
+  const T* normalizer = mp ? SharedNormalizer(ctx, p, given_normalizer, pool.table) : nullptr;
   if (mp && !p.along_h) {
     // Along W, x row (b, h) reads y row (b, h) alone: z = y / (s^2 Phi_s) a row at a
     // time, in L1, then the adjoint of that row, instead of a whole z zeroed, written
@@ -142,16 +149,18 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
       }
       if (stream) hwy::FlushStream();
     };
-    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
+    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
     return;
   }
   // z = y / (s^2 Phi_s) (Moore-Penrose) or y / (s * count) (divide-by-mask): y-sized,
   // 1/C of x, so the extra pass is cheap; then the adjoint-like pass over x.
-  std::vector<T> z(static_cast<size_t>(p.B * p.H_out * p.W_out));
+  std::vector<T>& z = pool.ys;
+  z.assign(static_cast<size_t>(p.B * p.H_out * p.W_out), T(0));
   // The counts of covering channels depend on neither the sample nor, along W, the
   // row: one row of them (along H one per y row), summed once.
   const int64_t count_rows = mp ? 0 : p.along_h ? p.H_out : 1;
-  std::vector<T> counts(static_cast<size_t>(count_rows * p.W_out));
+  std::vector<T>& counts = pool.counts;
+  counts.assign(static_cast<size_t>(count_rows * p.W_out), T(0));
   for (int64_t r = 0; r < count_rows; ++r) NormalizerRow(p, 0, r, true, &counts[r * p.W_out]);
   const auto make_z = [&](TaskRows<T>& s) {
     if (mp) Zeroed(s.normalizer, p.W_out);
@@ -165,9 +174,9 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
                      T(0), p.W_out);
     }
   };
-  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), make_z, divide);
+  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), pool.workers, make_z, divide);
   if (mp) {
-    ShiftSumAdjoint(ctx, p, z.data(), x);
+    ShiftSumAdjoint(ctx, p, z.data(), x, &pool);
     return;
   }
   const auto make_x = [&](TaskRows<T>& s) {
@@ -196,17 +205,17 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
     }
     if (stream) hwy::FlushStream();
   };
-  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make_x, task);
+  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make_x, task);
 }
 
 #define NORMKIT_INSTANTIATE_SHIFT_SUM(T)                                                        \
   template void ShiftSumForward<T>(const normkit_context&, const ShiftSumProblem<T>&, const T*, \
-                                   T*);                                                         \
+                                   T*, ShiftSumScratch<T>*);                                    \
   template void ShiftSumAdjoint<T>(const normkit_context&, const ShiftSumProblem<T>&, const T*, \
-                                   T*);                                                         \
+                                   T*, ShiftSumScratch<T>*);                                    \
   template void ShiftSumNormalizer<T>(const normkit_context&, const ShiftSumProblem<T>&, T*);   \
   template void ShiftSumPinv<T>(const normkit_context&, const ShiftSumProblem<T>&, PinvMode,    \
-                                const T*, const T*, T*);
+                                const T*, const T*, T*, ShiftSumScratch<T>*);
 NORMKIT_INSTANTIATE_SHIFT_SUM(float)
 NORMKIT_INSTANTIATE_SHIFT_SUM(double)
 #undef NORMKIT_INSTANTIATE_SHIFT_SUM

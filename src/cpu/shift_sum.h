@@ -10,6 +10,7 @@
 
 #include "core/context.h"
 #include "core/shift_geometry.h"
+#include "cpu/kernels/storage.h"
 
 namespace normkit {
 namespace cpu {
@@ -19,11 +20,21 @@ using ::normkit::PinvMode;
 using ::normkit::ShiftMask;
 using ::normkit::ShiftSumProblem;
 
+namespace shift_sum_rows {
 template <class T>
-void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* y);
+struct ShiftSumScratch;
+}
+// What a driver allocates (shift_sum_rows.h). A caller that runs a driver more than once
+// passes its own, so that only the first, largest, run allocates; null: the driver's own.
+using shift_sum_rows::ShiftSumScratch;
 
 template <class T>
-void ShiftSumAdjoint(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* y, T* x);
+void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* y,
+                     ShiftSumScratch<T>* scratch = nullptr);
+
+template <class T>
+void ShiftSumAdjoint(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* y, T* x,
+                     ShiftSumScratch<T>* scratch = nullptr);
 
 // Phi_s = sum_c Phi_c^2 over the positions each channel covers ([H', W'], or
 // [B, H', W'] for per-sample masks); without a mask, the count of covering channels.
@@ -35,19 +46,49 @@ void ShiftSumNormalizer(const normkit_context& ctx, const ShiftSumProblem<T>& p,
 // `normalizer` (Phi_s, optional) is used by Moore-Penrose instead of computing it.
 template <class T>
 void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode mode,
-                  const T* normalizer, const T* y, T* x);
+                  const T* normalizer, const T* y, T* x, ShiftSumScratch<T>* scratch = nullptr);
 
 // x += lambda * A^T((y - A x) / (s^2 Phi_s + gamma)), x read once and written once (along
 // W; along H the residual is formed first, so x is read twice).
 template <class T>
 void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T lambda, T gamma,
-                     const T* normalizer, const T* y, T* x);
+                     const T* normalizer, const T* y, T* x, ShiftSumScratch<T>* scratch = nullptr);
 
 // xs = the zero-padded [B, C, H', W'] stack of shifted channels (x's layout), and back.
 template <class T>
-void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* xs);
+void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* xs,
+           ShiftSumScratch<T>* scratch = nullptr);
 template <class T>
-void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* xs, T* x);
+void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* xs, T* x,
+             ShiftSumScratch<T>* scratch = nullptr);
+
+// bfloat16 / float16 tensors (shift_sum_half.cc): a tensor of the call and how it is
+// stored. The float32 operators above run on chunks of whole samples, each half tensor
+// of the chunk widened into a float scratch and its outputs rounded back to nearest
+// even, float32 tensors of the call used in place: a half call gives bitwise the float32
+// call on the widened values, rounded. Masks, normalizers and parameters are float32.
+// The scratch (a chunk of each half tensor in float) is allocated before any output is
+// written, and the chunks after the first allocate nothing.
+struct StoredTensor {
+  void* data;
+  kernels::Storage storage;
+};
+
+enum class ShiftSumOp { kForward, kAdjoint, kPinv, kGapStep, kShift, kUnshift };
+
+// The operator `op` of the functions above on stored tensors: `in` is the tensor it
+// reads (x of the forward and shift, y of the adjoint, pinv and GAP step, xs of unshift),
+// `out` the one it writes (x in place for the GAP step, which also reads it). lambda,
+// gamma: the GAP step's; mode: the pinv's; normalizer: theirs (null: computed).
+struct ShiftSumStoredCall {
+  ShiftSumOp op;
+  StoredTensor in, out;
+  PinvMode mode = PinvMode::kMoorePenrose;
+  float lambda = 1.0f, gamma = 0.0f;
+  const float* normalizer = nullptr;
+};
+void ShiftSumStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,
+                    const ShiftSumStoredCall& call);
 
 }  // namespace cpu
 }  // namespace normkit

@@ -12,10 +12,11 @@ using namespace shift_sum_rows;  // NOLINT: this file's own internals
 
 template <class T>
 void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T lambda, T gamma,
-                     const T* given_normalizer, const T* y, T* x) {
+                     const T* given_normalizer, const T* y, T* x, ShiftSumScratch<T>* scratch) {
+  ShiftSumScratch<T> own;
+  ShiftSumScratch<T>& pool = scratch ? *scratch : own;
   const T step_scale = lambda * p.scale;
-  std::vector<T> table;
-  const T* normalizer = SharedNormalizer(ctx, p, given_normalizer, table);
+  const T* normalizer = SharedNormalizer(ctx, p, given_normalizer, pool.table);
   if (!p.along_h && p.channels_last && CanSkewGapRows(p)) {
     // Two rows at a time: A x straight from their [W, C] rows, the residual, and the
     // update of the rows, none transposed (see CanSkewGapRows).
@@ -47,7 +48,7 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
         kernels::ShiftSumSkewAxpy(update);
       }
     };
-    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
+    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
     return;
   }
   if (CanSumPhases(p) && !CanSkewRows(p)) {  // as the forward: C past four vectors
@@ -59,7 +60,7 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
     const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
       GapStepChannelsLastPhases(p, step_scale, gamma, normalizer, y, x, begin, end, s);
     };
-    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
+    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
     return;
   }
   if (!p.along_h) {
@@ -132,12 +133,13 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
         }
       });
     };
-    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
+    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
     return;
   }
   // Along H a y row mixes C different x rows: form the residual for all of y first.
-  std::vector<T> res(static_cast<size_t>(p.B * p.H_out * p.W_out));
-  ShiftSumForward(ctx, p, x, res.data());
+  std::vector<T>& res = pool.ys;
+  res.assign(static_cast<size_t>(p.B * p.H_out * p.W_out), T(0));
+  ShiftSumForward(ctx, p, x, res.data(), &pool);
   const auto make_res = [&](TaskRows<T>& s) { Zeroed(s.normalizer, p.W_out); };
   const auto residual = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
     for (int64_t row = begin; row < end; ++row) {
@@ -147,7 +149,7 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
       ShiftSumGapResidual(rr, y + row * p.W_out, pr, T(1), p.scale * p.scale, gamma, p.W_out);
     }
   };
-  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), make_res, residual);
+  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), pool.workers, make_res, residual);
   const auto make_x = [&](TaskRows<T>& s) { XRowsScratch(p, s); };
   const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
     XRows<T> xr(p, s.gather);
@@ -162,11 +164,14 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
       }
     }
   };
-  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make_x, task);
+  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make_x, task);
 }
 
 template <class T>
-void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* xs) {
+void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* xs,
+           ShiftSumScratch<T>* scratch) {
+  ShiftSumScratch<T> own;
+  ShiftSumScratch<T>& pool = scratch ? *scratch : own;
   // xs has x's layout with (H', W') spatial dims; each xs row (b, c, r) is zeros plus
   // at most one x row.
   // Channels-last along W: the x row as planes placed at their shifts in zeroed
@@ -208,11 +213,14 @@ void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, 
       }
     }
   };
-  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), make, task);
+  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), pool.workers, make, task);
 }
 
 template <class T>
-void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* xs, T* x) {
+void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* xs, T* x,
+             ShiftSumScratch<T>* scratch) {
+  ShiftSumScratch<T> own;
+  ShiftSumScratch<T>& pool = scratch ? *scratch : own;
   // Channels-last along W: the xs row as [C, W'] planes, each channel's window
   // transposed back into the x row.
   const auto make = [&](TaskRows<T>& s) {
@@ -241,14 +249,16 @@ void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x
       }
     }
   };
-  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), make, task);
+  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
 }
 
 #define NORMKIT_INSTANTIATE_SHIFT_SUM_GAP(T)                                                \
   template void ShiftSumGapStep<T>(const normkit_context&, const ShiftSumProblem<T>&, T, T, \
-                                   const T*, const T*, T*);                                 \
-  template void Shift<T>(const normkit_context&, const ShiftSumProblem<T>&, const T*, T*);  \
-  template void Unshift<T>(const normkit_context&, const ShiftSumProblem<T>&, const T*, T*);
+                                   const T*, const T*, T*, ShiftSumScratch<T>*);            \
+  template void Shift<T>(const normkit_context&, const ShiftSumProblem<T>&, const T*, T*,   \
+                         ShiftSumScratch<T>*);                                              \
+  template void Unshift<T>(const normkit_context&, const ShiftSumProblem<T>&, const T*, T*, \
+                           ShiftSumScratch<T>*);
 NORMKIT_INSTANTIATE_SHIFT_SUM_GAP(float)
 NORMKIT_INSTANTIATE_SHIFT_SUM_GAP(double)
 #undef NORMKIT_INSTANTIATE_SHIFT_SUM_GAP

@@ -54,6 +54,17 @@ struct TaskRows {
   std::vector<T> gather;       // one channel's row of channels-last x (XRows)
 };
 
+// Everything a driver allocates, kept by the caller when it runs a driver more than once
+// (cpu/shift_sum.h): after the first, largest, run no run allocates, so an allocation
+// that fails does so before any output is written.
+template <class T>
+struct ShiftSumScratch {
+  std::vector<TaskRows<T>> workers;
+  std::vector<T> table;  // a shared normalizer (SharedNormalizer)
+  std::vector<T> ys;     // y-sized: z of the pseudo-inverses, the GAP step's residual
+  std::vector<T> counts;
+};
+
 // Runs body(begin, end) over [0, rows) in ranges of whole rows, `row_bytes` each.
 template <class Body>
 void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_bytes,
@@ -66,17 +77,27 @@ void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_byte
 }
 
 // The same with body(begin, end, rows): `rows` is the task's worker's TaskRows, which
-// make(rows) sized for each worker before the loop.
+// make(rows) sized for each worker before the loop. The TaskRows come from `pool`,
+// emptied first but keeping their capacity: a driver that runs again on a problem no
+// larger (the half-storage driver, a chunk of samples at a time) allocates nothing.
 template <class T, class Make, class Body>
-void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_bytes, const Make& make,
-                  const Body& body) {
+void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_bytes,
+                  std::vector<TaskRows<T>>& pool, const Make& make, const Body& body) {
   const int64_t per_task = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(row_bytes, 1));
   const int64_t tasks = (rows + per_task - 1) / per_task;
   const normkit_context& ctx = ContextForBytes(context, rows * row_bytes);
-  std::vector<TaskRows<T>> scratch(static_cast<size_t>(ParallelWorkers(ctx, tasks)));
-  for (TaskRows<T>& s : scratch) make(s);
+  const size_t workers = static_cast<size_t>(ParallelWorkers(ctx, tasks));
+  if (pool.size() < workers) pool.resize(workers);
+  for (size_t i = 0; i < workers; ++i) {
+    TaskRows<T>& s = pool[i];
+    for (std::vector<T>* v : {&s.rows, &s.normalizer, &s.planes, &s.mask_planes, &s.phases,
+                              &s.padded[0], &s.padded[1], &s.gather}) {
+      v->clear();
+    }
+    make(s);
+  }
   ParallelForWorkers(ctx, tasks, [&](int64_t t, int64_t worker) {
-    body(t * per_task, std::min(rows, (t + 1) * per_task), scratch[static_cast<size_t>(worker)]);
+    body(t * per_task, std::min(rows, (t + 1) * per_task), pool[static_cast<size_t>(worker)]);
   });
 }
 

@@ -33,6 +33,7 @@ HWY_EXPORT(ApplyNormPlanesThenMomentsImpl);
 HWY_EXPORT(ApplyNormRowsImpl);
 HWY_EXPORT(ApplyRowNormImpl);
 HWY_EXPORT(WidenToFloatImpl);
+HWY_EXPORT(NarrowFromFloatImpl);
 HWY_EXPORT(ResidualAddImpl);
 
 Moments SpanMoments(const float* x, int64_t n) {
@@ -113,6 +114,10 @@ void ApplyRowNorm(const float* x, void* y, Storage y_storage, int64_t n, float m
 
 void WidenToFloat(const void* x, Storage storage, int64_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(WidenToFloatImpl)(x, storage, n, out);
+}
+
+void NarrowFromFloat(const float* x, int64_t n, void* y, Storage storage, bool stream) {
+  HWY_DYNAMIC_DISPATCH(NarrowFromFloatImpl)(x, n, y, storage, stream);
 }
 
 void ResidualAdd(const float* x, const float* r, const float* bias, int64_t n, float* h) {

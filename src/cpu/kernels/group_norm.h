@@ -168,6 +168,11 @@ void ApplyRowNorm(const float* x, void* y, Storage y_storage, int64_t n, float m
 // float kernels' statistics and bits.
 void WidenToFloat(const void* x, Storage storage, int64_t n, float* out);
 
+// y[i] = x[i] stored as `storage` for i < n (half: rounded to nearest even); `stream`:
+// non-temporal stores, fenced by the caller (hwy::FlushStream). The shift-sum family's
+// half outputs, computed in float.
+void NarrowFromFloat(const float* x, int64_t n, void* y, Storage storage, bool stream);
+
 // h[i] = (x[i] + r[i]) + bias[i] for i < n (bias null: x[i] + r[i]), each add rounded to
 // float in that order: the residual add of the fused add + norm. h may be x or r.
 void ResidualAdd(const float* x, const float* r, const float* bias, int64_t n, float* h);

@@ -625,6 +625,20 @@ inline void WidenToFloatImpl(const void* x, Storage storage, int64_t count, floa
   widen(static_cast<const float*>(x));
 }
 
+// y[i] = x[i] rounded to y's half storage (nearest even), for i < count; `stream`:
+// non-temporal stores (the caller fences).
+inline void NarrowFromFloatImpl(const float* x, int64_t count, void* y, Storage storage,
+                                bool stream) {
+  const size_t n = static_cast<size_t>(count);
+  const auto narrow = [&](auto* yt) {
+    if (stream) return NarrowSpan<true>(x, yt, n);
+    NarrowSpan<false>(x, yt, n);
+  };
+  if (storage == Storage::kBFloat16) return narrow(static_cast<hwy::bfloat16_t*>(y));
+  if (storage == Storage::kFloat16) return narrow(static_cast<hwy::float16_t*>(y));
+  narrow(static_cast<float*>(y));
+}
+
 // h[i] = (x[i] + r[i]) + bias[i] (bias null: x[i] + r[i]) for i < count, each add
 // rounded to float in that order (a framework's two adds). h may be x or r.
 inline void ResidualAddImpl(const float* x, const float* r, const float* bias, int64_t count,

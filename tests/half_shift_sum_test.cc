@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: Apache-2.0
+// The shift-sum family on bfloat16 / float16 tensors, in every dtype pair: bitwise the
+// float32 call on the widened values, rounded to the output's format, and (forward,
+// adjoint, shift, unshift) against the double references of shift_sum_reference.h on
+// the paths each geometry takes, including calls split into chunks of samples.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "half_reference.h"
+#include "shift_sum_reference.h"
+#include "test_util.h"
+
+namespace normkit_test {
+namespace {
+
+constexpr int32_t kF32 = NORMKIT_DTYPE_FLOAT32;
+constexpr int32_t kBF16 = NORMKIT_DTYPE_BFLOAT16;
+constexpr int32_t kF16 = NORMKIT_DTYPE_FLOAT16;
+
+const char* Name(int32_t dtype) {
+  return dtype == kF32 ? "float32" : dtype == kBF16 ? "bfloat16" : "float16";
+}
+
+// Elements of `dtype` (float32, bfloat16 or float16) in plain bytes.
+struct Buffer {
+  Buffer(int32_t dtype, int64_t n) : dtype(dtype), raw(static_cast<size_t>(n * Size())) {}
+  int64_t Size() const { return dtype == kF32 ? 4 : 2; }
+  int64_t n() const { return static_cast<int64_t>(raw.size()) / Size(); }
+  void* data() { return raw.data(); }
+  uint32_t Bits(int64_t i) const {
+    uint32_t u = 0;
+    std::memcpy(&u, raw.data() + i * Size(), static_cast<size_t>(Size()));
+    return u;
+  }
+  double Get(int64_t i) const {
+    if (dtype == kF32) return FloatOfBits(Bits(i));
+    return Decode(static_cast<uint16_t>(Bits(i)), FormatOf(dtype));
+  }
+  // Stores v rounded plainly to the format.
+  void Set(int64_t i, float v) {
+    const uint32_t u = dtype == kF32 ? BitsOf(v) : Narrow(v, FormatOf(dtype));
+    std::memcpy(raw.data() + i * Size(), &u, static_cast<size_t>(Size()));
+  }
+  // The float32 value `f` stored in this buffer's format (what a half output must hold).
+  uint32_t BitsOfResult(float f) const {
+    return dtype == kF32 ? BitsOf(f) : Narrow(f, FormatOf(dtype));
+  }
+
+  int32_t dtype;
+  std::vector<unsigned char> raw;
+};
+
+normkit_tensor TensorOf(Buffer* b, normkit_layout layout, const std::vector<int64_t>& shape) {
+  normkit_tensor t = Desc(b->data(), layout, shape);
+  t.dtype = b->dtype;
+  return t;
+}
+
+enum class Op { kForward, kAdjoint, kPinvMP, kPinvDBM, kGap, kShift, kUnshift };
+const Op kOps[] = {Op::kForward, Op::kAdjoint, Op::kPinvMP, Op::kPinvDBM,
+                   Op::kGap,     Op::kShift,   Op::kUnshift};
+
+const char* OpName(Op op) {
+  switch (op) {
+    case Op::kForward: return "forward";
+    case Op::kAdjoint: return "adjoint";
+    case Op::kPinvMP: return "pinv MP";
+    case Op::kPinvDBM: return "pinv divide-by-mask";
+    case Op::kGap: return "GAP step";
+    case Op::kShift: return "shift";
+    case Op::kUnshift: return "unshift";
+  }
+  return "";
+}
+
+// The dtypes of the tensor an op reads (`in`) and the one it writes (`out`).
+struct Pair {
+  int32_t in, out;
+};
+const Pair kPairs[] = {{kBF16, kBF16}, {kF16, kF16},  {kBF16, kF32},
+                       {kF16, kF32},   {kF32, kBF16}, {kF32, kF16}};
+
+struct Case {
+  Geometry g;
+  bool channels_last;
+  Pair pair;
+  bool given_normalizer = false;  // pinv MP and GAP: Phi_s from normkit_shift_sum_normalizer
+  float magnitude = 2.0f;         // inputs in [-magnitude, magnitude]
+};
+
+// Calls op with the tensors `in` (read) and `out` (written; the GAP step's x, also read).
+normkit_status Call(Op op, normkit_context* ctx, const Case& c, const normkit_shift_sum_params& p,
+                    Buffer* in, Buffer* out, const float* normalizer) {
+  const Geometry& g = c.g;
+  const auto layout =
+      c.channels_last ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+  const std::vector<int64_t> xshape = {g.B, g.C, g.H, g.W};
+  const std::vector<int64_t> yshape = {g.B, 1, g.Hout(), g.Wout()};
+  const std::vector<int64_t> sshape = {g.B, g.C, g.Hout(), g.Wout()};
+  const auto y_of = [&](Buffer* b) { return TensorOf(b, NORMKIT_LAYOUT_CHANNELS_FIRST, yshape); };
+  const auto x_of = [&](Buffer* b) { return TensorOf(b, layout, xshape); };
+  const auto s_of = [&](Buffer* b) { return TensorOf(b, layout, sshape); };
+  switch (op) {
+    case Op::kForward: {
+      const normkit_tensor x = x_of(in), y = y_of(out);
+      return normkit_shift_sum(ctx, &x, &p, &y);
+    }
+    case Op::kAdjoint: {
+      const normkit_tensor y = y_of(in), x = x_of(out);
+      return normkit_shift_sum_adjoint(ctx, &y, &p, &x);
+    }
+    case Op::kPinvMP:
+    case Op::kPinvDBM: {
+      const normkit_tensor y = y_of(in), x = x_of(out);
+      const bool mp = op == Op::kPinvMP;
+      return normkit_shift_sum_pinv(ctx, &y, &p,
+                                    mp ? NORMKIT_PINV_MOORE_PENROSE : NORMKIT_PINV_DIVIDE_BY_MASK,
+                                    mp ? normalizer : nullptr, &x);
+    }
+    case Op::kGap: {
+      const normkit_tensor y = y_of(in), x = x_of(out);
+      return normkit_shift_sum_gap_step(ctx, &x, &y, &p, 0.75, 0.125, normalizer);
+    }
+    case Op::kShift: {
+      const normkit_tensor x = x_of(in), xs = s_of(out);
+      return normkit_shift(ctx, &x, &p, &xs);
+    }
+    case Op::kUnshift: {
+      const normkit_tensor xs = s_of(in), x = x_of(out);
+      return normkit_unshift(ctx, &xs, &p, &x);
+    }
+  }
+  return NORMKIT_ERROR_INVALID_ARGUMENT;
+}
+
+// One unit in the last place of `dtype` at |v| (float32: float's), for the tolerance of
+// a rounded output.
+double UnitAt(double v, int32_t dtype) {
+  if (dtype == kF32) return std::ldexp(std::fabs(v), -23) + 1e-45;
+  const HalfFormat f = FormatOf(dtype);
+  const uint16_t h = Encode(std::fabs(v), f);
+  return Decode(static_cast<uint16_t>(h + 1), f) - Decode(h, f);
+}
+
+void RunCase(Op op, const Case& c, int threads) {
+  const Geometry& g = c.g;
+  const int64_t nx = g.B * g.C * g.H * g.W, ny = g.B * g.Hout() * g.Wout();
+  const int64_t ns = g.B * g.C * g.Hout() * g.Wout();
+  int64_t n_in = nx, n_out = nx;
+  switch (op) {
+    case Op::kForward: n_out = ny; break;
+    case Op::kShift: n_out = ns; break;
+    case Op::kUnshift: n_in = ns; break;
+    default: n_in = ny; break;
+  }
+  std::vector<float> mask = RandomVector(std::max<int64_t>(g.MaskElems(), 1), 21, 0.0f, 1.0f);
+  for (size_t i = 0; i < mask.size(); i += 7) mask[i] = 0.0f;
+  const normkit_shift_sum_params p = ParamsFor(g, mask.data());
+
+  // The stored call's tensors, and float32 tensors holding their widened values.
+  Buffer in(c.pair.in, n_in), out(c.pair.out, n_out), in_wide(kF32, n_in), out_wide(kF32, n_out);
+  const std::vector<float> in_values = RandomVector(n_in, 22, -c.magnitude, c.magnitude);
+  const std::vector<float> x_values = RandomVector(n_out, 23, -c.magnitude, c.magnitude);
+  for (int64_t i = 0; i < n_in; ++i) {
+    in.Set(i, in_values[static_cast<size_t>(i)]);
+    in_wide.Set(i, static_cast<float>(in.Get(i)));
+  }
+  for (int64_t i = 0; i < n_out; ++i) {
+    out.Set(i, op == Op::kGap ? x_values[static_cast<size_t>(i)] : -7.0f);
+    out_wide.Set(i, static_cast<float>(out.Get(i)));
+  }
+  Context ctx(threads);
+  std::vector<float> phi(static_cast<size_t>((g.PerSample() ? g.B : 1) * g.Hout() * g.Wout()));
+  if (c.given_normalizer) {
+    const std::vector<int64_t> xshape = {g.B, g.C, g.H, g.W};
+    normkit_tensor shape_only = Desc(
+        nullptr, c.channels_last ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST,
+        xshape);
+    shape_only.dtype = c.pair.in;  // a half x gives float32 Phi_s
+    ASSERT_EQ(normkit_shift_sum_normalizer(ctx.ctx, &shape_only, &p, phi.data()), NORMKIT_SUCCESS)
+        << normkit_last_error();
+  }
+  const float* normalizer = c.given_normalizer ? phi.data() : nullptr;
+  ASSERT_EQ(Call(op, ctx.ctx, c, p, &in, &out, normalizer), NORMKIT_SUCCESS)
+      << normkit_last_error();
+  ASSERT_EQ(Call(op, ctx.ctx, c, p, &in_wide, &out_wide, normalizer), NORMKIT_SUCCESS)
+      << normkit_last_error();
+
+  int64_t not_same = 0;
+  for (int64_t i = 0; i < n_out; ++i) {
+    const float f = FloatOfBits(out_wide.Bits(i));
+    if (out.Bits(i) != out.BitsOfResult(f) && not_same++ < 5) {
+      ADD_FAILURE() << "element " << i << ": " << out.Get(i) << " is not the float32 call's " << f
+                    << " rounded";
+    }
+  }
+  EXPECT_EQ(not_same, 0);
+
+  // The operators with a plain reference, on the widened values.
+  if (op != Op::kForward && op != Op::kAdjoint && op != Op::kShift && op != Op::kUnshift) return;
+  const bool cl = c.channels_last;
+  std::vector<double> in_d(static_cast<size_t>(n_in)), abs_d(in_d.size());
+  for (int64_t i = 0; i < n_in; ++i) {
+    in_d[static_cast<size_t>(i)] = in_wide.Get(i);
+    abs_d[static_cast<size_t>(i)] = std::fabs(in_wide.Get(i));
+  }
+  std::vector<double> m_d(mask.begin(), mask.end()), want(static_cast<size_t>(n_out)), mag;
+  if (op == Op::kForward || op == Op::kAdjoint) {
+    const auto ref = op == Op::kForward ? RefForward : RefAdjoint;
+    want = ref(g, in_d, m_d, cl);
+    mag = ref(g, abs_d, m_d, cl);  // the masks are >= 0
+  } else {
+    // shift / unshift: copies, so exact (the scale and the mask are not used).
+    Geometry plain = g;
+    plain.scale = 1.0;
+    plain.mask_kind = NORMKIT_MASK_NONE;
+    std::vector<double> as_y(static_cast<size_t>(ns), 0.0);
+    for (int64_t b = 0; b < g.B; ++b)
+      for (int64_t ch = 0; ch < g.C; ++ch)
+        for (int64_t h = 0; h < g.H; ++h)
+          for (int64_t w = 0; w < g.W; ++w) {
+            const int64_t r = g.R(ch, h), v = g.V(ch, w);
+            const int64_t si = cl ? ((b * g.Hout() + r) * g.Wout() + v) * g.C + ch
+                                  : ((b * g.C + ch) * g.Hout() + r) * g.Wout() + v;
+            const int64_t xi = g.XIndex(b, ch, h, w, cl);
+            if (op == Op::kShift) {
+              want[static_cast<size_t>(si)] = in_d[static_cast<size_t>(xi)];
+            } else {
+              want[static_cast<size_t>(xi)] = in_d[static_cast<size_t>(si)];
+            }
+          }
+    mag.assign(want.size(), 0.0);
+  }
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n_out; ++i) {
+    const double w = want[static_cast<size_t>(i)], got = out.Get(i);
+    const double tol = UnitAt(w, out.dtype) +
+                       4.0 * static_cast<double>(g.C + 2) * 1.2e-7 * mag[static_cast<size_t>(i)];
+    if (!(std::fabs(got - w) <= tol) && !(std::isinf(got) && std::fabs(w) > 65504.0) &&
+        wrong++ < 5) {
+      ADD_FAILURE() << "element " << i << ": got " << got << ", want " << w;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+std::string Describe(Op op, const Case& c) {
+  const Geometry& g = c.g;
+  return std::string(OpName(op)) + " " + Name(c.pair.in) + " -> " + Name(c.pair.out) +
+         " B=" + std::to_string(g.B) + " C=" + std::to_string(g.C) + " H=" + std::to_string(g.H) +
+         " W=" + std::to_string(g.W) + " S=" + std::to_string(g.S) + (g.along_h ? " along H" : "") +
+         " mask " + std::to_string(g.mask_kind) + (c.channels_last ? " NHWC" : " NCHW") +
+         (c.given_normalizer ? " given Phi_s" : "");
+}
+
+// Every op in every dtype pair on geometries that take each path of the float drivers
+// (channels-first tiles, along H, channels-last skewed rows, phases, plane slices),
+// with each mask form, both layouts and both step signs.
+TEST(HalfShiftSum, EveryOpPairAndPath) {
+  const std::vector<Geometry> shapes = {
+      {2, 5, 6, 33, 2, false, NORMKIT_MASK_CHW, 0.5},       // channels-first tiles
+      {2, 4, 7, 9, -1, true, NORMKIT_MASK_HW, 1.0},         // along H
+      {2, 8, 5, 40, 2, false, NORMKIT_MASK_HW, 1.0},        // skewed rows (NHWC)
+      {1, 40, 3, 48, -2, false, NORMKIT_MASK_NONE, 1.0},    // phases (NHWC)
+      {2, 80, 2, 64, 3, false, NORMKIT_MASK_BCHW, 0.25},    // plane slices (NHWC)
+      {2, 6, 4, 20, 1, false, NORMKIT_MASK_PHI_BCHW, 1.0},  // a per-sample Phi mask
+  };
+  int k = 0;
+  for (const Geometry& g : shapes) {
+    for (bool cl : {false, true}) {
+      for (const Pair& pair : kPairs) {
+        for (Op op : kOps) {
+          Case c{g, cl, pair};
+          c.given_normalizer = (op == Op::kPinvMP || op == Op::kGap) && k++ % 2 == 0;
+          SCOPED_TRACE(Describe(op, c));
+          RunCase(op, c, 2);
+        }
+      }
+    }
+  }
+}
+
+// Calls larger than a chunk of the float scratch (8 MB): three samples of 2.8 MB of
+// float x each run as chunks of two samples and one (per-sample masks and normalizers
+// offset to each), a shared Phi_s computed once, three threads; and float16 sums past
+// its largest finite value.
+TEST(HalfShiftSum, ChunksOfSamplesAndOverflow) {
+  const Geometry big_hw{3, 28, 96, 256, 2, false, NORMKIT_MASK_HW, 1.0};
+  const Geometry big_bchw{3, 28, 96, 256, -1, false, NORMKIT_MASK_BCHW, 1.0};
+  for (Op op : kOps) {
+    for (const Case& c : {Case{big_hw, false, {kBF16, kBF16}}, Case{big_bchw, true, {kF16, kF32}},
+                          Case{big_bchw, false, {kF32, kBF16}, true}}) {
+      SCOPED_TRACE(Describe(op, c));
+      RunCase(op, c, 3);
+    }
+  }
+  const Geometry overflow{2, 28, 4, 64, 2, false, NORMKIT_MASK_NONE, 1.0};
+  for (bool cl : {false, true}) {
+    Case c{overflow, cl, {kF16, kF16}};
+    c.magnitude = 30000.0f;  // sums of 28 of these pass 65504: Inf, as the float result rounds
+    SCOPED_TRACE(Describe(Op::kForward, c));
+    RunCase(Op::kForward, c, 2);
+  }
+}
+
+// The same bits for any thread count.
+TEST(HalfShiftSum, BitwiseIdenticalAcrossThreadCounts) {
+  const Geometry g{3, 28, 40, 96, 2, false, NORMKIT_MASK_CHW, 1.0};
+  for (Op op : {Op::kForward, Op::kGap}) {
+    for (bool cl : {false, true}) {
+      const int64_t n_in = op == Op::kForward ? g.B * g.C * g.H * g.W : g.B * g.Hout() * g.Wout();
+      const int64_t n_out = op == Op::kForward ? g.B * g.Hout() * g.Wout() : g.B * g.C * g.H * g.W;
+      std::vector<float> mask = RandomVector(g.MaskElems(), 5, 0.0f, 1.0f);
+      const normkit_shift_sum_params p = ParamsFor(g, mask.data());
+      const std::vector<float> v = RandomVector(n_in, 6), xv = RandomVector(n_out, 7);
+      std::vector<std::vector<unsigned char>> results;
+      for (int threads : {1, 2, 3, 8}) {
+        Buffer in(kBF16, n_in), out(kBF16, n_out);
+        for (int64_t i = 0; i < n_in; ++i) in.Set(i, v[static_cast<size_t>(i)]);
+        for (int64_t i = 0; i < n_out; ++i) out.Set(i, xv[static_cast<size_t>(i)]);
+        Context ctx(threads);
+        ASSERT_EQ(Call(op, ctx.ctx, Case{g, cl, {kBF16, kBF16}}, p, &in, &out, nullptr),
+                  NORMKIT_SUCCESS)
+            << normkit_last_error();
+        results.push_back(out.raw);
+      }
+      for (size_t i = 1; i < results.size(); ++i) {
+        EXPECT_TRUE(results[i] == results[0])
+            << OpName(op) << (cl ? " NHWC" : " NCHW") << ": thread count " << i << " differs";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace normkit_test
