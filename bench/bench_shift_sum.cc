@@ -6,6 +6,8 @@
 // once for the GAP step. The reference is memcpy of the same bytes for all four, as issue 4 defines
 // it (the GAP step is in place, but the in-place x = a*x + b reference of the other in-place
 // benchmarks runs about twice as fast as memcpy on this VM; the note reports both).
+// bf16 rows: x and y in bfloat16 (the mask and Phi_s float32), against a memcpy of
+// their own bytes.
 //
 //   ./build/bench/normkit_bench --benchmark_filter='seed003'
 #include <string>
@@ -30,9 +32,12 @@ const char* ShiftOpName(ShiftOp op) {
 }
 
 void RunShift(benchmark::State& state, ShiftOp op, int64_t B, int64_t C, int64_t H, int64_t W,
-              int64_t S, int32_t mask_kind, normkit_layout layout, int threads) {
-  const int64_t Wp = W + (C - 1) * S, nx = B * C * H * W, ny = B * H * Wp;
-  Buffer x = MakeBuffer(nx, 1), y = MakeBuffer(ny, 2);
+              int64_t S, int32_t mask_kind, normkit_layout layout, int threads, int32_t dtype) {
+  const int64_t Wp = W + (C - 1) * S;
+  const std::vector<int64_t> xshape = {B, C, H, W}, yshape = {B, 1, H, Wp};
+  int64_t nx, ny;  // the buffers' sizes in floats
+  Buffer x = MakeTensorBuffer(xshape, layout, dtype, 1, &nx);
+  Buffer y = MakeTensorBuffer(yshape, NORMKIT_LAYOUT_CHANNELS_FIRST, dtype, 2, &ny);
   const int64_t mask_elems = mask_kind == NORMKIT_MASK_PHI_CHW ? C * H * Wp : H * W;
   Buffer mask = MakeBuffer(mask_elems, 3), phi_s = MakeBuffer(H * Wp, 4);
   for (int64_t i = 0; i < mask_elems; ++i) mask[i] = mask[i] > 0 ? 1.0f : 0.0f;
@@ -43,9 +48,9 @@ void RunShift(benchmark::State& state, ShiftOp op, int64_t B, int64_t C, int64_t
   params.scale = 2.0 / static_cast<double>(C);
   params.mask_kind = mask_kind;
   params.mask = mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.get();
-  const std::vector<int64_t> xshape = {B, C, H, W}, yshape = {B, 1, H, Wp};
   normkit_tensor xt = Desc(x.get(), layout, xshape);
   normkit_tensor yt = Desc(y.get(), NORMKIT_LAYOUT_CHANNELS_FIRST, yshape);
+  xt.dtype = yt.dtype = dtype;
   if (normkit_shift_sum_normalizer(ctx, &xt, &params, phi_s.get()) != NORMKIT_SUCCESS) std::abort();
   const auto run_op = [&] {
     normkit_status st = NORMKIT_SUCCESS;
@@ -93,15 +98,22 @@ int RegisterAll() {
         for (int32_t kind : {NORMKIT_MASK_HW, NORMKIT_MASK_PHI_CHW}) {
           if (kind == NORMKIT_MASK_PHI_CHW && op != ShiftOp::kGap) continue;
           for (int t : thread_counts) {
-            const std::string name = s.group + "/" + ShiftOpName(op) + "/B" + std::to_string(s.B) +
-                                     "xC" + std::to_string(s.C) + "x" + std::to_string(s.H) + "x" +
-                                     std::to_string(s.W) + "/S:" + std::to_string(s.S) +
-                                     (kind == NORMKIT_MASK_PHI_CHW ? "/phi" : "/mask") +
-                                     (layout == NORMKIT_LAYOUT_CHANNELS_LAST ? "/NHWC" : "/NCHW") +
-                                     "/threads:" + std::to_string(t);
-            RegisterTimed(name, [=](benchmark::State& st) {
-              RunShift(st, op, s.B, s.C, s.H, s.W, s.S, kind, layout, t);
-            });
+            for (int32_t dtype : {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16}) {
+              // bfloat16: the seed 003 and image shapes.
+              if (dtype != NORMKIT_DTYPE_FLOAT32 && (s.group == "real" || s.group == "pnp"))
+                continue;
+              const std::string name =
+                  s.group + "/" + ShiftOpName(op) +
+                  (dtype == NORMKIT_DTYPE_FLOAT32 ? "" : "/bf16") + "/B" + std::to_string(s.B) +
+                  "xC" + std::to_string(s.C) + "x" + std::to_string(s.H) + "x" +
+                  std::to_string(s.W) + "/S:" + std::to_string(s.S) +
+                  (kind == NORMKIT_MASK_PHI_CHW ? "/phi" : "/mask") +
+                  (layout == NORMKIT_LAYOUT_CHANNELS_LAST ? "/NHWC" : "/NCHW") +
+                  "/threads:" + std::to_string(t);
+              RegisterTimed(name, [=](benchmark::State& st) {
+                RunShift(st, op, s.B, s.C, s.H, s.W, s.S, kind, layout, t, dtype);
+              });
+            }
           }
         }
       }

@@ -149,8 +149,7 @@ NORMKIT_API int32_t normkit_cuda_device_count(void);
 
 typedef enum normkit_dtype {
   NORMKIT_DTYPE_FLOAT32 = 1,
-  /* The half dtypes: every op but the shift-sum family on CPU; affine and batch norm on
-   * CUDA. */
+  /* The half dtypes: every op on CPU; affine and batch norm on CUDA. */
   NORMKIT_DTYPE_FLOAT16 = 2,  /* IEEE binary16 */
   NORMKIT_DTYPE_BFLOAT16 = 3, /* bfloat16 */
   NORMKIT_DTYPE_FLOAT64 = 4   /* the shift-sum family only */
@@ -466,8 +465,13 @@ NORMKIT_API normkit_status normkit_add_rms_norm(const normkit_context* context,
  * c is offset by c*S + o along the shift axis, o = (C-1) * max(0, -S) so that every
  * offset is >= 0 (for S >= 0 channel 0 stays). Along W, y is [B, H, W'] with
  * W' = W + (C-1)|S|; along H, y is [B, H', W] with H' = H + (C-1)|S|. y is given as a
- * rank-4 [B, 1, H', W'] or a rank-3 channels-first [B, H', W'] descriptor. All tensors
- * and masks of one call share x's dtype: float32 or float64. */
+ * rank-4 [B, 1, H', W'] or a rank-3 channels-first [B, H', W'] descriptor.
+ * Dtypes: x, y and xs float32 or float64, all of one call alike, masks and normalizers
+ * of that dtype. Or, on CPU, x and y (xs) bfloat16 / float16 in the pairs of the other ops
+ * (one half dtype, or one side float32), with float32 masks, normalizers and Phi_s: the
+ * math is float32, chunks of samples widened into a float scratch (about the cost of
+ * the float32 call today, not yet half of it), the half output the float32 result
+ * rounded to nearest even. Half CUDA tensors: UNSUPPORTED. */
 
 typedef enum normkit_shift_axis {
   NORMKIT_SHIFT_ALONG_W = 0, /* the usual CASSI dispersion along columns */
@@ -492,7 +496,7 @@ typedef struct normkit_shift_sum_params {
   int64_t step;         /* S, negative allowed; (C-1)*|S| must fit int64 (C = 1: any S) */
   double scale;         /* s, multiplies A and A^T (1 by default; 2/C is common) */
   int32_t mask_kind;    /* normkit_mask_kind */
-  const void* mask;     /* mask data of x's dtype, NULL for NORMKIT_MASK_NONE */
+  const void* mask;     /* mask data (float64 x: float64, else float32), NULL for NONE */
 } normkit_shift_sum_params;
 
 /* Exported equivalents for callers that cannot mirror the struct (see
@@ -532,8 +536,8 @@ NORMKIT_API normkit_status normkit_shift_sum_adjoint(const normkit_context* cont
 /* Normalizer Phi_s[h, w'] = sum_c Phi_c[h, w']^2 over the positions channel c covers
  * (the diagonal of A A^T is s^2 Phi_s); without a mask, the count of channels covering
  * each position (the alpha of coded-aperture reconstruction codes). x gives the shape only: its
- * data is not read and may be NULL. phi_s: [H', W'] values of x's dtype, or [B, H', W'] for
- * per-sample masks. */
+ * data is not read and may be NULL. phi_s: [H', W'] values (float64 for float64 x, else
+ * float32), or [B, H', W'] for per-sample masks. */
 NORMKIT_API normkit_status normkit_shift_sum_normalizer(const normkit_context* context,
                                                         const normkit_tensor* x,
                                                         const normkit_shift_sum_params* params,

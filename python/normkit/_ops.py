@@ -50,6 +50,16 @@ def _empty(x, shape):
     return np.empty(tuple(shape), dtype=x.dtype)
 
 
+def _empty_float32(x, shape):
+    if _is_torch(x):
+        import torch
+
+        return x.new_empty(tuple(shape), dtype=torch.float32)
+    import numpy as np
+
+    return np.empty(tuple(shape), dtype=np.float32)
+
+
 def affine(x, scale=None, shift=None, *, per_sample: bool = False, out=None, layout=None,
            context: Optional[_normkit.Context] = None):
     """y = x * scale + shift per channel (or per sample and channel with per_sample=True);
@@ -341,7 +351,10 @@ def shift_sum_normalizer(x, step: int, *, axis="w", scale: float = 1.0, mask=Non
     kind = _mask_kind(mask, mask_kind, x.shape, step, str(axis).lower())
     ho, wo = _shift_geometry(x.shape, step, str(axis).lower())
     if out is None:
-        out = _empty(x, ((x.shape[0],) if kind in (3, 5) else ()) + (ho, wo))
+        shape = ((x.shape[0],) if kind in (3, 5) else ()) + (ho, wo)
+        # Phi_s is float32 beside bfloat16 / float16 x (float64 beside float64).
+        out = _empty(x, shape) if str(x.dtype).endswith(("float32", "float64")) else _empty_float32(
+            x, shape)
     _normkit.shift_sum_normalizer(x, int(step), _axis(axis), float(scale), mask, kind, out,
                                   _layout(layout), context)
     return out

@@ -43,8 +43,8 @@ std::string Name(const char* op, const char* arg) {
   return std::string(op) + ": " + arg;
 }
 
-// The dtype of an array; the C API says which ops take which (bfloat16 / float16: affine,
-// batch norm, layer and RMS norm; float64: the shift-sum family), with normkit's message.
+// The dtype of an array; the C API says which ops take which (float64: the shift-sum
+// family only; bfloat16 / float16: every op on CPU), with normkit's message.
 int32_t DtypeOf(const Array& a, const char* op, const char* arg) {
   if (a.dtype() == nb::dtype<float>()) return NORMKIT_DTYPE_FLOAT32;
   if (a.dtype() == nb::dtype<double>()) return NORMKIT_DTYPE_FLOAT64;
@@ -56,8 +56,8 @@ int32_t DtypeOf(const Array& a, const char* op, const char* arg) {
     }
   }
   throw nb::type_error((Name(op, arg) +
-                        " must be float32 (bfloat16 or float16 for affine, batch_norm, layer_norm "
-                        "and rms_norm; float64 for the shift-sum family)")
+                        " must be float32, bfloat16 or float16 (float64: the shift-sum family "
+                        "only)")
                            .c_str());
 }
 

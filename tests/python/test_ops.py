@@ -243,6 +243,32 @@ def test_shift_sum_family(dtype, step):
         assert np.array_equal(normkit.unshift(stack, step), x)
 
 
+def test_float16_storage_shift_sum():
+    """The shift-sum family on float16 arrays (mask and Phi_s float32): the forward within
+    one float16 unit of the float64 sum of the stored values, float32 y from float16 x,
+    float32 Phi_s, the pinv equal to one GAP step from 0, shift / unshift exact."""
+    x0 = RNG.standard_normal((2, 5, 6, 7)).astype(np.float16)
+    mask = (RNG.uniform(0, 1, (6, 7)) > 0.3).astype(np.float32) * RNG.uniform(0.5, 1.5, (6, 7)).astype(
+        np.float32)
+    want = ref_shift_sum(x0, 2, 0.5, mask)
+    for name, x in layouts(x0):
+        y = normkit.shift_sum(x, 2, scale=0.5, mask=mask)
+        assert y.dtype == np.float16 and y.shape == want.shape
+        assert ulps16(y, want.astype(np.float16)).max() <= 1, name
+        wide = normkit.shift_sum(x, 2, scale=0.5, mask=mask, out=np.empty(want.shape, np.float32))
+        close(wide, want, 1e-5)
+        phi = normkit.shift_sum_normalizer(x, 2, mask=mask)
+        assert phi.dtype == np.float32
+        pinv = normkit.shift_sum_pinv(want.astype(np.float16), 2, channels=5, scale=0.5, mask=mask,
+                                      normalizer=phi, layout=name)
+        gap = normkit.shift_sum_gap_step(np.zeros_like(x), want.astype(np.float16), 2, 1.0, 0.0,
+                                         scale=0.5, mask=mask, layout=name)
+        assert pinv.dtype == gap.dtype == np.float16
+        assert ulps16(gap, pinv).max() <= 1, name
+        stack = normkit.shift(x, 2)
+        assert stack.dtype == np.float16 and np.array_equal(normkit.unshift(stack, 2), x)
+
+
 def test_shift_sum_errors():
     x = np.zeros((1, 3, 4, 4), np.float32)
     with pytest.raises(ValueError, match="mask shape"):
