@@ -44,7 +44,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                         NORMKIT_DTYPE_FLOAT32, NORMKIT_LAYOUT_CHANNELS_FIRST, 4, ys);
     y.dtype = dtype;
   }
-  // The mask as large as its kind claims, or a small one.
+  // The mask as large as its kind claims, or a small one; masks, normalizers and Phi_s
+  // are float64 beside float64 tensors, else float32 (half tensors too).
+  const int64_t param_bytes = dtype == NORMKIT_DTYPE_FLOAT64 ? 8 : 4;
   int64_t mask_elems = 4;
   if (sane) {
     switch (params.mask_kind) {
@@ -57,11 +59,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   params.mask = in.ConsumeIntegralInRange<int>(0, 7) == 7
                     ? nullptr
-                    : arena.MakeExact(in, mask_elems * ElementBytes(dtype), &skip);
+                    : arena.MakeExact(in, mask_elems * param_bytes, &skip);
   if (params.mask_kind == NORMKIT_MASK_NONE && !in.ConsumeBool()) params.mask = nullptr;
-  const void* normalizer =
-      in.ConsumeBool() ? arena.MakeExact(in, (sane ? B * Hp * Wp : 4) * ElementBytes(dtype), &skip)
-                       : nullptr;
+  const void* normalizer = in.ConsumeBool()
+                               ? arena.MakeExact(in, (sane ? B * Hp * Wp : 4) * param_bytes, &skip)
+                               : nullptr;
   normkit_shift_sum_params* pp = in.ConsumeIntegralInRange<int>(0, 31) == 31 ? nullptr : &params;
   if (skip) return 0;
   normkit_status st;
@@ -96,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return 0;
     }
     case 4: {
-      void* phi_s = arena.MakeExact(in, (sane ? B * Hp * Wp : 4) * ElementBytes(dtype), &skip);
+      void* phi_s = arena.MakeExact(in, (sane ? B * Hp * Wp : 4) * param_bytes, &skip);
       if (skip) return 0;
       const auto outs = std::vector<Snapshot>{Take(phi_s, arena.SizeOf(phi_s))};
       st = normkit_shift_sum_normalizer(nullptr, &x, pp, phi_s);

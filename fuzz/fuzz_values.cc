@@ -6,7 +6,8 @@
 // with parameters aliasing outputs, compared with a double reference written from the
 // definitions. Pointers off their element size and parameters inside y must be
 // rejected, with every output untouched. bfloat16 / float16 storage: affine against
-// double, the norms bitwise against the float32 call on the widened values. Any
+// double, the norms and the shift-sum family bitwise against the float32 call on the
+// widened values. Any
 // disagreement aborts with what and where.
 #include <cfloat>
 #include <utility>
@@ -314,6 +315,39 @@ std::pair<int32_t, int32_t> PickHalfPair(FuzzedDataProvider& in) {
   return {pair[0], pair[1]};
 }
 
+// Stores *v as `dtype` at p (half: rounded plainly) and replaces *v with the float the
+// library loads from there: the exact widening, NaN payloads included.
+void StoreAs(int32_t dtype, float* v, uint8_t* p) {
+  using normkit_test::FormatOf;
+  if (dtype == NORMKIT_DTYPE_FLOAT32) {
+    std::memcpy(p, v, 4);
+    return;
+  }
+  const uint16_t h = normkit_test::Narrow(*v, FormatOf(dtype));
+  std::memcpy(p, &h, 2);
+  if (dtype == NORMKIT_DTYPE_BFLOAT16 || normkit_test::IsNaNBits(h, FormatOf(dtype))) {
+    const uint32_t bits = dtype == NORMKIT_DTYPE_BFLOAT16
+                              ? uint32_t{h} << 16
+                              : (uint32_t{h} & 0x8000u) << 16 | 0x7f800000u | (h & 0x3ffu) << 13;
+    std::memcpy(v, &bits, 4);
+  } else {
+    *v = static_cast<float>(normkit_test::Decode(h, FormatOf(dtype)));
+  }
+}
+
+// Output i of `dtype` at p against the float32 result w rounded to it.
+void ExpectRounded(const char* what, int32_t dtype, const uint8_t* p, int64_t i, float w) {
+  const int64_t size = dtype == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+  uint32_t got = 0, want;
+  std::memcpy(&got, p + size * i, static_cast<size_t>(size));
+  if (dtype == NORMKIT_DTYPE_FLOAT32) {
+    std::memcpy(&want, &w, 4);
+  } else {
+    want = normkit_test::Narrow(w, normkit_test::FormatOf(dtype));
+  }
+  if (got != want) Fail(what, i, got, want);
+}
+
 // Affine in half storage (every supported pair of dtypes, either layout, in place for one
 // dtype, data at any element offset): each output within one unit of its format of the
 // double result rounded to it (float32 outputs: within float32 rounding), NaN where the
@@ -437,25 +471,7 @@ void FuzzHalfNorms(FuzzedDataProvider& in) {
     wide[static_cast<size_t>(in.ConsumeIntegralInRange<int64_t>(0, numel - 1))] =
         bad[in.ConsumeIntegralInRange<int>(0, 2)];
   }
-  for (int64_t i = 0; i < numel; ++i) {
-    float& v = wide[static_cast<size_t>(i)];
-    if (xd == NORMKIT_DTYPE_FLOAT32) {
-      std::memcpy(xp + 4 * i, &v, 4);
-    } else {
-      const uint16_t h = Narrow(v, FormatOf(xd));
-      std::memcpy(xp + 2 * i, &h, 2);
-      // The exact widening (NaN payloads included), as the library loads it.
-      const bool nan = normkit_test::IsNaNBits(h, FormatOf(xd));
-      if (xd == NORMKIT_DTYPE_BFLOAT16 || nan) {
-        const uint32_t bits = xd == NORMKIT_DTYPE_BFLOAT16 ? uint32_t{h} << 16
-                                                           : (uint32_t{h} & 0x8000u) << 16 |
-                                                                 0x7f800000u | (h & 0x3ffu) << 13;
-        std::memcpy(&v, &bits, 4);
-      } else {
-        v = static_cast<float>(normkit_test::Decode(h, FormatOf(xd)));
-      }
-    }
-  }
+  for (int64_t i = 0; i < numel; ++i) StoreAs(xd, &wide[static_cast<size_t>(i)], xp + xs * i);
   std::vector<float> gamma(static_cast<size_t>(C)), beta(static_cast<size_t>(C));
   Fill(gamma.data(), C, {1.25, 0.75}, in.ConsumeIntegral<uint32_t>());
   Fill(beta.data(), C, {0, 1}, in.ConsumeIntegral<uint32_t>());
@@ -488,15 +504,96 @@ void FuzzHalfNorms(FuzzedDataProvider& in) {
     Fail("half norm statistics differ from the float32 call's", 0, rstd[0], rstd_w[0]);
   }
   for (int64_t i = 0; i < numel; ++i) {
-    const float w = wide_y[static_cast<size_t>(i)];
-    uint32_t got = 0, want;
-    std::memcpy(&got, yp + ys * i, static_cast<size_t>(ys));
-    if (yd == NORMKIT_DTYPE_FLOAT32) {
-      std::memcpy(&want, &w, 4);
-    } else {
-      want = Narrow(w, FormatOf(yd));
+    ExpectRounded("half norm output is not the float32 result rounded", yd, yp, i,
+                  wide_y[static_cast<size_t>(i)]);
+  }
+}
+
+// The shift-sum family with half tensors (every pair; masks, normalizers float32) on
+// small geometries of every path, axis, step sign and mask form, from the edges of
+// float (sums overflowing, NaN / Inf): bitwise the float32 call on the widened values,
+// rounded to the output's format.
+void FuzzHalfShiftSum(FuzzedDataProvider& in) {
+  const std::pair<int32_t, int32_t> pair = PickHalfPair(in);  // (read, written)
+  const int64_t B = in.ConsumeIntegralInRange<int64_t>(1, 3);
+  const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 40);
+  const int64_t H = in.ConsumeIntegralInRange<int64_t>(1, 6);
+  const int64_t W = in.ConsumeIntegralInRange<int64_t>(1, 70);
+  const int64_t S = in.ConsumeIntegralInRange<int64_t>(-3, 3);
+  const bool along_h = in.ConsumeBool(), cl = in.ConsumeBool();
+  const int32_t kind = in.ConsumeIntegralInRange<int32_t>(0, 5);
+  const int op = in.ConsumeIntegralInRange<int>(0, 6);
+  const int64_t spread = (C - 1) * (S < 0 ? -S : S);
+  const int64_t Hp = along_h ? H + spread : H, Wp = along_h ? W : W + spread;
+  const int64_t nx = B * C * H * W, ny = B * Hp * Wp, ns = B * C * Hp * Wp;
+  const bool per_sample = kind == NORMKIT_MASK_BCHW || kind == NORMKIT_MASK_PHI_BCHW;
+  const int64_t mask_elems[] = {0, H * W, C * H * W, B * C * H * W, C * Hp * Wp, B * C * Hp * Wp};
+  // 0 A, 1 A^T, 2 pinv MP, 3 pinv divide-by-mask, 4 GAP step, 5 shift, 6 unshift.
+  const int64_t n_in = op == 0 || op == 5 ? nx : op == 6 ? ns : ny;
+  const int64_t n_out = op == 0 ? ny : op == 5 ? ns : nx;
+  const Palette pal = Palette::Pick(in);
+  const int64_t in_size = pair.first == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+  const int64_t out_size = pair.second == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+  std::vector<uint8_t> in_buf(static_cast<size_t>(n_in * in_size));
+  std::vector<uint8_t> out_buf(static_cast<size_t>(n_out * out_size));
+  std::vector<float> in_wide(static_cast<size_t>(n_in)), out_wide(static_cast<size_t>(n_out));
+  Fill(in_wide.data(), n_in, pal, in.ConsumeIntegral<uint32_t>());
+  Fill(out_wide.data(), n_out, pal, in.ConsumeIntegral<uint32_t>());  // the GAP step's x
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {
+    in_wide[static_cast<size_t>(in.ConsumeIntegralInRange<int64_t>(0, n_in - 1))] = NAN;
+  }
+  for (int64_t i = 0; i < n_in; ++i) {
+    StoreAs(pair.first, &in_wide[static_cast<size_t>(i)], in_buf.data() + in_size * i);
+  }
+  for (int64_t i = 0; i < n_out; ++i) {
+    StoreAs(pair.second, &out_wide[static_cast<size_t>(i)], out_buf.data() + out_size * i);
+  }
+  std::vector<float> mask(static_cast<size_t>(std::max<int64_t>(mask_elems[kind], 1)));
+  Fill(mask.data(), static_cast<int64_t>(mask.size()), {0.5, 0.5}, in.ConsumeIntegral<uint32_t>());
+  for (size_t i = 0; i < mask.size(); i += 5) mask[i] = 0.0f;
+  normkit_shift_sum_params params;
+  normkit_shift_sum_params_init(&params, S);
+  params.axis = along_h ? NORMKIT_SHIFT_ALONG_H : NORMKIT_SHIFT_ALONG_W;
+  params.scale = in.ConsumeBool() ? 1.0 : 0.375;
+  params.mask_kind = kind;
+  params.mask = kind == NORMKIT_MASK_NONE ? nullptr : mask.data();
+  const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+  const int64_t xshape[4] = {B, C, H, W}, yshape[4] = {B, 1, Hp, Wp}, sshape[4] = {B, C, Hp, Wp};
+  std::vector<float> phi(static_cast<size_t>((per_sample ? B : 1) * Hp * Wp));
+  const bool given = in.ConsumeBool();
+  const auto call = [&](void* src, int32_t src_dtype, void* dst, int32_t dst_dtype) {
+    normkit_tensor a, b;
+    const int64_t* a_shape = op == 0 || op == 5 ? xshape : op == 6 ? sshape : yshape;
+    const int64_t* b_shape = op == 0 ? yshape : op == 5 ? sshape : xshape;
+    normkit_tensor_init(&a, src, static_cast<normkit_dtype>(src_dtype),
+                        a_shape == yshape ? NORMKIT_LAYOUT_CHANNELS_FIRST : layout, 4, a_shape);
+    normkit_tensor_init(&b, dst, static_cast<normkit_dtype>(dst_dtype),
+                        b_shape == yshape ? NORMKIT_LAYOUT_CHANNELS_FIRST : layout, 4, b_shape);
+    const float* norm = given ? phi.data() : nullptr;
+    switch (op) {
+      case 0: return normkit_shift_sum(nullptr, &a, &params, &b);
+      case 1: return normkit_shift_sum_adjoint(nullptr, &a, &params, &b);
+      case 2: return normkit_shift_sum_pinv(nullptr, &a, &params, 0, norm, &b);
+      case 3: return normkit_shift_sum_pinv(nullptr, &a, &params, 1, nullptr, &b);
+      case 4: return normkit_shift_sum_gap_step(nullptr, &b, &a, &params, 0.5, 0.25, norm);
+      case 5: return normkit_shift(nullptr, &a, &params, &b);
+      default: return normkit_unshift(nullptr, &a, &params, &b);
     }
-    if (got != want) Fail("half norm output is not the float32 result rounded", i, got, want);
+  };
+  normkit_tensor shape_only;
+  normkit_tensor_init(&shape_only, nullptr, static_cast<normkit_dtype>(pair.first), layout, 4,
+                      xshape);
+  if ((given && normkit_shift_sum_normalizer(nullptr, &shape_only, &params, phi.data()) !=
+                    NORMKIT_SUCCESS) ||
+      call(in_wide.data(), NORMKIT_DTYPE_FLOAT32, out_wide.data(), NORMKIT_DTYPE_FLOAT32) !=
+          NORMKIT_SUCCESS ||
+      call(in_buf.data(), pair.first, out_buf.data(), pair.second) != NORMKIT_SUCCESS) {
+    std::fprintf(stderr, "valid half shift-sum call rejected: %s\n", normkit_last_error());
+    std::abort();
+  }
+  for (int64_t i = 0; i < n_out; ++i) {
+    ExpectRounded("half shift-sum output is not the float32 result rounded", pair.second,
+                  out_buf.data(), i, out_wide[static_cast<size_t>(i)]);
   }
 }
 
@@ -573,7 +670,8 @@ void FuzzAddNorms(FuzzedDataProvider& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 8)) {
+    case 8: normkit_fuzz::FuzzHalfShiftSum(in); break;
     case 7: normkit_fuzz::FuzzAddNorms(in); break;
     case 6: normkit_fuzz::FuzzHalfNorms(in); break;
     case 5: normkit_fuzz::FuzzHalfAffine(in); break;

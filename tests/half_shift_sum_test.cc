@@ -289,9 +289,11 @@ TEST(HalfShiftSum, EveryOpPairAndPath) {
 TEST(HalfShiftSum, ChunksOfSamplesAndOverflow) {
   const Geometry big_hw{3, 28, 96, 256, 2, false, NORMKIT_MASK_HW, 1.0};
   const Geometry big_bchw{3, 28, 96, 256, -1, false, NORMKIT_MASK_BCHW, 1.0};
+  const Geometry big_phi{3, 28, 96, 256, 1, false, NORMKIT_MASK_PHI_BCHW, 1.0};
   for (Op op : kOps) {
-    for (const Case& c : {Case{big_hw, false, {kBF16, kBF16}}, Case{big_bchw, true, {kF16, kF32}},
-                          Case{big_bchw, false, {kF32, kBF16}, true}}) {
+    for (const Case& c :
+         {Case{big_hw, false, {kBF16, kBF16}}, Case{big_bchw, true, {kF16, kF32}},
+          Case{big_bchw, false, {kF32, kBF16}, true}, Case{big_phi, false, {kBF16, kBF16}, true}}) {
       SCOPED_TRACE(Describe(op, c));
       RunCase(op, c, 3);
     }
