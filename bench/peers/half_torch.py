@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""normkit against PyTorch on the same bfloat16 / float16 CPU tensors (issue: half storage).
+
+    pip install . torch && python bench/peers/half_torch.py [--rounds 3] [--quick]
+
+Rows: group norm (seed 002's 128x256x28x28 and 32x512x56x56, G=32), layer norm
+([4096, 768], [2048, 4096]) and batch norm in eval (64x256x64x64), NCHW and NHWC
+(PyTorch's channels_last) where the op has a layout, 1 and 2 threads.
+
+Like for like: normkit writes into a preallocated output (out=); PyTorch's F.group_norm /
+F.layer_norm / F.batch_norm have no out=, so the process runs with glibc's allocator told
+to keep freed memory (M_MMAP_THRESHOLD / M_TRIM_THRESHOLD, set before Python starts: the
+script re-executes itself): each PyTorch call reuses the previous call's output instead of
+faulting in fresh pages. Outputs are compared first (within two units of the format).
+Each round times both interleaved (median of `reps` calls); a row is a win or a loss
+only when the per-round ranges of the two times do not overlap, else a tie.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+_KEEP = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
+if any(os.environ.get(k) != v for k, v in _KEEP.items()):
+    os.environ.update(_KEEP)
+    os.execv(sys.executable, [sys.executable] + sys.argv)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import normkit  # noqa: E402
+
+
+def timed(fn, reps):
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def rows(quick):
+    gn = [(128, 256, 28, 28)] + ([] if quick else [(32, 512, 56, 56)])
+    for shape in gn:
+        for cl in (False, True):
+            yield "group_norm", shape, cl
+    for shape in [(4096, 768)] + ([] if quick else [(2048, 4096)]):
+        yield "layer_norm", shape, False
+    for cl in (False, True):
+        yield "batch_norm", (64, 256, 64, 64) if not quick else (16, 256, 64, 64), cl
+
+
+def make_calls(op, shape, cl, dtype, threads):
+    gen = torch.Generator().manual_seed(1)
+    x = (torch.randn(shape, generator=gen) * 2 + 0.5).to(dtype)
+    if cl:
+        x = x.contiguous(memory_format=torch.channels_last)
+    C = shape[-1] if op == "layer_norm" else shape[1]
+    w = torch.rand(C, generator=gen) + 0.5
+    b = torch.randn(C, generator=gen)
+    out = torch.empty_like(x)
+    ctx = normkit.Context(threads)
+    # Both take the same float32 parameters (PyTorch's CPU kernels accept them beside a
+    # half x: its mixed-type path).
+    if op == "group_norm":
+        return (lambda: F.group_norm(x, 32, w, b, 1e-5),
+                lambda: normkit.group_norm(x, 32, w, b, 1e-5, out=out, context=ctx), out)
+    if op == "layer_norm":
+        return (lambda: F.layer_norm(x, (C,), w, b, 1e-5),
+                lambda: normkit.layer_norm(x, w, b, 1e-5, out=out, context=ctx), out)
+    mean, var = torch.randn(C, generator=gen), torch.rand(C, generator=gen) + 0.5
+    return (lambda: F.batch_norm(x, mean, var, w, b, False, 0.0, 1e-5),
+            lambda: normkit.batch_norm(x, mean, var, w, b, 1e-5, out=out, context=ctx), out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
+    args = ap.parse_args()
+    print(f"normkit {normkit.version()} ({normkit.simd_target()}), torch {torch.__version__}, "
+          f"{args.rounds} rounds, median of {args.reps} calls each; ratio = torch / normkit time")
+    print("| op | shape | layout | dtype | threads | normkit ms | torch ms | ratio range | verdict |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for op, shape, cl in rows(args.quick):
+        for dtype in (torch.bfloat16, torch.float16):
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                peer, ours, out = make_calls(op, shape, cl, dtype, threads)
+                want = peer()
+                ours()
+                unit = 2.0 ** (-7 if dtype == torch.bfloat16 else -10)
+                err = ((out.float() - want.float()).abs() / (want.float().abs() + 1)).max().item()
+                if not err <= 2 * unit:
+                    print(f"| {op} | {'x'.join(map(str, shape))} | {'NHWC' if cl else '-'} | "
+                          f"{dtype} | {threads} | outputs differ: {err:.3g} relative |")
+                    continue
+                t_ours, t_peer = [], []
+                for _ in range(args.rounds):
+                    t_peer.append(timed(peer, args.reps))
+                    t_ours.append(timed(ours, args.reps))
+                ratios = [p / o for p, o in zip(t_peer, t_ours)]
+                verdict = ("win" if max(t_ours) < min(t_peer) else
+                           "loss" if max(t_peer) < min(t_ours) else "tie")
+                name = str(dtype).replace("torch.", "")
+                print(f"| {op} | {'x'.join(map(str, shape))} | "
+                      f"{'NHWC' if cl else ('-' if op == 'layer_norm' else 'NCHW')} | {name} | "
+                      f"{threads} | {min(t_ours) * 1e3:.2f}-{max(t_ours) * 1e3:.2f} | "
+                      f"{min(t_peer) * 1e3:.2f}-{max(t_peer) * 1e3:.2f} | "
+                      f"{min(ratios):.2f}-{max(ratios):.2f} | {verdict} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
