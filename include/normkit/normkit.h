@@ -310,6 +310,31 @@ NORMKIT_API normkit_status normkit_batch_norm_inference(
     const normkit_context* context, const normkit_tensor* x, const float* gamma, const float* beta,
     const float* running_mean, const float* running_var, float eps, const normkit_tensor* y);
 
+/* Batch norm in training mode, the forward pass (PyTorch's F.batch_norm with
+ * training=True): for each channel c, the mean and the biased variance of x over the batch
+ * and the spatial positions (n = N * spatial values, at least 2), then
+ *   y = (x - mean[c]) * rstd[c] * gamma[c] + beta[c],  rstd = 1 / sqrt(var + eps),
+ *   running_mean[c] = (1 - momentum) * running_mean[c] + momentum * mean[c],
+ *   running_var[c]  = (1 - momentum) * running_var[c]  + momentum * var[c] * n / (n - 1)
+ * (the unbiased variance, as PyTorch keeps it). save_mean / save_rstd receive mean and
+ * rstd (the backward pass's saved statistics). The statistics are computed in double
+ * from block moments merged in a fixed order (exact for a mean far from the spread; past
+ * FLT_MAX or with NaN / Inf, from the values again in double), so every output is
+ * bitwise the same for any thread count; the running averages and the saved statistics
+ * are computed in double and rounded once.
+ * x, y: float32 CPU tensors of one shape and layout, rank 2..5 (NCHW... or NHWC...), y may
+ *   be x (in place). gamma / beta: C floats or NULL (1 and 0); running_mean / running_var:
+ *   C floats each, both or neither (NULL: not updated); save_mean / save_rstd: C floats or
+ *   NULL. momentum: in [0, 1]. The outputs may overlap nothing; gamma / beta may not
+ *   overlap y.
+ * Errors: INVALID_ARGUMENT (descriptors, fewer than 2 values per channel, eps, momentum,
+ *   one of running_mean / running_var NULL, overlaps, misaligned arrays); UNSUPPORTED
+ *   (a dtype other than float32, CUDA tensors). Nothing is written on error. */
+NORMKIT_API normkit_status normkit_batch_norm_training(
+    const normkit_context* context, const normkit_tensor* x, const float* gamma, const float* beta,
+    float eps, float momentum, float* running_mean, float* running_var, const normkit_tensor* y,
+    float* save_mean, float* save_rstd);
+
 /* ------------------------------------------------------------------------- */
 /* Folding batch norm into the preceding layer                              */
 /* ------------------------------------------------------------------------- */

@@ -126,6 +126,16 @@ inline void BatchNormInference(const Tensor& x, const float* gamma, const float*
                                      eps, y.get()));
 }
 
+// Batch norm in training mode, the forward pass (see normkit_batch_norm_training).
+// running_mean / running_var: both or neither; save_mean / save_rstd may be nullptr.
+inline void BatchNormTraining(const Tensor& x, const float* gamma, const float* beta, float eps,
+                              float momentum, float* running_mean, float* running_var,
+                              const Tensor& y, float* save_mean = nullptr,
+                              float* save_rstd = nullptr, const Context* ctx = nullptr) {
+  Check(normkit_batch_norm_training(ctx ? ctx->get() : nullptr, x.get(), gamma, beta, eps, momentum,
+                                    running_mean, running_var, y.get(), save_mean, save_rstd));
+}
+
 // Folds BN statistics into per-channel scale / shift (see normkit_batch_norm_fold).
 inline void BatchNormFold(int64_t channels, const float* gamma, const float* beta,
                           const float* mean, const float* var, float eps, float* scale,

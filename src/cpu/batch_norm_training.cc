@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU batch norm in training mode. Two passes over x: block moments (channels-first: a
+// block of one channel plane; channels-last: per-channel column moments of a block of
+// rows), merged per channel in block order into double mean / variance; then the
+// group-norm apply kernels with each channel's mean, scale and shift (the mean
+// subtracted first, so a mean far from the spread loses nothing to a fold).
+#include "cpu/batch_norm_training.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/aligned_array.h"
+#include "core/exact_stats.h"
+#include "core/parallel.h"
+#include "cpu/group_norm.h"
+#include "cpu/kernels/group_norm.h"
+#include "cpu/memory_plan.h"
+
+namespace normkit {
+namespace cpu {
+namespace {
+
+using kernels::Moments;
+
+// Elements (channels-first) or about that many values in rows (channels-last) of one
+// statistics block, and per task of the apply pass: the group norm's block size.
+constexpr int64_t kBlockElems = kStatsBlockElems;
+
+struct Plan {
+  const float* x;
+  float* y;
+  int64_t N, C, S;
+  bool channels_last, stream, from_memory;
+  // Channels-first: blocks per (n, c) plane; channels-last: rows per block and blocks.
+  int64_t plane_blocks = 0, block_rows = 0, row_blocks = 0;
+};
+
+// Channels-first: moments of every block of every (n, c) plane, in memory order (plane
+// n * C + c, block b at partial[(n * C + c) * plane_blocks + b]).
+void PlaneBlockMoments(const normkit_context& ctx, const Plan& p, std::vector<Moments>& partial) {
+  const int64_t items = p.N * p.C * p.plane_blocks;
+  const int64_t block = (p.S + p.plane_blocks - 1) / p.plane_blocks;
+  ParallelFor(ctx, items, [&](int64_t i) {
+    const int64_t plane = i / p.plane_blocks, b = i % p.plane_blocks;
+    const int64_t begin = b * block, len = std::min(block, p.S - begin);
+    partial[static_cast<size_t>(i)] = kernels::SpanMoments(p.x + plane * p.S + begin, len);
+  });
+}
+
+// Channels-last: per-channel moments of each block of rows (C partials a block).
+void RowBlockMoments(const normkit_context& ctx, const Plan& p, std::vector<Moments>& partial) {
+  const int64_t rows = p.N * p.S;
+  const int64_t workers = ParallelWorkers(ctx, p.row_blocks);
+  const size_t C = static_cast<size_t>(p.C);
+  auto floats = AllocateAligned<float>(static_cast<size_t>(workers) * 3 * C);
+  auto doubles = AllocateAligned<double>(static_cast<size_t>(workers) * 2 * C);
+  const int64_t samples = PivotSamples(p.block_rows, 1, p.from_memory);
+  ParallelForWorkers(ctx, p.row_blocks, [&](int64_t b, int64_t worker) {
+    float* f = floats.get() + static_cast<size_t>(worker) * 3 * C;
+    double* d = doubles.get() + static_cast<size_t>(worker) * 2 * C;
+    const kernels::ColumnScratch scratch{f, f + C, d, d + C};
+    const int64_t r0 = b * p.block_rows, count = std::min(p.block_rows, rows - r0);
+    kernels::ColumnBlockMoments(p.x + r0 * p.C, count, p.C, p.C, std::min(samples, count),
+                                p.from_memory, scratch, &partial[static_cast<size_t>(b) * C]);
+  });
+}
+
+// Channel c's values x at (run k, position i): for the exact statistics.
+MeanRstd ExactChannelStats(const Plan& p, int64_t c, float eps) {
+  if (p.channels_last) return ExactMeanRstd(p.x + c, p.N * p.S, 1, p.C, eps, false);
+  return ExactMeanRstd(p.x + c * p.S, p.N, p.S, p.C * p.S, eps, false);
+}
+
+}  // namespace
+
+void BatchNormTraining(const normkit_context& context, const TensorView& x, const TensorView& y,
+                       const BatchNormTrainingArgs& args) {
+  Plan p;
+  p.x = static_cast<const float*>(x.data);
+  p.y = static_cast<float*>(y.data);
+  p.N = x.batch;
+  p.C = x.channels;
+  p.S = x.spatial;
+  p.channels_last = x.channels_last() && p.S > 1;
+  p.stream = x.data != y.data && y.bytes >= kStreamingStoreBytes;
+  p.from_memory = x.bytes >= kStreamingStoreBytes;
+  const normkit_context& ctx = ContextForBytes(context, 2 * x.bytes, kMinParallelAffineBytes);
+  // Block boundaries come from the shape alone: they fix the bits.
+  std::vector<Moments> partial;
+  if (p.channels_last) {
+    const int64_t rows = p.N * p.S;
+    p.block_rows = std::max<int64_t>(kMinStatsBlockRows, kBlockElems / p.C);
+    p.row_blocks = (rows + p.block_rows - 1) / p.block_rows;
+    partial.resize(static_cast<size_t>(p.row_blocks * p.C));
+  } else {
+    p.plane_blocks = (p.S + kBlockElems - 1) / kBlockElems;
+    partial.resize(static_cast<size_t>(p.N * p.C * p.plane_blocks));
+  }
+  const size_t C = static_cast<size_t>(p.C);
+  std::vector<double> mean(C), rstd(C), var(C);
+  auto params = AllocateAligned<float>(3 * AlignedCount<float>(C));
+  float* mean_f = params.get();
+  float* scale = mean_f + AlignedCount<float>(C);
+  float* shift = scale + AlignedCount<float>(C);
+  if (p.channels_last) {
+    RowBlockMoments(ctx, p, partial);
+  } else {
+    PlaneBlockMoments(ctx, p, partial);
+  }
+  // Per channel, the blocks merged in memory order: (n, block) channels-first, row
+  // blocks channels-last.
+  const double count = static_cast<double>(p.N) * static_cast<double>(p.S);
+  for (int64_t c = 0; c < p.C; ++c) {
+    Moments m;
+    if (p.channels_last) {
+      for (int64_t b = 0; b < p.row_blocks; ++b) {
+        m = kernels::MergeMoments(m, partial[static_cast<size_t>(b * p.C + c)]);
+      }
+    } else {
+      for (int64_t n = 0; n < p.N; ++n) {
+        const size_t first = static_cast<size_t>((n * p.C + c) * p.plane_blocks);
+        for (int64_t b = 0; b < p.plane_blocks; ++b)
+          m = kernels::MergeMoments(m, partial[first + b]);
+      }
+    }
+    double mu = m.mean, r = kernels::ReciprocalStd(m, args.eps), v = m.m2 / count;
+    if (!FastStatisticsHold(mu, r)) {
+      // A sum past FLT_MAX, a NaN or an Inf: the exact statistics (core/exact_stats.h),
+      // and the variance they imply.
+      const MeanRstd s = ExactChannelStats(p, c, args.eps);
+      mu = s.mean;
+      r = s.rstd;
+      v = 1.0 / (s.rstd * s.rstd) - static_cast<double>(args.eps);
+    }
+    mean[static_cast<size_t>(c)] = mu;
+    rstd[static_cast<size_t>(c)] = r;
+    var[static_cast<size_t>(c)] = v;
+  }
+  kernels::ChannelParametersEach(mean.data(), rstd.data(), args.gamma, args.beta, p.C, mean_f,
+                                 scale, shift);
+  // The small outputs, in double, rounded once.
+  const double momentum = static_cast<double>(args.momentum);
+  for (size_t c = 0; c < C; ++c) {
+    if (args.save_mean) args.save_mean[c] = static_cast<float>(mean[c]);
+    if (args.save_rstd) args.save_rstd[c] = static_cast<float>(rstd[c]);
+    if (args.running_mean) {
+      args.running_mean[c] = static_cast<float>(
+          (1.0 - momentum) * static_cast<double>(args.running_mean[c]) + momentum * mean[c]);
+      args.running_var[c] =
+          static_cast<float>((1.0 - momentum) * static_cast<double>(args.running_var[c]) +
+                             momentum * var[c] * (count / (count - 1.0)));
+    }
+  }
+  // The output pass: tasks of about kBlockElems elements, whole rows (channels-last) or
+  // runs of one sample's planes (channels-first).
+  if (p.channels_last) {
+    const kernels::NormRows rows_params{mean_f, scale, shift};
+    const int64_t rows = p.N * p.S;
+    const int64_t per_task = std::max<int64_t>(1, kBlockElems / p.C);
+    ParallelFor(ctx, (rows + per_task - 1) / per_task, [&](int64_t t) {
+      const int64_t r0 = t * per_task, count_rows = std::min(per_task, rows - r0);
+      kernels::ApplyNormRows(p.x + r0 * p.C, p.y + r0 * p.C, kernels::Storage::kFloat32, count_rows,
+                             p.C, rows_params, kernels::Activation::kNone, p.stream, p.from_memory);
+    });
+    return;
+  }
+  const int64_t planes_per_task = std::max<int64_t>(1, kBlockElems / p.S);
+  const int64_t tasks_per_sample = (p.C + planes_per_task - 1) / planes_per_task;
+  ParallelFor(ctx, p.N * tasks_per_sample, [&](int64_t t) {
+    const int64_t n = t / tasks_per_sample;
+    const int64_t c0 = (t % tasks_per_sample) * planes_per_task;
+    const int64_t c1 = std::min(p.C, c0 + planes_per_task);
+    const int64_t at = (n * p.C + c0) * p.S;
+    kernels::ApplyNormPlanes(p.x + at, p.y + at, kernels::Storage::kFloat32, (c1 - c0) * p.S, p.S,
+                             0, mean_f + c0, scale + c0, shift + c0, kernels::Activation::kNone,
+                             p.stream);
+  });
+}
+
+}  // namespace cpu
+}  // namespace normkit
