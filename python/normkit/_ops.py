@@ -78,6 +78,22 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, eps: float 
     return out
 
 
+def batch_norm_training(x, running_mean=None, running_var=None, weight=None, bias=None,
+                        momentum: float = 0.1, eps: float = 1e-5, *, out=None, save_mean=None,
+                        save_rstd=None, layout=None,
+                        context: Optional[_normkit.Context] = None):
+    """Training-mode batch norm over dim 1 (torch.nn.functional.batch_norm with
+    training=True): y from the batch's own mean and biased variance per channel;
+    running_mean / running_var (float32 [C], both or neither) are updated in place with
+    `momentum` (the unbiased variance, as PyTorch keeps it); save_mean / save_rstd (float32
+    [C], optional) receive the batch mean and 1 / sqrt(var + eps). float32 x, CPU. Returns
+    out."""
+    out = _empty_like(x) if out is None else out
+    _normkit.batch_norm_training(x, running_mean, running_var, weight, bias, float(momentum),
+                                 float(eps), out, save_mean, save_rstd, _layout(layout), context)
+    return out
+
+
 def batch_norm_fold(running_mean, running_var, weight=None, bias=None, eps: float = 1e-5, *,
                     scale=None, shift=None):
     """(scale, shift) with batch_norm(x) == x * scale + shift per channel."""

@@ -308,6 +308,26 @@ void BatchNorm(const Array& x, const Array& running_mean, const Array& running_v
       [&] { return normkit_batch_norm_inference(ContextOf(ctx), &xt, g, b, mean, var, eps, &yt); });
 }
 
+void BatchNormTraining(const Array& x, const OptArray& running_mean, const OptArray& running_var,
+                       const OptArray& weight, const OptArray& bias, float momentum, float eps,
+                       const Array& out, const OptArray& save_mean, const OptArray& save_rstd,
+                       int32_t layout, const Context* ctx) {
+  constexpr const char* op = "batch_norm_training";
+  const normkit_tensor xt = TensorOf(x, layout, op, "x");
+  const normkit_tensor yt = TensorOf(out, xt.layout, op, "out");
+  const int64_t C = Channels(xt);
+  float* mean = ParamOf(running_mean, C, op, "running_mean", xt.device);
+  float* var = ParamOf(running_var, C, op, "running_var", xt.device);
+  const float* g = ParamOf(weight, C, op, "weight", xt.device);
+  const float* b = ParamOf(bias, C, op, "bias", xt.device);
+  float* sm = ParamOf(save_mean, C, op, "save_mean", xt.device);
+  float* sr = ParamOf(save_rstd, C, op, "save_rstd", xt.device);
+  Call([&] {
+    return normkit_batch_norm_training(ContextOf(ctx), &xt, g, b, eps, momentum, mean, var, &yt,
+                                       sm, sr);
+  });
+}
+
 void BatchNormFold(const Array& running_mean, const Array& running_var, const OptArray& weight,
                    const OptArray& bias, float eps, const Array& scale, const Array& shift) {
   constexpr const char* op = "batch_norm_fold";
@@ -568,6 +588,10 @@ NB_MODULE(_normkit, m) {
   m.def("batch_norm", &BatchNorm, nb::arg("x"), nb::arg("running_mean"), nb::arg("running_var"),
         nb::arg("weight").none(), nb::arg("bias").none(), nb::arg("eps"), nb::arg("out"),
         nb::arg("layout"), nb::arg("context").none());
+  m.def("batch_norm_training", &BatchNormTraining, nb::arg("x"), nb::arg("running_mean").none(),
+        nb::arg("running_var").none(), nb::arg("weight").none(), nb::arg("bias").none(),
+        nb::arg("momentum"), nb::arg("eps"), nb::arg("out"), nb::arg("save_mean").none(),
+        nb::arg("save_rstd").none(), nb::arg("layout"), nb::arg("context").none());
   m.def("batch_norm_fold", &BatchNormFold, nb::arg("running_mean"), nb::arg("running_var"),
         nb::arg("weight").none(), nb::arg("bias").none(), nb::arg("eps"), nb::arg("scale"),
         nb::arg("shift"));

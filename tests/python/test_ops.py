@@ -269,6 +269,37 @@ def test_float16_storage_shift_sum():
         assert stack.dtype == np.float16 and np.array_equal(normkit.unshift(stack, 2), x)
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_batch_norm_training_matches_torch(layout):
+    """Training-mode batch norm against PyTorch's F.batch_norm(training=True): y, the running
+    averages (unbiased variance), and the saved mean / rstd against a float64 reference."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    x = torch.randn(8, 6, 9, 11) * 3 + 1e3  # a mean far from the spread
+    if layout == "nhwc":
+        x = x.contiguous(memory_format=torch.channels_last)
+    w, b = torch.rand(6) + 0.5, torch.randn(6)
+    rm, rv = torch.randn(6), torch.rand(6) + 0.5
+    rm_t, rv_t = rm.clone(), rv.clone()
+    want = F.batch_norm(x.double(), rm_t.double(), rv_t.double(), w.double(), b.double(), True, 0.2,
+                        1e-5)
+    rm_t = rm.double() * 0.8 + 0.2 * x.double().mean((0, 2, 3))
+    rv_t = rv.double() * 0.8 + 0.2 * x.double().var((0, 2, 3), unbiased=True)
+    sm, sr = torch.empty(6), torch.empty(6)
+    y = normkit.batch_norm_training(x, rm, rv, w, b, 0.2, 1e-5, save_mean=sm, save_rstd=sr)
+    assert y.stride() == x.stride()
+    assert (y.double() - want).abs().max().item() < 1e-4
+    assert torch.allclose(rm.double(), rm_t, rtol=1e-6, atol=1e-6)
+    assert torch.allclose(rv.double(), rv_t, rtol=1e-6)
+    xd = x.double()
+    assert torch.allclose(sm.double(), xd.mean((0, 2, 3)), rtol=1e-7)
+    assert torch.allclose(sr.double(), 1 / (xd.var((0, 2, 3), unbiased=False) + 1e-5).sqrt(),
+                          rtol=1e-6)
+    with pytest.raises(ValueError, match="both be given"):
+        normkit.batch_norm_training(x, rm, None)
+
+
 def test_shift_sum_errors():
     x = np.zeros((1, 3, 4, 4), np.float32)
     with pytest.raises(ValueError, match="mask shape"):
