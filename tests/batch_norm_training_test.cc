@@ -135,7 +135,8 @@ TEST(BatchNormTraining, MatchesReferenceEveryRankAndLayout) {
 // fold into x * scale + shift would lose every digit of the spread.
 TEST(BatchNormTraining, MeanFarFromTheSpread) {
   for (const Shape& s : {Shape{{8, 4, 32, 32}, NORMKIT_LAYOUT_CHANNELS_FIRST},
-                         Shape{{8, 4, 32, 32}, NORMKIT_LAYOUT_CHANNELS_LAST}}) {
+                         Shape{{8, 4, 32, 32}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                         Shape{{64, 4, 4, 4}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {  // short planes
     SCOPED_TRACE(Describe(s));
     std::vector<float> x = RandomVector(Numel(s.dims), 6, -1.0f, 1.0f);
     for (float& v : x) v += 1e4f;
@@ -147,7 +148,8 @@ TEST(BatchNormTraining, MeanFarFromTheSpread) {
 
 TEST(BatchNormTraining, BitwiseIdenticalAcrossThreadCounts) {
   for (const Shape& s : {Shape{{8, 32, 56, 56}, NORMKIT_LAYOUT_CHANNELS_FIRST},
-                         Shape{{8, 32, 56, 56}, NORMKIT_LAYOUT_CHANNELS_LAST}}) {
+                         Shape{{8, 32, 56, 56}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                         Shape{{64, 32, 7, 7}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {
     SCOPED_TRACE(Describe(s));
     const std::vector<float> x = RandomVector(Numel(s.dims), 7);
     const std::vector<float> gamma = RandomVector(32, 8), beta = RandomVector(32, 9);

@@ -36,9 +36,37 @@ struct Plan {
   int64_t plane_blocks = 0, block_rows = 0, row_blocks = 0;
 };
 
+// Planes up to this many elements are summed side by side, a vector's worth of planes at
+// a time (SpanMeanRstdEach) instead of a SpanMoments call each: 128x1024x16 spent most of
+// its time in per-plane calls.
+constexpr int64_t kShortPlane = 256;
+
+// Channels-first planes of at most kShortPlane elements: the moments of each, from
+// SpanMeanRstdEach with eps = 0 (rstd = 1 / sqrt(m2 / S), so m2 = S / rstd^2, to double's
+// precision; a constant plane gives rstd = Inf and m2 = 0). Tasks of whole runs of
+// planes of about kBlockElems elements.
+void ShortPlaneMoments(const normkit_context& ctx, const Plan& p, std::vector<Moments>& partial) {
+  constexpr int64_t kStackPlanes = 256;
+  const int64_t planes = p.N * p.C;
+  const int64_t per_task = std::max<int64_t>(kStackPlanes, kBlockElems / p.S);
+  ParallelFor(ctx, (planes + per_task - 1) / per_task, [&](int64_t t) {
+    double mean[kStackPlanes], rstd[kStackPlanes];
+    const int64_t end = std::min(planes, (t + 1) * per_task);
+    for (int64_t k = t * per_task; k < end; k += kStackPlanes) {
+      const int64_t count = std::min(kStackPlanes, end - k);
+      kernels::SpanMeanRstdEach(p.x + k * p.S, p.S, count, 0.0f, mean, rstd);
+      for (int64_t j = 0; j < count; ++j) {
+        const double S = static_cast<double>(p.S);
+        partial[static_cast<size_t>(k + j)] = {S, mean[j], S / (rstd[j] * rstd[j])};
+      }
+    }
+  });
+}
+
 // Channels-first: moments of every block of every (n, c) plane, in memory order (plane
 // n * C + c, block b at partial[(n * C + c) * plane_blocks + b]).
 void PlaneBlockMoments(const normkit_context& ctx, const Plan& p, std::vector<Moments>& partial) {
+  if (p.S <= kShortPlane) return ShortPlaneMoments(ctx, p, partial);
   const int64_t items = p.N * p.C * p.plane_blocks;
   const int64_t block = (p.S + p.plane_blocks - 1) / p.plane_blocks;
   ParallelFor(ctx, items, [&](int64_t i) {
@@ -108,22 +136,23 @@ void BatchNormTraining(const normkit_context& context, const TensorView& x, cons
   } else {
     PlaneBlockMoments(ctx, p, partial);
   }
-  // Per channel, the blocks merged in memory order: (n, block) channels-first, row
-  // blocks channels-last.
-  const double count = static_cast<double>(p.N) * static_cast<double>(p.S);
-  for (int64_t c = 0; c < p.C; ++c) {
-    Moments m;
-    if (p.channels_last) {
-      for (int64_t b = 0; b < p.row_blocks; ++b) {
-        m = kernels::MergeMoments(m, partial[static_cast<size_t>(b * p.C + c)]);
-      }
-    } else {
-      for (int64_t n = 0; n < p.N; ++n) {
-        const size_t first = static_cast<size_t>((n * p.C + c) * p.plane_blocks);
-        for (int64_t b = 0; b < p.plane_blocks; ++b)
-          m = kernels::MergeMoments(m, partial[first + b]);
+  // Per channel, its blocks merged in memory order: (n, block) channels-first, row
+  // blocks channels-last; the partials walked in memory order too (a channel at a time,
+  // stride C, took 128x1024x16 a sixth of its time).
+  std::vector<Moments> merged(C);
+  const int64_t runs = p.channels_last ? p.row_blocks : p.N;
+  const int64_t per_channel = p.channels_last ? 1 : p.plane_blocks;
+  for (int64_t r = 0; r < runs; ++r) {
+    const Moments* run = &partial[static_cast<size_t>(r * p.C * per_channel)];
+    for (size_t c = 0; c < C; ++c) {
+      for (int64_t b = 0; b < per_channel; ++b) {
+        merged[c] = kernels::MergeMoments(merged[c], run[c * static_cast<size_t>(per_channel) + b]);
       }
     }
+  }
+  const double count = static_cast<double>(p.N) * static_cast<double>(p.S);
+  for (int64_t c = 0; c < p.C; ++c) {
+    const Moments& m = merged[static_cast<size_t>(c)];
     double mu = m.mean, r = kernels::ReciprocalStd(m, args.eps), v = m.m2 / count;
     if (!FastStatisticsHold(mu, r)) {
       // A sum past FLT_MAX, a NaN or an Inf: the exact statistics (core/exact_stats.h),

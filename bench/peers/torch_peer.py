@@ -1,11 +1,13 @@
-#!/usr/bin/env python3
-# SPDX-License-Identifier: Apache-2.0
-"""normkit against PyTorch on the same bfloat16 / float16 CPU tensors (issue: half storage).
+#!/ usr / bin / env python3
+#SPDX - License - Identifier : Apache - 2.0
+"""normkit against PyTorch on the same CPU tensors, like for like.
 
-    pip install . torch && python bench/peers/half_torch.py [--rounds 3] [--quick]
+    pip install . torch && python bench/peers/torch_peer.py [--set half|train] [--rounds 3]
 
-Rows: group norm (seed 002's 128x256x28x28 and 32x512x56x56, G=32), layer norm
-([4096, 768], [2048, 4096]) and batch norm in eval (64x256x64x64), NCHW and NHWC
+--set half (the default): bfloat16 / float16 tensors: group norm (seed 002's
+128x256x28x28 and 32x512x56x56, G=32), layer norm ([4096, 768], [2048, 4096]) and batch
+norm in eval (64x256x64x64). --set train: float32 batch norm in training mode (the
+forward: batch statistics, running averages updated) on seed 001's grid. NCHW and NHWC
 (PyTorch's channels_last) where the op has a layout, 1 and 2 threads.
 
 Like for like: normkit writes into a preallocated output (out=); PyTorch's F.group_norm /
@@ -22,7 +24,8 @@ import statistics
 import sys
 import time
 
-_KEEP = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
+_KEEP = {
+  "MALLOC_MMAP_THRESHOLD_" : str(1 << 30), "MALLOC_TRIM_THRESHOLD_" : str(1 << 34)}
 if any(os.environ.get(k) != v for k, v in _KEEP.items()):
     os.environ.update(_KEEP)
     os.execv(sys.executable, [sys.executable] + sys.argv)
@@ -42,6 +45,14 @@ def timed(fn, reps):
     return statistics.median(times)
 
 
+def train_rows(quick):
+    shapes = [(32, 256, 1024), (8, 2, 102400), (128, 1024, 16), (32, 32, 64, 64),
+              (16, 256, 32, 32), (8, 32, 128, 128), (8, 32, 32, 32, 32), (8, 2, 64, 64, 64)]
+    for shape in shapes[:3] if quick else shapes:
+        for cl in (False, True) if len(shape) > 3 else (False,):
+            yield "batch_norm_training", shape, cl
+
+
 def rows(quick):
     gn = [(128, 256, 28, 28)] + ([] if quick else [(32, 512, 56, 56)])
     for shape in gn:
@@ -57,14 +68,15 @@ def make_calls(op, shape, cl, dtype, threads):
     gen = torch.Generator().manual_seed(1)
     x = (torch.randn(shape, generator=gen) * 2 + 0.5).to(dtype)
     if cl:
-        x = x.contiguous(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=(torch.channels_last if len(shape) == 4 else
+                                        torch.channels_last_3d))
     C = shape[-1] if op == "layer_norm" else shape[1]
     w = torch.rand(C, generator=gen) + 0.5
     b = torch.randn(C, generator=gen)
     out = torch.empty_like(x)
     ctx = normkit.Context(threads)
-    # Both take the same float32 parameters (PyTorch's CPU kernels accept them beside a
-    # half x: its mixed-type path).
+#Both take the same float32 parameters(PyTorch's CPU kernels accept them beside a
+#half x : its mixed - type path).
     if op == "group_norm":
         return (lambda: F.group_norm(x, 32, w, b, 1e-5),
                 lambda: normkit.group_norm(x, 32, w, b, 1e-5, out=out, context=ctx), out)
@@ -72,6 +84,14 @@ def make_calls(op, shape, cl, dtype, threads):
         return (lambda: F.layer_norm(x, (C,), w, b, 1e-5),
                 lambda: normkit.layer_norm(x, w, b, 1e-5, out=out, context=ctx), out)
     mean, var = torch.randn(C, generator=gen), torch.rand(C, generator=gen) + 0.5
+    if op == "batch_norm_training":
+#Each updates its own running statistics(momentum 0.1) every call.
+        mean2, var2 = mean.clone(), var.clone()
+        save_mean, save_rstd = torch.empty(C), torch.empty(C)
+        return (lambda: F.batch_norm(x, mean, var, w, b, True, 0.1, 1e-5),
+                lambda: normkit.batch_norm_training(x, mean2, var2, w, b, 0.1, 1e-5, out=out,
+                                                    save_mean=save_mean, save_rstd=save_rstd,
+                                                    context=ctx), out)
     return (lambda: F.batch_norm(x, mean, var, w, b, False, 0.0, 1e-5),
             lambda: normkit.batch_norm(x, mean, var, w, b, 1e-5, out=out, context=ctx), out)
 
@@ -81,19 +101,22 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
+    ap.add_argument("--set", choices=("half", "train"), default="half")
     args = ap.parse_args()
+    dtypes = (torch.bfloat16, torch.float16) if args.set == "half" else (torch.float32,)
+    row_set = rows if args.set == "half" else train_rows
     print(f"normkit {normkit.version()} ({normkit.simd_target()}), torch {torch.__version__}, "
           f"{args.rounds} rounds, median of {args.reps} calls each; ratio = torch / normkit time")
     print("| op | shape | layout | dtype | threads | normkit ms | torch ms | ratio range | verdict |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for op, shape, cl in rows(args.quick):
-        for dtype in (torch.bfloat16, torch.float16):
+    for op, shape, cl in row_set(args.quick):
+        for dtype in dtypes:
             for threads in (1, 2):
                 torch.set_num_threads(threads)
                 peer, ours, out = make_calls(op, shape, cl, dtype, threads)
                 want = peer()
                 ours()
-                unit = 2.0 ** (-7 if dtype == torch.bfloat16 else -10)
+                unit = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}.get(dtype, 2.0 ** -20)
                 err = ((out.float() - want.float()).abs() / (want.float().abs() + 1)).max().item()
                 if not err <= 2 * unit:
                     print(f"| {op} | {'x'.join(map(str, shape))} | {'NHWC' if cl else '-'} | "
