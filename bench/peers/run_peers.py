@@ -1,14 +1,9 @@
-#!/ usr / bin / env python3
-#SPDX - License - Identifier : Apache - 2.0
-""
-        "normkit against its peers, side by side on the same machine and inputs.
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""normkit against its peers, side by side on the same machine and inputs.
 
-            ./
-        bench / peers / run_peers.sh #makes.venv -
-    peers,
-    installs peers,
-    runs this NORMKIT_PEERS_OPS =
-        norms./ bench / peers / run_peers.sh #one family(affine, norms, shift_sum)
+    ./bench/peers/run_peers.sh            # makes .venv-peers, installs peers, runs this
+    NORMKIT_PEERS_OPS=norms ./bench/peers/run_peers.sh   # one family (affine, norms, shift_sum)
 
 For every op and shape of issues 2-4, with 1 and all threads: checks that each peer
 agrees with normkit (max relative difference) and times normkit and each peer
@@ -34,11 +29,14 @@ from group_norm_shift_sum import ShiftSumParams  # noqa: E402
 
 try:
     import torch
-    import torch
-  .nn.functional as F except Exception as e : #noqa : BLE001 torch =
-      None print(f "peer skipped: PyTorch ({e})") try
-      : import onnxruntime as ort from onnx import TensorProto,
-                                                             helper except Exception as e:  # noqa: BLE001
+    import torch.nn.functional as F
+except Exception as e:  # noqa: BLE001
+    torch = None
+    print(f"peer skipped: PyTorch ({e})")
+try:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+except Exception as e:  # noqa: BLE001
     ort = None
     print(f"peer skipped: ONNX Runtime ({e})")
 try:
@@ -49,7 +47,8 @@ except Exception as e:  # noqa: BLE001
     ncnn = None
     print(f"peer skipped: ncnn ({e})")
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- normkit via ctypes
+
+# ---------------------------------------------------------------- normkit via ctypes
 def load_normkit():
     lib = ctypes.CDLL(os.environ.get("NORMKIT_LIB", os.path.join(ROOT, "build", "libnormkit.so")))
     vp, tp, f32p = ctypes.c_void_p, ctypes.POINTER(Tensor), ctypes.POINTER(ctypes.c_float)
@@ -97,7 +96,8 @@ def descriptors(x, y, layout):
     logical = x.shape if layout == CHANNELS_FIRST else (x.shape[0], x.shape[-1]) + x.shape[1:-1]
     return describe(x, logical, layout), describe(y, logical, layout)
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- timing
+
+# ---------------------------------------------------------------- timing
 def time_interleaved(fns, rounds=7):
     """fns: name -> callable. Runs each once (warm-up), then `rounds` rounds of every fn,
     each timed over enough repetitions for ~20 ms; returns name -> median seconds."""
@@ -116,9 +116,8 @@ def time_interleaved(fns, rounds=7):
             for _ in range(reps[name]):
                 f()
             samples[name].append((time.perf_counter() - t0) / reps[name])
-    return {
-name: statistics.median(v) for name, v in samples.items()
-}
+    return {name: statistics.median(v) for name, v in samples.items()}
+
 
 def memcpy_closure(nbytes):
     src = np.ones(nbytes // 4, np.float32)
@@ -130,7 +129,9 @@ def rel_diff(a, b):
     a = np.asarray(a, np.float64)
     b = np.asarray(b, np.float64)
     return float(np.max(np.abs(a - b) / (1.0 + np.abs(b))))
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- ONNX Runtime helpers
+
+
+# ---------------------------------------------------------------- ONNX Runtime helpers
 def ort_session(nodes, inputs, outputs, initializers, threads, opset):
     graph = helper.make_graph(nodes, "g", inputs, outputs, initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -139,10 +140,10 @@ def ort_session(nodes, inputs, outputs, initializers, threads, opset):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-#ORT's pool threads spin after each run; on a 2-core machine they then take the
-#cores of whoever is timed next(normkit's 2-thread 1x64x56x56 batch norm: 0.011 ms
-#alone, 0.1 - 0.44 ms right after an ORT call).Without spinning ORT timed the same
-#on these shapes(0.027 - 0.029 ms both ways).
+    # ORT's pool threads spin after each run; on a 2-core machine they then take the
+    # cores of whoever is timed next (normkit's 2-thread 1x64x56x56 batch norm: 0.011 ms
+    # alone, 0.1-0.44 ms right after an ORT call). Without spinning ORT timed the same
+    # on these shapes (0.027-0.029 ms both ways).
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
@@ -163,7 +164,8 @@ def ort_peer(peers, name, nodes, shape, inits, threads, opset, x):
     except Exception as e:  # noqa: BLE001
         print(f"  {name} skipped: {str(e).splitlines()[0][:120]}")
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- ncnn helpers
+
+# ---------------------------------------------------------------- ncnn helpers
 def ncnn_peer(peers, name, layer, weights, samples, threads):
     """A one-layer ncnn net (`layer`: its .param line after the type and names) run on
     each array of `samples` (ncnn's Mat has no batch axis: one extract per sample, as an
@@ -202,7 +204,8 @@ def torch_view(x, layout):
         return torch.from_numpy(x), lambda o: o.numpy()
     return torch.from_numpy(x).permute(0, 3, 1, 2), lambda o: o.permute(0, 2, 3, 1).contiguous().numpy()
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- cases
+
+# ---------------------------------------------------------------- cases
 ROWS = []
 
 
@@ -219,19 +222,10 @@ def record(op, shape, layout, threads, nk_fn, nk_out, peers, bytes_moved):
             print(f"  {name} skipped on {op} {shape}: {e}")
             peers.pop(name)
     fns = {"normkit": nk_fn, "memcpy": memcpy_closure(bytes_moved // 2)}
-    fns.update({
-  name: v[0] for name, v in peers.items()})
+    fns.update({name: v[0] for name, v in peers.items()})
     t = time_interleaved(fns)
-    row = {
-    "op" : op,
-           "shape" : shape,
-                     "layout" : layout,
-                                "threads" : threads,
-                                            "normkit" : t["normkit"],
-                                                        "ratio" : t["memcpy"] / t["normkit"],
-                                                        "peers" : {
-    n: (t[n], checked[n]) for n in peers
-    }}
+    row = {"op": op, "shape": shape, "layout": layout, "threads": threads, "normkit": t["normkit"],
+           "ratio": t["memcpy"] / t["normkit"], "peers": {n: (t[n], checked[n]) for n in peers}}
     ROWS.append(row)
     peer_text = ", ".join(f"{n} {v[0] * 1e3:.3f} ms (x{v[0] / t['normkit']:.2f}, diff {v[1]:.1e})"
                           for n, v in row["peers"].items())
@@ -240,7 +234,7 @@ def record(op, shape, layout, threads, nk_fn, nk_out, peers, bytes_moved):
 
 
 def affine_cases(threads, rng):
-#Seed 000's two shapes, seed 001's 32x256x64x64, the N = 1 edge shapes of issue 2.
+    # Seed 000's two shapes, seed 001's 32x256x64x64, the N = 1 edge shapes of issue 2.
     for shape in [(64, 256, 64, 64), (16, 256, 64, 64), (32, 256, 64, 64), (1, 64, 56, 56), (1, 256, 14, 14),
                   (1, 32, 112, 112), (1, 3, 224, 224)]:
         n, c, h, w = shape
@@ -251,7 +245,7 @@ def affine_cases(threads, rng):
             mean, var = rng.standard_normal(c).astype(np.float32), rng.uniform(0.5, 2, c).astype(np.float32)
             xt, yt = descriptors(x, y, layout)
             lay = "NCHW" if layout == CHANNELS_FIRST else "NHWC"
-#Seed 000 scales each sample's channels by its own parameters (N x C).
+            # Seed 000 scales each sample's channels by its own parameters (N x C).
             psc, psh = rng.standard_normal((n, c)).astype(np.float32), rng.standard_normal((n, c)).astype(np.float32)
             c_, p_sc, p_sh, p_mean, p_var = ctx(threads), fp(sc), fp(sh), fp(mean), fp(var)
             p_psc, p_psh = fp(psc), fp(psh)
@@ -396,7 +390,7 @@ def norm_cases(threads, rng):
 
 
 def shift_sum_cases(threads, rng):
-#Seed 003's shape, the C = 31 / S = 1 variant and a real - data size(issue 4).
+    # Seed 003's shape, the C = 31 / S = 1 variant and a real-data size (issue 4).
     for b, c, h, w, s in [(16, 28, 256, 256, 2), (16, 31, 256, 256, 1), (1, 28, 660, 660, 2), (2, 512, 256, 256, 2)]:
         shift_sum_case(threads, rng, b, c, h, w, s)
 
@@ -464,11 +458,12 @@ def shift_sum_case(threads, rng, b, c, h, w, s):
         pinv_peers["torch A_pinv (seed)"] = (pinv, lambda: out["pinv"].numpy())
     shp = f"{b}x{c}x{h}x{w} S={s}"
     record("shift_sum A", shp, "NCHW", threads, nk, lambda: y, peers, x.nbytes + y.nbytes)
-#y now holds A x : the adjoint and pinv below read it.
+    # y now holds A x: the adjoint and pinv below read it.
     record("shift_sum A^T", shp, "NCHW", threads, nk_adj, lambda: xa, adj_peers, x.nbytes + y.nbytes)
     record("shift_sum pinv", shp, "NCHW", threads, nk_pinv, lambda: xp, pinv_peers, x.nbytes + y.nbytes)
 
-#-- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- -- report
+
+# ---------------------------------------------------------------- report
 def write_report(machine):
     peers_seen = []
     for r in ROWS:
@@ -521,7 +516,8 @@ def write_report(machine):
     except Exception as e:  # noqa: BLE001
         print(f"chart skipped: {e}")
 
-#NORMKIT_PEERS_OPS : a comma - separated subset of affine, norms, shift_sum(default : all).
+
+# NORMKIT_PEERS_OPS: a comma-separated subset of affine, norms, shift_sum (default: all).
 OPS = [o for o in os.environ.get("NORMKIT_PEERS_OPS", "affine,norms,shift_sum").split(",") if o]
 REPRODUCE = ("./bench/peers/run_peers.sh" if "NORMKIT_PEERS_OPS" not in os.environ
              else f"NORMKIT_PEERS_OPS={','.join(OPS)} ./bench/peers/run_peers.sh")

@@ -1,5 +1,5 @@
-#!/ usr / bin / env python3
-#SPDX - License - Identifier : Apache - 2.0
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """normkit against PyTorch on the same CPU tensors, like for like.
 
     pip install . torch && python bench/peers/torch_peer.py [--set half|train] [--rounds 3]
@@ -24,8 +24,7 @@ import statistics
 import sys
 import time
 
-_KEEP = {
-  "MALLOC_MMAP_THRESHOLD_" : str(1 << 30), "MALLOC_TRIM_THRESHOLD_" : str(1 << 34)}
+_KEEP = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
 if any(os.environ.get(k) != v for k, v in _KEEP.items()):
     os.environ.update(_KEEP)
     os.execv(sys.executable, [sys.executable] + sys.argv)
@@ -75,8 +74,8 @@ def make_calls(op, shape, cl, dtype, threads):
     b = torch.randn(C, generator=gen)
     out = torch.empty_like(x)
     ctx = normkit.Context(threads)
-#Both take the same float32 parameters(PyTorch's CPU kernels accept them beside a
-#half x : its mixed - type path).
+    # Both take the same float32 parameters (PyTorch's CPU kernels accept them beside a
+    # half x: its mixed-type path).
     if op == "group_norm":
         return (lambda: F.group_norm(x, 32, w, b, 1e-5),
                 lambda: normkit.group_norm(x, 32, w, b, 1e-5, out=out, context=ctx), out)
@@ -85,7 +84,7 @@ def make_calls(op, shape, cl, dtype, threads):
                 lambda: normkit.layer_norm(x, w, b, 1e-5, out=out, context=ctx), out)
     mean, var = torch.randn(C, generator=gen), torch.rand(C, generator=gen) + 0.5
     if op == "batch_norm_training":
-#Each updates its own running statistics(momentum 0.1) every call.
+        # Each updates its own running statistics (momentum 0.1) every call.
         mean2, var2 = mean.clone(), var.clone()
         save_mean, save_rstd = torch.empty(C), torch.empty(C)
         return (lambda: F.batch_norm(x, mean, var, w, b, True, 0.1, 1e-5),
