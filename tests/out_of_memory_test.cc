@@ -363,6 +363,48 @@ TEST(OutOfMemory, NormsWriteAllOrNothing) {
   }
 }
 
+// Batch norm in training mode: its moments, parameters and (channels-last) column scratch
+// are allocated before the running averages, the saved statistics or y are written.
+TEST(OutOfMemory, BatchNormTrainingWritesAllOrNothing) {
+  struct Case {
+    std::vector<int64_t> shape;
+    bool channels_last;
+  };
+  for (const Case& c : {Case{{8, 16, 40, 40}, false}, Case{{16, 600, 8}, false},
+                        Case{{8, 700, 6, 6}, true}}) {
+    for (int threads : {1, 2}) {
+      Context ctx(threads);
+      const int64_t C = c.shape[1], n = Numel(c.shape);
+      const auto layout =
+          c.channels_last ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+      const std::vector<float> x0 = RandomVector(n, 1), gamma = RandomVector(C, 2);
+      std::vector<float> x, y, stats;
+      normkit_tensor xt = Desc(nullptr, layout, c.shape), yt = xt;
+      ExpectAllOrNothing(
+          "batch norm training " + std::to_string(C) + " channels, threads " +
+              std::to_string(threads),
+          [&] {
+            x = x0;
+            y.assign(x0.size(), -7.0f);
+            stats.assign(static_cast<size_t>(4 * C), 0.5f);
+            xt.data = x.data();
+            yt.data = y.data();
+          },
+          [&] {
+            float* s = stats.data();
+            return normkit_batch_norm_training(ctx.ctx, &xt, gamma.data(), nullptr, 1e-5f, 0.1f, s,
+                                               s + C, &yt, s + 2 * C, s + 3 * C);
+          },
+          [&] {
+            Bytes b;
+            Append(b, y);
+            Append(b, stats);
+            return b;
+          });
+    }
+  }
+}
+
 // Every op of the shift-sum family on each geometry, both layouts, with x, y and xs
 // stored as `dtype` (the float vectors hold them; a half tensor uses the first half of
 // their bytes) and the mask float32.
