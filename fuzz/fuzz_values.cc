@@ -180,6 +180,79 @@ void FuzzNorms(FuzzedDataProvider& in, bool rows) {
   }
 }
 
+// Batch norm in training mode: each channel's N * S values against the definition
+// (CheckGroup: mean, rstd and outputs; NaN / Inf make the channel NaN), and the running
+// averages against the double formula with the unbiased variance.
+void FuzzBatchNormTraining(FuzzedDataProvider& in) {
+  const int64_t N = in.ConsumeIntegralInRange<int64_t>(1, 4);
+  const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 24);
+  const int64_t S = in.ConsumeIntegralInRange<int64_t>(N == 1 ? 2 : 1, 400);
+  const bool cl = in.ConsumeBool(), in_place = in.ConsumeBool();
+  const int64_t numel = N * C * S;
+  const Palette pal = Palette::Pick(in);
+  Floats x(numel, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Floats y(numel, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Floats gamma(C, 0, 0), beta(C, 0, 0);
+  Fill(x.p, numel, pal, in.ConsumeIntegral<uint32_t>());
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    x.p[in.ConsumeIntegralInRange<int64_t>(0, numel - 1)] =
+        bad[in.ConsumeIntegralInRange<int>(0, 2)];
+  }
+  Fill(gamma.p, C, {1.25, 0.75}, in.ConsumeIntegral<uint32_t>());
+  Fill(beta.p, C, {0, 1}, in.ConsumeIntegral<uint32_t>());
+  const float momentum = in.ConsumeBool() ? 0.1f : 1.0f;
+  std::vector<float> rm(static_cast<size_t>(C)), rv(rm.size()), sm(rm.size(), -7.f),
+      sr(rm.size(), -7.f);
+  Fill(rm.data(), C, {0, 1}, 3);
+  Fill(rv.data(), C, {1, 0.5}, 4);
+  const std::vector<float> rm0 = rm, rv0 = rv, x0(x.p, x.p + numel);
+  if (in_place) std::memcpy(y.p, x.p, static_cast<size_t>(numel) * sizeof(float));
+  const float eps = in.ConsumeBool() ? 1e-5f : 1e-30f;
+  const int64_t shape[3] = {N, C, S};
+  const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+  normkit_tensor xt, yt;
+  normkit_tensor_init(&xt, in_place ? y.p : x.p, NORMKIT_DTYPE_FLOAT32, layout, 3, shape);
+  normkit_tensor_init(&yt, y.p, NORMKIT_DTYPE_FLOAT32, layout, 3, shape);
+  if (normkit_batch_norm_training(nullptr, &xt, gamma.p, beta.p, eps, momentum, rm.data(),
+                                  rv.data(), &yt, sm.data(), sr.data()) != NORMKIT_SUCCESS) {
+    std::fprintf(stderr, "valid batch_norm_training rejected: %s\n", normkit_last_error());
+    std::abort();
+  }
+  const bool layout_cl = cl && S > 1;
+  for (int64_t c = 0; c < C; ++c) {
+    const auto index = [&](int64_t k) {
+      const int64_t n = k / S, s = k % S;
+      return layout_cl ? (n * S + s) * C + c : (n * C + c) * S + s;
+    };
+    const auto gamma_of = [&](int64_t) -> double { return gamma.p[c]; };
+    const auto beta_of = [&](int64_t) -> double { return beta.p[c]; };
+    const size_t cs = static_cast<size_t>(c);
+    CheckGroup("batch_norm_training", x0.data(), y.p, N * S, index, gamma_of, beta_of, eps, false,
+               sm[cs], sr[cs], true, true);
+    // The running averages, where the statistics are finite.
+    double sum = 0, m2 = 0;
+    for (int64_t k = 0; k < N * S; ++k) sum += x0[static_cast<size_t>(index(k))];
+    const double count = static_cast<double>(N * S), mean = sum / count;
+    for (int64_t k = 0; k < N * S; ++k) {
+      const double d = x0[static_cast<size_t>(index(k))] - mean;
+      m2 += d * d;
+    }
+    if (!std::isfinite(mean) || !std::isfinite(m2)) continue;
+    const double want_m = (1.0 - momentum) * rm0[cs] + momentum * mean;
+    const double want_v = (1.0 - momentum) * rv0[cs] + momentum * m2 / (count - 1.0);
+    const double rstd = 1.0 / std::sqrt(m2 / count + eps);
+    if (std::fabs(rm[cs] - want_m) > 2e-7 * std::fabs(want_m) + 1e-6 / rstd + 1e-38) {
+      Fail("batch_norm_training running_mean", c, rm[cs], want_m);
+    }
+    if (std::fabs(want_v) < 1e38 && std::fabs(rv[cs] - want_v) > 1e-5 * std::fabs(want_v) +
+                                                                     1e-6 * (1.0 / (rstd * rstd)) +
+                                                                     1e-38) {
+      Fail("batch_norm_training running_var", c, rv[cs], want_v);
+    }
+  }
+}
+
 void FuzzBatchNorm(FuzzedDataProvider& in) {
   const int64_t N = in.ConsumeIntegralInRange<int64_t>(1, 3);
   const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 40);
@@ -670,7 +743,8 @@ void FuzzAddNorms(FuzzedDataProvider& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 8)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 9)) {
+    case 9: normkit_fuzz::FuzzBatchNormTraining(in); break;
     case 8: normkit_fuzz::FuzzHalfShiftSum(in); break;
     case 7: normkit_fuzz::FuzzAddNorms(in); break;
     case 6: normkit_fuzz::FuzzHalfNorms(in); break;

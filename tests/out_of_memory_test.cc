@@ -370,8 +370,8 @@ TEST(OutOfMemory, BatchNormTrainingWritesAllOrNothing) {
     std::vector<int64_t> shape;
     bool channels_last;
   };
-  for (const Case& c : {Case{{8, 16, 40, 40}, false}, Case{{16, 600, 8}, false},
-                        Case{{8, 700, 6, 6}, true}}) {
+  for (const Case& c :
+       {Case{{8, 16, 40, 40}, false}, Case{{16, 600, 8}, false}, Case{{8, 700, 6, 6}, true}}) {
     for (int threads : {1, 2}) {
       Context ctx(threads);
       const int64_t C = c.shape[1], n = Numel(c.shape);
