@@ -260,6 +260,47 @@ void RunRowNorm(const std::vector<int64_t>& shape, bool rms, bool add, int threa
   normkit_context_destroy(ctx);
 }
 
+// Batch norm in training mode (seed 001): batch statistics, running averages, y; checked
+// against each channel's mean and variance in double. Bytes: x read once, y written once.
+void RunBatchNormTraining(const std::vector<int64_t>& shape, normkit_layout layout, int threads) {
+  const Workload w{"001", shape};
+  const int64_t N = shape[0], C = shape[1], numel = Numel(shape), S = numel / (N * C);
+  const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST && S > 1;
+  Buffer x = MakeBuffer(numel, 61), y = MakeBuffer(numel, 62), ref = MakeBuffer(numel, 63);
+  Buffer gamma = MakeBuffer(C, 64), beta = MakeBuffer(C, 65), stats = MakeBuffer(4 * C, 66);
+  for (int64_t c = 0; c < C; ++c) stats[C + c] = 1.0f;  // running_var
+  normkit_context* ctx = nullptr;
+  normkit_context_create(threads, &ctx);
+  const normkit_tensor xt = Desc(x.get(), layout, shape), yt = Desc(y.get(), layout, shape);
+  const auto call = [&] {
+    float* st = stats.get();
+    if (normkit_batch_norm_training(ctx, &xt, gamma.get(), beta.get(), 1e-5f, 0.1f, st, st + C, &yt,
+                                    st + 2 * C, st + 3 * C) != NORMKIT_SUCCESS) {
+      std::printf("  error: %s\n", normkit_last_error());
+    }
+  };
+  call();
+  std::vector<double> mean(static_cast<size_t>(C)), m2(mean.size());
+  for (int64_t i = 0; i < numel; ++i) mean[(cl ? i % C : (i / S) % C)] += x[i];
+  for (double& m : mean) m /= static_cast<double>(N * S);
+  for (int64_t i = 0; i < numel; ++i) {
+    const int64_t c = cl ? i % C : (i / S) % C;
+    m2[c] += (x[i] - mean[c]) * (x[i] - mean[c]);
+  }
+  const bool ok = CheckSample(
+      y.get(), N, C, S, cl, [&](int64_t, int64_t c, int64_t i, double* want, double* mag) {
+        const double rstd = 1.0 / std::sqrt(m2[c] / static_cast<double>(N * S) + 1e-5);
+        const double z = (x[i] - mean[c]) * rstd * gamma[c];
+        *want = z + beta[c];
+        *mag = 4 * (std::fabs(z) + std::fabs(beta[c]) + std::fabs(gamma[c]));
+      });
+  const int64_t bytes = 2 * numel * static_cast<int64_t>(sizeof(float));
+  const PairTiming tm = TimePair(
+      call, [&] { ParallelCopy(threads, ref.get(), x.get(), numel); }, bytes);
+  PrintRow("batch_norm training", w, layout, false, threads, tm, bytes, ok);
+  normkit_context_destroy(ctx);
+}
+
 // Shift-sum (seed 003): A, A^T, Moore-Penrose pinv and the fused GAP step, with the
 // seed's [H, W] mask and s = 2/C; A checked against a direct double sum on sampled rows,
 // pinv by A(A+ y) = y. Bytes: x and y once each (GAP: x read and written once).
@@ -423,6 +464,17 @@ int main(int argc, char** argv) {
     for (bool rms : {false, true}) {
       RunRowNorm(rows_shape, rms, add, 1);
       if (all > 1) RunRowNorm(rows_shape, rms, add, all);
+    }
+  }
+  const std::vector<std::vector<int64_t>> train_shapes =
+      quick ? std::vector<std::vector<int64_t>>{{8, 32, 16, 16}}
+            : std::vector<std::vector<int64_t>>{
+                  {32, 256, 1024}, {8, 32, 128, 128}, {128, 2, 128, 128}, {8, 32, 32, 32, 32}};
+  for (const auto& shape : train_shapes) {
+    for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      if (layout == NORMKIT_LAYOUT_CHANNELS_LAST && shape.size() == 3) continue;
+      RunBatchNormTraining(shape, layout, 1);
+      if (all > 1) RunBatchNormTraining(shape, layout, all);
     }
   }
   struct ShiftWorkload {
