@@ -149,7 +149,8 @@ NORMKIT_API int32_t normkit_cuda_device_count(void);
 
 typedef enum normkit_dtype {
   NORMKIT_DTYPE_FLOAT32 = 1,
-  /* The half dtypes: every op on CPU; affine and batch norm on CUDA. */
+  /* The half dtypes: every op on CPU but batch norm training; affine and batch norm
+   * inference on CUDA. */
   NORMKIT_DTYPE_FLOAT16 = 2,  /* IEEE binary16 */
   NORMKIT_DTYPE_BFLOAT16 = 3, /* bfloat16 */
   NORMKIT_DTYPE_FLOAT64 = 4   /* the shift-sum family only */
