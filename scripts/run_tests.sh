@@ -8,6 +8,14 @@
 # then the sanitizer builds and the bounded fuzzing (scripts/run_sanitizers.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's title, after how long the one before took (CI's time is budgeted).
+stage_start=$SECONDS
+stage() {
+  echo "(stage time: $((SECONDS - stage_start)) s; total $SECONDS s)"
+  stage_start=$SECONDS
+  echo "=== $*"
+}
+stage "set-up (scripts/setup.sh)"
 ./scripts/setup.sh
 jobs=$(nproc)
 # System python with Debian's numpy, whatever python3 comes first on PATH.
@@ -33,7 +41,7 @@ for backend in OPENMP TBB POOL SERIAL; do
   dir="build-test-${backend,,}"
   cuda=OFF
   if [ "$backend" = OPENMP ]; then cuda=AUTO; fi
-  echo "=== threading backend ${backend}, CUDA module ${cuda} (${dir})"
+  stage "threading backend ${backend}, CUDA module ${cuda} (${dir})"
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DNORMKIT_THREADING="$backend" \
         -DNORMKIT_CUDA="$cuda" "${launcher[@]}" -DPython3_EXECUTABLE="$py" >/dev/null
   cmake --build "$dir" -j"$jobs"
@@ -50,9 +58,10 @@ done
 
 # aarch64: a cross build with every aarch64 SIMD target, its suite under qemu on NEON and
 # SVE (NORMKIT_SKIP_ARM64=1 skips it for a quick local run).
+stage "aarch64 cross build and qemu runs (scripts/run_arm64_tests.sh)"
 if [ -z "${NORMKIT_SKIP_ARM64:-}" ]; then ./scripts/run_arm64_tests.sh build-test-arm64; fi
 
-echo "=== Python package: a wheel (pip wheel .), installed into a fresh venv, and its pytest suite"
+stage "Python package: a wheel (pip wheel .), installed into a fresh venv, and its pytest suite"
 pydir="$PWD/build-test-python"
 rm -rf "$pydir"
 "$py" -m venv "$pydir/venv"
@@ -68,10 +77,10 @@ fi
 # From outside the source tree, so that `import normkit` is the installed wheel.
 (cd "$pydir" && venv/bin/python -m pytest -q -rs "$OLDPWD/tests/python")
 
-echo "=== more than 2^31 elements (8.6 GB; skips itself when the memory is not there)"
+stage "more than 2^31 elements (8.6 GB; skips itself when the memory is not there)"
 ./build-test-openmp/tests/normkit_large_test
 
-echo "=== install + find_package(normkit) + pkg-config"
+stage "install + find_package(normkit) + pkg-config"
 prefix="$PWD/build-test-openmp/install"
 rm -rf "$prefix"
 cmake --install build-test-openmp --prefix "$prefix" >/dev/null
@@ -86,7 +95,9 @@ echo "installed package: ok"
 
 # Sanitizer builds, bounded fuzzing and the concurrency test under TSan
 # (NORMKIT_SKIP_SANITIZERS=1 skips them for a quick local run).
+stage "sanitizers and fuzzing (scripts/run_sanitizers.sh)"
 if [ -z "${NORMKIT_SKIP_SANITIZERS:-}" ]; then ./scripts/run_sanitizers.sh; fi
+stage "done"
 
 # Last, so CI reads ctest's summary line for the default backend.
 (cd build-test-openmp && ctest -j"$jobs" | tail -3)
