@@ -24,6 +24,15 @@ struct HalfFormat {
 inline constexpr HalfFormat kBFloat16{7, 8, 127, "bfloat16"};
 inline constexpr HalfFormat kFloat16{10, 5, 15, "float16"};
 
+// The storage dtypes the half tests pair, and their names in messages.
+inline constexpr int32_t kF32 = NORMKIT_DTYPE_FLOAT32;
+inline constexpr int32_t kBF16 = NORMKIT_DTYPE_BFLOAT16;
+inline constexpr int32_t kF16 = NORMKIT_DTYPE_FLOAT16;
+
+inline const char* DtypeLabel(int32_t dtype) {
+  return dtype == kF32 ? "float32" : dtype == kBF16 ? "bfloat16" : "float16";
+}
+
 inline HalfFormat FormatOf(int32_t dtype) {
   return dtype == NORMKIT_DTYPE_BFLOAT16 ? kBFloat16 : kFloat16;
 }

@@ -15,14 +15,6 @@
 namespace normkit_test {
 namespace {
 
-constexpr int32_t kF32 = NORMKIT_DTYPE_FLOAT32;
-constexpr int32_t kBF16 = NORMKIT_DTYPE_BFLOAT16;
-constexpr int32_t kF16 = NORMKIT_DTYPE_FLOAT16;
-
-const char* Name(int32_t dtype) {
-  return dtype == kF32 ? "float32" : dtype == kBF16 ? "bfloat16" : "float16";
-}
-
 // Elements of `dtype` (float32, bfloat16 or float16) in plain bytes.
 struct Buffer {
   Buffer(int32_t dtype, int64_t n) : dtype(dtype), raw(static_cast<size_t>(n * Size())) {}
@@ -248,7 +240,7 @@ void RunCase(Op op, const Case& c, int threads) {
 
 std::string Describe(Op op, const Case& c) {
   const Geometry& g = c.g;
-  return std::string(OpName(op)) + " " + Name(c.pair.in) + " -> " + Name(c.pair.out) +
+  return std::string(OpName(op)) + " " + DtypeLabel(c.pair.in) + " -> " + DtypeLabel(c.pair.out) +
          " B=" + std::to_string(g.B) + " C=" + std::to_string(g.C) + " H=" + std::to_string(g.H) +
          " W=" + std::to_string(g.W) + " S=" + std::to_string(g.S) + (g.along_h ? " along H" : "") +
          " mask " + std::to_string(g.mask_kind) + (c.channels_last ? " NHWC" : " NCHW") +

@@ -20,14 +20,6 @@
 namespace normkit_test {
 namespace {
 
-constexpr int32_t kF32 = NORMKIT_DTYPE_FLOAT32;
-constexpr int32_t kBF16 = NORMKIT_DTYPE_BFLOAT16;
-constexpr int32_t kF16 = NORMKIT_DTYPE_FLOAT16;
-
-const char* Name(int32_t dtype) {
-  return dtype == kF32 ? "float32" : dtype == kBF16 ? "bfloat16" : "float16";
-}
-
 // A tensor's storage: bytes holding elements of `dtype`, one element of slack in front
 // so that the data can start off a vector boundary.
 struct Storage {
@@ -137,7 +129,7 @@ using HalfConversions = EveryTarget;
 // stores: the probes fill a tensor whose data starts on and off a vector boundary).
 TEST_F(HalfConversions, NarrowingRoundsToNearestEvenOnEveryTarget) {
   for (int32_t dtype : {kBF16, kF16}) {
-    SCOPED_TRACE(Name(dtype));
+    SCOPED_TRACE(DtypeLabel(dtype));
     const HalfFormat f = FormatOf(dtype);
     const std::vector<float> probes = RoundingProbes(f);
     const auto n = static_cast<int64_t>(probes.size());
@@ -162,7 +154,7 @@ TEST_F(HalfConversions, NarrowingRoundsToNearestEvenOnEveryTarget) {
 // half -> float32 and half -> half: all 65536 patterns, exactly (NaNs quieted).
 TEST_F(HalfConversions, WideningIsExactOnEveryPattern) {
   for (int32_t dtype : {kBF16, kF16}) {
-    SCOPED_TRACE(Name(dtype));
+    SCOPED_TRACE(DtypeLabel(dtype));
     const HalfFormat f = FormatOf(dtype);
     ForEachTarget([&] {
       Storage x(dtype, 0x10000), wide(kF32, 0x10000), same(dtype, 0x10000);
@@ -283,8 +275,8 @@ TEST(HalfStorage, AffineEveryPairLayoutAndAlignment) {
           for (bool shifted : {false, true}) {
             for (bool in_place : {false, true}) {
               if (in_place && pair.x != pair.y) continue;
-              SCOPED_TRACE(std::string(Name(pair.x)) + " -> " + Name(pair.y) + " shape[1] " +
-                           std::to_string(shape[1]) + (layout ? " NHWC" : " NCHW") +
+              SCOPED_TRACE(std::string(DtypeLabel(pair.x)) + " -> " + DtypeLabel(pair.y) +
+                           " shape[1] " + std::to_string(shape[1]) + (layout ? " NHWC" : " NCHW") +
                            (per_sample ? " per-sample" : "") + (shifted ? " shifted" : "") +
                            (in_place ? " in place" : ""));
               RunAffineCase(pair, {shape, layout, per_sample, in_place, shifted}, 2);
@@ -300,7 +292,8 @@ TEST(HalfStorage, AffineEveryPairLayoutAndAlignment) {
 TEST(HalfStorage, AffineLargeTensorsStreamAndThread) {
   for (const Pair& pair : {Pair{kBF16, kBF16}, Pair{kF32, kF16}}) {
     for (normkit_layout layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
-      SCOPED_TRACE(std::string(Name(pair.x)) + " -> " + Name(pair.y) + (layout ? " NHWC" : ""));
+      SCOPED_TRACE(std::string(DtypeLabel(pair.x)) + " -> " + DtypeLabel(pair.y) +
+                   (layout ? " NHWC" : ""));
       RunAffineCase(pair, {{3, 64, 256, 256}, layout, false, false, false}, 3);
     }
   }
@@ -314,7 +307,7 @@ TEST_F(HalfConversions, AffineAbsentTermsOnEveryTarget) {
   const float scale[1] = {1.5f}, shift[1] = {0.75f};
   ForEachTarget([&] {
     for (const Pair& pair : kPairs) {
-      SCOPED_TRACE(std::string(Name(pair.x)) + " -> " + Name(pair.y));
+      SCOPED_TRACE(std::string(DtypeLabel(pair.x)) + " -> " + DtypeLabel(pair.y));
       for (int terms = 0; terms < 4; ++terms) {
         Storage x(pair.x, n), y(pair.y, n);
         for (int64_t i = 0; i < n; ++i) x.Set(i, i == 0 ? -0.0f : values[static_cast<size_t>(i)]);
@@ -340,7 +333,7 @@ TEST(HalfStorage, BatchNormEveryPair) {
   for (const Pair& pair : kPairs) {
     for (normkit_layout layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
       for (float mean_scale : {1.0f, 3000.0f}) {
-        SCOPED_TRACE(std::string(Name(pair.x)) + " -> " + Name(pair.y) +
+        SCOPED_TRACE(std::string(DtypeLabel(pair.x)) + " -> " + DtypeLabel(pair.y) +
                      (layout ? " NHWC" : " NCHW") + " mean x" + std::to_string(mean_scale));
         const std::vector<int64_t> shape = {2, 24, 13, 7};
         const int64_t n = Numel(shape), C = 24, S = 13 * 7;
@@ -429,8 +422,9 @@ TEST(HalfStorage, RowNormsEveryPair) {
         for (bool in_place : {false, true}) {
           if (in_place && pair.x != pair.y) continue;
           const int64_t rows = D >= 768 ? 9 : 37;
-          SCOPED_TRACE(std::string(rms ? "rms_norm " : "layer_norm ") + Name(pair.x) + " -> " +
-                       Name(pair.y) + " D=" + std::to_string(D) + (in_place ? " in place" : ""));
+          SCOPED_TRACE(std::string(rms ? "rms_norm " : "layer_norm ") + DtypeLabel(pair.x) +
+                       " -> " + DtypeLabel(pair.y) + " D=" + std::to_string(D) +
+                       (in_place ? " in place" : ""));
           const int64_t n = rows * D;
           const std::vector<float> values = RandomVector(n, 21, -3.0f, 5.0f);
           const std::vector<float> gamma = RandomVector(D, 22, 0.5f, 1.5f);
@@ -668,7 +662,7 @@ TEST(HalfStorage, GroupNormEveryPairAndPlan) {
           const int32_t act = acts[k % 3];
           const bool shifted = k % 2 == 1;
           ++k;
-          SCOPED_TRACE(std::string(Name(pair.x)) + " -> " + Name(pair.y) +
+          SCOPED_TRACE(std::string(DtypeLabel(pair.x)) + " -> " + DtypeLabel(pair.y) +
                        " C=" + std::to_string(shape[1]) + " G=" + std::to_string(groups) +
                        (layout ? " NHWC" : " NCHW") + " act " + std::to_string(act) +
                        (shifted ? " shifted" : "") + (in_place ? " in place" : ""));
