@@ -331,10 +331,35 @@ NORMKIT_API normkit_status normkit_batch_norm_inference(
  * Errors: INVALID_ARGUMENT (descriptors, fewer than 2 values per channel, eps, momentum,
  *   one of running_mean / running_var NULL, overlaps, misaligned arrays); UNSUPPORTED
  *   (a dtype other than float32, CUDA tensors). Nothing is written on error. */
-NORMKIT_API normkit_status normkit_batch_norm_training(
-    const normkit_context* context, const normkit_tensor* x, const float* gamma, const float* beta,
-    float eps, float momentum, float* running_mean, float* running_var, const normkit_tensor* y,
-    float* save_mean, float* save_rstd);
+NORMKIT_API normkit_status normkit_batch_norm_training(const normkit_context* context,
+                                                       const normkit_tensor* x, const float* gamma,
+                                                       const float* beta, float eps, float momentum,
+                                                       float* running_mean, float* running_var,
+                                                       const normkit_tensor* y, float* save_mean,
+                                                       float* save_rstd);
+
+/* Batch norm in training mode, the backward pass (PyTorch's batch_norm backward with
+ * training=True, from the forward's saved statistics): with n = N * spatial values a
+ * channel and xhat = (x - save_mean[c]) * save_rstd[c],
+ *   grad_beta[c]  = sum(dy),   grad_gamma[c] = sum(dy * xhat),
+ *   dx = gamma[c] * save_rstd[c] * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n)
+ * (the sums over the channel's n values). The sums are computed in double from block
+ * sums merged in a fixed order, so every output is bitwise the same for any thread count;
+ * grad_gamma / grad_beta are rounded once. dx is computed in float from four per-channel
+ * coefficients; a channel whose float values could overflow on the way (values near
+ * FLT_MAX, NaN / Inf) is computed in double.
+ * x, dy, dx: float32 CPU tensors of one shape and layout, rank 2..5 (NCHW... or NHWC...);
+ *   dx may be NULL (only the parameter gradients), x, dy, or memory disjoint from both.
+ *   save_mean / save_rstd: C floats (normkit_batch_norm_training's save_mean / save_rstd),
+ *   required. gamma: C floats or NULL (1). grad_gamma / grad_beta: C floats or NULL (not
+ *   computed); they may overlap nothing; no array may overlap dx.
+ * Errors: INVALID_ARGUMENT (descriptors, dy or dx unlike x, save_mean / save_rstd NULL,
+ *   overlaps, misaligned arrays); UNSUPPORTED (a dtype other than float32, CUDA tensors).
+ *   Nothing is written on error. */
+NORMKIT_API normkit_status normkit_batch_norm_training_backward(
+    const normkit_context* context, const normkit_tensor* x, const normkit_tensor* dy,
+    const float* save_mean, const float* save_rstd, const float* gamma, const normkit_tensor* dx,
+    float* grad_gamma, float* grad_beta);
 
 /* ------------------------------------------------------------------------- */
 /* Folding batch norm into the preceding layer                              */

@@ -136,6 +136,17 @@ inline void BatchNormTraining(const Tensor& x, const float* gamma, const float* 
                                     running_mean, running_var, y.get(), save_mean, save_rstd));
 }
 
+// Batch norm in training mode, the backward pass (see normkit_batch_norm_training_backward).
+// dx, gamma, grad_gamma and grad_beta may be nullptr.
+inline void BatchNormTrainingBackward(const Tensor& x, const Tensor& dy, const float* save_mean,
+                                      const float* save_rstd, const float* gamma, const Tensor* dx,
+                                      float* grad_gamma, float* grad_beta,
+                                      const Context* ctx = nullptr) {
+  Check(normkit_batch_norm_training_backward(ctx ? ctx->get() : nullptr, x.get(), dy.get(),
+                                             save_mean, save_rstd, gamma, dx ? dx->get() : nullptr,
+                                             grad_gamma, grad_beta));
+}
+
 // Folds BN statistics into per-channel scale / shift (see normkit_batch_norm_fold).
 inline void BatchNormFold(int64_t channels, const float* gamma, const float* beta,
                           const float* mean, const float* var, float eps, float* scale,

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// C entry point of batch norm in training mode (the forward pass).
+// C entry points of batch norm in training mode: the forward and the backward pass.
 #include <cmath>
 #include <utility>
 
@@ -37,6 +37,43 @@ normkit_status CheckArrays(const char* op, const TensorView& x, const TensorView
     }
   }
   return NORMKIT_SUCCESS;
+}
+
+// t (named `name`) has x's dtype, layout and shape and lives on x's device.
+normkit_status CheckLikeX(const char* op, const char* name, const TensorView& t,
+                          const TensorView& x) {
+  if (t.dtype != x.dtype) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->dtype = %s differs from x->dtype = %s", op,
+                name, DtypeName(t.dtype), DtypeName(x.dtype));
+  }
+  if (t.layout != x.layout) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->layout = %d differs from x->layout = %d",
+                op, name, t.layout, x.layout);
+  }
+  if (t.rank != x.rank) {
+    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->rank = %d differs from x->rank = %d", op,
+                name, t.rank, x.rank);
+  }
+  for (int32_t i = 0; i < x.rank; ++i) {
+    if (t.shape[i] != x.shape[i]) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                  "%s: %s->shape[%d] = %lld differs from x->shape[%d] = %lld", op, name, i,
+                  static_cast<long long>(t.shape[i]), i, static_cast<long long>(x.shape[i]));
+    }
+  }
+  return CheckSameDevice(op, x, "x", t, name);
+}
+
+// dx is the very same tensor as `in` (x or dy: the op reads each element before writing
+// it) or shares no byte with it.
+normkit_status CheckOutputOver(const char* op, const TensorView& dx, const TensorView& in,
+                               const char* in_name) {
+  if (dx.data == in.data || !RangesOverlap(dx.data, dx.bytes, in.data, in.bytes)) {
+    return NORMKIT_SUCCESS;
+  }
+  return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+              "%s: dx partially overlaps %s (in place needs dx->data == %s->data)", op, in_name,
+              in_name);
 }
 
 }  // namespace
@@ -87,6 +124,70 @@ extern "C" NORMKIT_API normkit_status normkit_batch_norm_training(
     args.save_mean = save_mean;
     args.save_rstd = save_rstd;
     cpu::BatchNormTraining(ResolveContext(context), xv, yv, args);
+    return NORMKIT_SUCCESS;
+  });
+}
+
+extern "C" NORMKIT_API normkit_status normkit_batch_norm_training_backward(
+    const normkit_context* context, const normkit_tensor* x, const normkit_tensor* dy,
+    const float* save_mean, const float* save_rstd, const float* gamma, const normkit_tensor* dx,
+    float* grad_gamma, float* grad_beta) {
+  using namespace normkit;
+  constexpr const char* kOp = "batch_norm_training_backward";
+  return Guarded(kOp, [&] {
+    TensorView xv, dyv, dxv;
+    NORMKIT_RETURN_IF_ERROR(ValidateTensor(kOp, "x", x, &xv));
+    NORMKIT_RETURN_IF_ERROR(ValidateTensor(kOp, "dy", dy, &dyv));
+    NORMKIT_RETURN_IF_ERROR(CheckLikeX(kOp, "dy", dyv, xv));
+    if (dx != nullptr) {
+      NORMKIT_RETURN_IF_ERROR(ValidateTensor(kOp, "dx", dx, &dxv));
+      NORMKIT_RETURN_IF_ERROR(CheckLikeX(kOp, "dx", dxv, xv));
+    }
+    if (xv.on_cuda()) {
+      return Fail(NORMKIT_ERROR_UNSUPPORTED, "%s: x is a CUDA tensor (CPU only for now)", kOp);
+    }
+    NORMKIT_RETURN_IF_ERROR(CheckFloat32(kOp, "x", xv));
+    NORMKIT_RETURN_IF_ERROR(CheckNotNull(kOp, "save_mean", save_mean));
+    NORMKIT_RETURN_IF_ERROR(CheckNotNull(kOp, "save_rstd", save_rstd));
+    const int64_t C = xv.channels;
+    const auto bytes = C * static_cast<int64_t>(sizeof(float));
+    const NamedArray arrays[] = {{"save_mean", save_mean, false},
+                                 {"save_rstd", save_rstd, false},
+                                 {"gamma", gamma, false},
+                                 {"grad_gamma", grad_gamma, true},
+                                 {"grad_beta", grad_beta, true}};
+    if (dx != nullptr) {
+      NORMKIT_RETURN_IF_ERROR(CheckOutputOver(kOp, dxv, xv, "x"));
+      NORMKIT_RETURN_IF_ERROR(CheckOutputOver(kOp, dxv, dyv, "dy"));
+    }
+    for (const NamedArray& a : arrays) {
+      NORMKIT_RETURN_IF_ERROR(CheckElementAligned(kOp, a.name, a.data, sizeof(float)));
+      if (a.data == nullptr) continue;
+      if (dx != nullptr && RangesOverlap(a.data, bytes, dxv.data, dxv.bytes)) {
+        return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the output dx", kOp, a.name);
+      }
+      if (!a.output) continue;
+      if (RangesOverlap(a.data, bytes, xv.data, xv.bytes)) {
+        return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the input x", kOp, a.name);
+      }
+      if (RangesOverlap(a.data, bytes, dyv.data, dyv.bytes)) {
+        return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the input dy", kOp, a.name);
+      }
+    }
+    for (const NamedArray& a : arrays) {
+      for (const NamedArray& b : arrays) {
+        if (&a == &b || !(a.output || b.output)) continue;
+        NORMKIT_RETURN_IF_ERROR(
+            CheckSameOrDisjoint(kOp, a.name, a.data, C, b.name, b.data, C, false));
+      }
+    }
+    cpu::BatchNormBackwardArgs args;
+    args.save_mean = save_mean;
+    args.save_rstd = save_rstd;
+    args.gamma = gamma;
+    args.grad_gamma = grad_gamma;
+    args.grad_beta = grad_beta;
+    cpu::BatchNormTrainingBackward(ResolveContext(context), xv, dyv, dx ? &dxv : nullptr, args);
     return NORMKIT_SUCCESS;
   });
 }

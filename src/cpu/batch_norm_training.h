@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPU batch norm in training mode (the forward pass): per-channel statistics over the
-// batch and the spatial positions, the running averages, and the normalized output.
+// CPU batch norm in training mode: the forward pass (per-channel statistics over the
+// batch and the spatial positions, the running averages, the normalized output) and the
+// backward pass (the gradients of x, gamma and beta).
 #ifndef NORMKIT_CPU_BATCH_NORM_TRAINING_H_
 #define NORMKIT_CPU_BATCH_NORM_TRAINING_H_
 
@@ -32,6 +33,27 @@ struct BatchNormTrainingArgs {
 // Throws std::bad_alloc before writing anything if its scratch fails.
 void BatchNormTraining(const normkit_context& context, const TensorView& x, const TensorView& y,
                        const BatchNormTrainingArgs& args);
+
+// The arrays of the backward pass: save_mean / save_rstd (the forward's, C floats),
+// gamma (C floats or null: 1), and the parameter gradients (each may be null).
+struct BatchNormBackwardArgs {
+  const float* save_mean = nullptr;
+  const float* save_rstd = nullptr;
+  const float* gamma = nullptr;
+  float* grad_gamma = nullptr;
+  float* grad_beta = nullptr;
+};
+
+// The backward pass of BatchNormTraining: with xhat = (x - mean[c]) * rstd[c] and n = N *
+// spatial values a channel,
+//   grad_beta[c]  = sum(dy),  grad_gamma[c] = sum(dy * xhat),
+//   dx = gamma[c] * rstd[c] * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n).
+// Sums in double from block sums merged in a fixed order: bitwise the same for any thread
+// count. x and dy float32 of one shape and layout; dx (null: not computed) may be x or dy.
+// Throws std::bad_alloc before writing anything if its scratch fails.
+void BatchNormTrainingBackward(const normkit_context& context, const TensorView& x,
+                               const TensorView& dy, const TensorView* dx,
+                               const BatchNormBackwardArgs& args);
 
 }  // namespace cpu
 }  // namespace normkit

@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: Apache-2.0
+// CPU batch norm backward (training mode). Two passes over x and dy: per-channel sums of
+// dy and dy * (x - mean) over blocks (channels-first: a block of one (n, c) plane;
+// channels-last: the channels of a block of rows), merged per channel in block order in
+// double; then dx from four float coefficients a channel. A channel whose float sums or
+// whose float dx could overflow (values near FLT_MAX, spreads past its square root, NaN /
+// Inf) is summed and applied again in double.
+#include "cpu/kernels/batch_norm_backward.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <vector>
+
+#include "core/aligned_array.h"
+#include "core/parallel.h"
+#include "cpu/batch_norm_training.h"
+#include "cpu/group_norm.h"
+#include "cpu/memory_plan.h"
+
+namespace normkit {
+namespace cpu {
+namespace {
+
+using kernels::GradSums;
+
+struct Plan {
+  const float* x;
+  const float* dy;
+  float* dx;
+  int64_t N, C, S;
+  bool channels_last;
+  // Channels-first: blocks per (n, c) plane; channels-last: rows per block and blocks.
+  int64_t plane_blocks = 0, block_rows = 0, row_blocks = 0;
+
+  // Index of value i of run k of channel c (runs: samples channels-first, rows
+  // channels-last).
+  int64_t Index(int64_t k, int64_t i, int64_t c) const {
+    return channels_last ? k * C + c : (k * C + c) * S + i;
+  }
+  int64_t Runs() const { return channels_last ? N * S : N; }
+  int64_t RunLength() const { return channels_last ? 1 : S; }
+};
+
+// A channel's statistics and sums in double, the same for the float and the exact paths.
+struct ChannelGrad {
+  double mean, rstd, p, mean_dy, mean_dy_xhat;
+};
+
+// Sums of channel c again, in double: for channels whose float sums overflowed or hold a
+// NaN / Inf.
+void ExactChannelSums(const Plan& p, int64_t c, double mean, GradSums* sums) {
+  double s = 0.0, t = 0.0;
+  for (int64_t k = 0; k < p.Runs(); ++k) {
+    for (int64_t i = 0; i < p.RunLength(); ++i) {
+      const int64_t at = p.Index(k, i, c);
+      const double dy = p.dy[at];
+      s += dy;
+      t += dy * (static_cast<double>(p.x[at]) - mean);
+    }
+  }
+  sums->sum_dy = s;
+  sums->sum_dy_xmu = t;
+}
+
+// dx of one element in double, rounded once.
+inline float ExactGrad(float x, float dy, const ChannelGrad& g) {
+  const double xhat = (static_cast<double>(x) - g.mean) * g.rstd;
+  return static_cast<float>(g.p * ((static_cast<double>(dy) - g.mean_dy) - xhat * g.mean_dy_xhat));
+}
+
+// The block sums, merged per channel in memory order.
+std::vector<GradSums> ChannelSums(const normkit_context& ctx, const Plan& p,
+                                  const float* padded_mean) {
+  const size_t C = static_cast<size_t>(p.C);
+  std::vector<GradSums> partial;
+  std::vector<GradSums> merged(C);
+  if (p.channels_last) {
+    partial.resize(static_cast<size_t>(p.row_blocks) * C);
+    const int64_t rows = p.N * p.S;
+    const size_t stride = static_cast<size_t>(kernels::PaddedChannels(p.C));
+    const int64_t workers = ParallelWorkers(ctx, p.row_blocks);
+    auto scratch = AllocateAligned<float>(static_cast<size_t>(workers) * 4 * stride);
+    ParallelForWorkers(ctx, p.row_blocks, [&](int64_t b, int64_t worker) {
+      const int64_t r0 = b * p.block_rows, count = std::min(p.block_rows, rows - r0);
+      kernels::ColumnGradSums(p.x + r0 * p.C, p.dy + r0 * p.C, count, p.C, padded_mean,
+                              scratch.get() + static_cast<size_t>(worker) * 4 * stride,
+                              &partial[static_cast<size_t>(b) * C]);
+    });
+    for (int64_t b = 0; b < p.row_blocks; ++b) {
+      for (size_t c = 0; c < C; ++c) {
+        kernels::MergeGradSums(merged[c], partial[static_cast<size_t>(b) * C + c]);
+      }
+    }
+    return merged;
+  }
+  const int64_t items = p.N * p.C * p.plane_blocks;
+  const int64_t block = (p.S + p.plane_blocks - 1) / p.plane_blocks;
+  partial.resize(static_cast<size_t>(items));
+  ParallelFor(ctx, items, [&](int64_t i) {
+    const int64_t plane = i / p.plane_blocks, b = i % p.plane_blocks;
+    const int64_t begin = b * block, len = std::min(block, p.S - begin);
+    const int64_t at = plane * p.S + begin;
+    partial[static_cast<size_t>(i)] =
+        kernels::SpanGradSums(p.x + at, p.dy + at, len, padded_mean[plane % p.C]);
+  });
+  for (int64_t i = 0; i < items; ++i) {
+    const size_t c = static_cast<size_t>((i / p.plane_blocks) % p.C);
+    kernels::MergeGradSums(merged[c], partial[static_cast<size_t>(i)]);
+  }
+  return merged;
+}
+
+// Whether dx = p * ((dy - mean_dy) - (x - mean) * rstd * mean_dy_xhat) stays finite in
+// float at every step for this channel's values (bounded by its maxima), with the
+// coefficients rounded to float.
+bool FloatGradHolds(const GradSums& s, float rstd, float mean_dy, float mean_dy_xhat, float p) {
+  const double bound =
+      (static_cast<double>(s.max_abs_dy) + std::fabs(mean_dy)) +
+      static_cast<double>(s.max_abs_xmu) * std::fabs(rstd) * std::fabs(mean_dy_xhat);
+  return bound * std::max(1.0, std::fabs(static_cast<double>(p))) <= FLT_MAX / 4.0;  // NaN: false
+}
+
+}  // namespace
+
+void BatchNormTrainingBackward(const normkit_context& context, const TensorView& x,
+                               const TensorView& dy, const TensorView* dx,
+                               const BatchNormBackwardArgs& args) {
+  Plan p;
+  p.x = static_cast<const float*>(x.data);
+  p.dy = static_cast<const float*>(dy.data);
+  p.dx = dx ? static_cast<float*>(dx->data) : nullptr;
+  p.N = x.batch;
+  p.C = x.channels;
+  p.S = x.spatial;
+  p.channels_last = x.channels_last() && p.S > 1;
+  const normkit_context& ctx = ContextForBytes(context, 3 * x.bytes, kMinParallelAffineBytes);
+  // Block boundaries come from the shape alone: they fix the bits.
+  if (p.channels_last) {
+    p.block_rows = std::max<int64_t>(kMinStatsBlockRows, kStatsBlockElems / p.C);
+    p.row_blocks = (p.N * p.S + p.block_rows - 1) / p.block_rows;
+  } else {
+    p.plane_blocks = (p.S + kStatsBlockElems - 1) / kStatsBlockElems;
+  }
+  const size_t C = static_cast<size_t>(p.C);
+  const size_t padded = static_cast<size_t>(kernels::PaddedChannels(p.C));
+  // Per-channel float arrays, padded with zeros: mean, rstd, mean_dy, mean_dy_xhat, p.
+  auto coefficients = AllocateAligned<float>(5 * padded);
+  std::fill(coefficients.get(), coefficients.get() + 5 * padded, 0.0f);
+  float* mean_f = coefficients.get();
+  float* rstd_f = mean_f + padded;
+  float* mean_dy_f = rstd_f + padded;
+  float* mean_dy_xhat_f = mean_dy_f + padded;
+  float* p_f = mean_dy_xhat_f + padded;
+  std::copy(args.save_mean, args.save_mean + C, mean_f);
+  std::copy(args.save_rstd, args.save_rstd + C, rstd_f);
+  std::vector<GradSums> sums = ChannelSums(ctx, p, mean_f);
+  std::vector<ChannelGrad> grad(C);
+  std::vector<char> exact(C, 0);
+  bool any_exact = false;
+  const double count = static_cast<double>(p.N) * static_cast<double>(p.S);
+  for (size_t c = 0; c < C; ++c) {
+    GradSums& s = sums[c];
+    ChannelGrad& g = grad[c];
+    g.mean = mean_f[c];
+    g.rstd = rstd_f[c];
+    if (!std::isfinite(s.sum_dy) || !std::isfinite(s.sum_dy_xmu)) {
+      ExactChannelSums(p, static_cast<int64_t>(c), g.mean, &s);
+      exact[c] = 1;
+    }
+    g.p = static_cast<double>(args.gamma ? args.gamma[c] : 1.0f) * g.rstd;
+    g.mean_dy = s.sum_dy / count;
+    g.mean_dy_xhat = g.rstd * s.sum_dy_xmu / count;
+    mean_dy_f[c] = static_cast<float>(g.mean_dy);
+    mean_dy_xhat_f[c] = static_cast<float>(g.mean_dy_xhat);
+    p_f[c] = static_cast<float>(g.p);
+    if (!FloatGradHolds(s, rstd_f[c], mean_dy_f[c], mean_dy_xhat_f[c], p_f[c])) exact[c] = 1;
+    any_exact = any_exact || exact[c];
+  }
+  // Every scratch array is allocated: from here on nothing throws.
+  for (size_t c = 0; c < C; ++c) {
+    if (args.grad_beta) args.grad_beta[c] = static_cast<float>(sums[c].sum_dy);
+    if (args.grad_gamma) args.grad_gamma[c] = static_cast<float>(grad[c].rstd * sums[c].sum_dy_xmu);
+  }
+  if (!p.dx) return;
+  const kernels::GradCoefficients k{mean_f, rstd_f, mean_dy_f, mean_dy_xhat_f, p_f};
+  if (p.channels_last) {
+    const int64_t rows = p.N * p.S;
+    const int64_t per_task = std::max<int64_t>(1, kStatsBlockElems / p.C);
+    ParallelFor(ctx, (rows + per_task - 1) / per_task, [&](int64_t t) {
+      const int64_t r0 = t * per_task, r1 = std::min(rows, r0 + per_task);
+      if (!any_exact) {
+        kernels::ApplyGradRows(p.x + r0 * p.C, p.dy + r0 * p.C, p.dx + r0 * p.C, r1 - r0, p.C, k);
+        return;
+      }
+      // Rare (extreme values): every element in double, channel by channel of each row.
+      for (int64_t r = r0; r < r1; ++r) {
+        for (size_t c = 0; c < C; ++c) {
+          const int64_t at = r * p.C + static_cast<int64_t>(c);
+          p.dx[at] = ExactGrad(p.x[at], p.dy[at], grad[c]);
+        }
+      }
+    });
+    return;
+  }
+  const int64_t planes_per_task = std::max<int64_t>(1, kStatsBlockElems / p.S);
+  const int64_t tasks_per_sample = (p.C + planes_per_task - 1) / planes_per_task;
+  ParallelFor(ctx, p.N * tasks_per_sample, [&](int64_t t) {
+    const int64_t n = t / tasks_per_sample;
+    const int64_t c0 = (t % tasks_per_sample) * planes_per_task;
+    const int64_t c1 = std::min(p.C, c0 + planes_per_task);
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t at = (n * p.C + c) * p.S;
+      if (!exact[static_cast<size_t>(c)]) {
+        kernels::ApplyGradSpan(p.x + at, p.dy + at, p.dx + at, p.S, k, c);
+        continue;
+      }
+      for (int64_t i = 0; i < p.S; ++i) {
+        p.dx[at + i] = ExactGrad(p.x[at + i], p.dy[at + i], grad[static_cast<size_t>(c)]);
+      }
+    }
+  });
+}
+
+}  // namespace cpu
+}  // namespace normkit

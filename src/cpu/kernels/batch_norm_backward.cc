@@ -1,0 +1,288 @@
+// SPDX-License-Identifier: Apache-2.0
+// Batch norm's backward kernels for every SIMD target, dispatched at run time. Both
+// passes are memory-bound (x and dy read, dx written): float vectors, sums in float runs
+// carried in double, the last partial vector of a span or row padded through a stack
+// buffer so that every element takes the same operations.
+#include "cpu/kernels/batch_norm_backward.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+// clang-format off
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/kernels/batch_norm_backward.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep: must precede highway.h
+#include "hwy/highway.h"
+// clang-format on
+#include "cpu/kernels/moments-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace normkit {
+namespace kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using VF = hn::Vec<DF>;
+using VD = hn::Vec<DD>;
+
+// Stack buffers of one vector of any target.
+constexpr size_t kMaxFloatLanes = static_cast<size_t>(kWidestVectorFloats);
+static_assert(HWY_MAX_BYTES / sizeof(float) <= kMaxFloatLanes, "a vector wider than the buffers");
+
+// One vector of x and dy about the lane-wise mean m: sum(dy), sum(dy * (x - m)) and the
+// maxima of |dy| and |x - m|.
+HWY_INLINE void AddGrad(VF x, VF dy, VF m, VF& s, VF& t, VF& max_dy, VF& max_xmu) {
+  const VF xmu = hn::Sub(x, m);
+  s = hn::Add(s, dy);
+  t = hn::MulAdd(dy, xmu, t);
+  max_dy = hn::Max(max_dy, hn::Abs(dy));
+  max_xmu = hn::Max(max_xmu, hn::Abs(xmu));
+}
+
+// dx of one vector from its lane-wise coefficients.
+HWY_INLINE VF GradOf(VF x, VF dy, VF m, VF r, VF mean_dy, VF mean_dy_xhat, VF p) {
+  const VF xhat = hn::Mul(hn::Sub(x, m), r);
+  return hn::Mul(hn::NegMulAdd(xhat, mean_dy_xhat, hn::Sub(dy, mean_dy)), p);
+}
+
+// Lane-wise sums of the flat span x[0, n), dy[0, n) about the lane-wise mean m: two float
+// chains of vector pairs, flushed into double (lo: the lower half of the lanes, hi: the
+// upper) every kFlushVectors vectors; the last partial vector padded with x = m, dy = 0.
+HWY_INLINE void FlatGradSums(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, size_t n,
+                             VF m, VD& s_lo, VD& s_hi, VD& t_lo, VD& t_hi, VF& max_dy,
+                             VF& max_xmu) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  VF s0 = hn::Zero(d), s1 = hn::Zero(d), t0 = hn::Zero(d), t1 = hn::Zero(d);
+  size_t i = 0, pairs = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    AddGrad(hn::LoadU(d, x + i), hn::LoadU(d, dy + i), m, s0, t0, max_dy, max_xmu);
+    AddGrad(hn::LoadU(d, x + i + N), hn::LoadU(d, dy + i + N), m, s1, t1, max_dy, max_xmu);
+    if (++pairs == kFlushVectors / 2) {
+      AccumulateWide(hn::Add(s0, s1), s_lo, s_hi);
+      AccumulateWide(hn::Add(t0, t1), t_lo, t_hi);
+      s0 = s1 = t0 = t1 = hn::Zero(d);
+      pairs = 0;
+    }
+  }
+  if (i + N <= n) {
+    AddGrad(hn::LoadU(d, x + i), hn::LoadU(d, dy + i), m, s0, t0, max_dy, max_xmu);
+    i += N;
+  }
+  if (i < n) {
+    HWY_ALIGN float bx[kMaxFloatLanes];
+    HWY_ALIGN float bdy[kMaxFloatLanes] = {};
+    hn::Store(m, d, bx);
+    std::memcpy(bx, x + i, (n - i) * sizeof(float));
+    std::memcpy(bdy, dy + i, (n - i) * sizeof(float));
+    AddGrad(hn::Load(d, bx), hn::Load(d, bdy), m, s1, t1, max_dy, max_xmu);
+  }
+  AccumulateWide(hn::Add(s0, s1), s_lo, s_hi);
+  AccumulateWide(hn::Add(t0, t1), t_lo, t_hi);
+}
+
+GradSums SpanGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, int64_t n,
+                          float mean) {
+  const DF d;
+  const DD dd;
+  VD s_lo = hn::Zero(dd), s_hi = hn::Zero(dd), t_lo = hn::Zero(dd), t_hi = hn::Zero(dd);
+  VF max_dy = hn::Zero(d), max_xmu = hn::Zero(d);
+  FlatGradSums(x, dy, static_cast<size_t>(n), hn::Set(d, mean), s_lo, s_hi, t_lo, t_hi, max_dy,
+               max_xmu);
+  GradSums out;
+  out.sum_dy = SumLanes(hn::Add(s_lo, s_hi));
+  out.sum_dy_xmu = SumLanes(hn::Add(t_lo, t_hi));
+  out.max_abs_dy = hn::GetLane(hn::MaxOfLanes(d, max_dy));
+  out.max_abs_xmu = hn::GetLane(hn::MaxOfLanes(d, max_xmu));
+  return out;
+}
+
+// Channels-last with fewer channels than lanes, a divisor of them (1, 2, 4 on AVX2): the
+// block is one flat span whose lane l is always channel l % channels.
+void PatternGradSums(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, size_t rows,
+                     size_t C, const float* HWY_RESTRICT mean, GradSums* out) {
+  const DF d;
+  const DD dd;
+  const size_t N = hn::Lanes(d);
+  HWY_ALIGN float lanes[kMaxFloatLanes];
+  for (size_t l = 0; l < N; ++l) lanes[l] = mean[l % C];
+  VD s_lo = hn::Zero(dd), s_hi = hn::Zero(dd), t_lo = hn::Zero(dd), t_hi = hn::Zero(dd);
+  VF max_dy = hn::Zero(d), max_xmu = hn::Zero(d);
+  FlatGradSums(x, dy, rows * C, hn::Load(d, lanes), s_lo, s_hi, t_lo, t_hi, max_dy, max_xmu);
+  // Lane l of the lower half is lane l of DF; the upper half follows.
+  HWY_ALIGN double s[kMaxFloatLanes + 1], t[kMaxFloatLanes + 1];
+  HWY_ALIGN float mdy[kMaxFloatLanes], mxmu[kMaxFloatLanes];
+  const size_t half = hn::Lanes(dd);
+  hn::StoreU(s_lo, dd, s);
+  hn::StoreU(s_hi, dd, s + half);
+  hn::StoreU(t_lo, dd, t);
+  hn::StoreU(t_hi, dd, t + half);
+  hn::Store(max_dy, d, mdy);
+  hn::Store(max_xmu, d, mxmu);
+  for (size_t c = 0; c < C; ++c) out[c] = GradSums();
+  for (size_t l = 0; l < N; ++l) {
+    const GradSums lane{s[l], t[l], mdy[l], mxmu[l]};
+    MergeGradSums(out[l % C], lane);
+  }
+}
+
+// Channels-last, the general case: each row's whole vectors of channels, then its last
+// channels padded, into float sums per channel (scratch) flushed into out every
+// kFlushVectors rows.
+void ColumnGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, int64_t rows,
+                        int64_t channels, const float* HWY_RESTRICT mean,
+                        float* HWY_RESTRICT scratch, GradSums* out) {
+  const DF d;
+  const size_t N = hn::Lanes(d), C = static_cast<size_t>(channels);
+  const size_t R = static_cast<size_t>(rows);
+  if (C < N && N % C == 0) return PatternGradSums(x, dy, R, C, mean, out);
+  const size_t padded = (C + N - 1) / N * N, whole = C - C % N;
+  const size_t stride = static_cast<size_t>(PaddedChannels(channels));
+  float* HWY_RESTRICT sum_dy = scratch;
+  float* HWY_RESTRICT sum_dot = scratch + stride;
+  float* HWY_RESTRICT max_dy = scratch + 2 * stride;
+  float* HWY_RESTRICT max_xmu = scratch + 3 * stride;
+  std::fill(scratch, scratch + 4 * stride, 0.0f);
+  for (size_t c = 0; c < C; ++c) out[c] = GradSums();
+  // One vector of channels at c: its float sums in scratch.
+  const auto add_at = [&](size_t c, VF xv, VF dyv) {
+    VF s = hn::Load(d, sum_dy + c), t = hn::Load(d, sum_dot + c);
+    VF mdy = hn::Load(d, max_dy + c), mxmu = hn::Load(d, max_xmu + c);
+    AddGrad(xv, dyv, hn::Load(d, mean + c), s, t, mdy, mxmu);
+    hn::Store(s, d, sum_dy + c);
+    hn::Store(t, d, sum_dot + c);
+    hn::Store(mdy, d, max_dy + c);
+    hn::Store(mxmu, d, max_xmu + c);
+  };
+  for (size_t r = 0; r < R;) {
+    const size_t run_end = std::min(R, r + kFlushVectors);
+    for (; r < run_end; ++r) {
+      const float* HWY_RESTRICT xr = x + r * C;
+      const float* HWY_RESTRICT dr = dy + r * C;
+      for (size_t c = 0; c < whole; c += N) add_at(c, hn::LoadU(d, xr + c), hn::LoadU(d, dr + c));
+      if (whole < C) {
+        HWY_ALIGN float bx[kMaxFloatLanes];
+        HWY_ALIGN float bdy[kMaxFloatLanes] = {};
+        std::memcpy(bx, mean + whole, N * sizeof(float));
+        std::memcpy(bx, xr + whole, (C - whole) * sizeof(float));
+        std::memcpy(bdy, dr + whole, (C - whole) * sizeof(float));
+        add_at(whole, hn::Load(d, bx), hn::Load(d, bdy));
+      }
+    }
+    for (size_t c = 0; c < C; ++c) {
+      out[c].sum_dy += static_cast<double>(sum_dy[c]);
+      out[c].sum_dy_xmu += static_cast<double>(sum_dot[c]);
+    }
+    std::fill(sum_dy, sum_dy + padded, 0.0f);
+    std::fill(sum_dot, sum_dot + padded, 0.0f);
+  }
+  for (size_t c = 0; c < C; ++c) {
+    out[c].max_abs_dy = max_dy[c];
+    out[c].max_abs_xmu = max_xmu[c];
+  }
+}
+
+// dx of the flat span x[0, n) with lane-wise coefficients; the last partial vector
+// through a stack buffer (dx may be x or dy: every input is read before its dx is stored).
+HWY_INLINE void FlatGrad(const float* x, const float* dy, float* dx, size_t n, VF m, VF r,
+                         VF mean_dy, VF mean_dy_xhat, VF p) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    hn::StoreU(GradOf(hn::LoadU(d, x + i), hn::LoadU(d, dy + i), m, r, mean_dy, mean_dy_xhat, p), d,
+               dx + i);
+  }
+  if (i < n) {
+    HWY_ALIGN float bx[kMaxFloatLanes] = {};
+    HWY_ALIGN float bdy[kMaxFloatLanes] = {};
+    std::memcpy(bx, x + i, (n - i) * sizeof(float));
+    std::memcpy(bdy, dy + i, (n - i) * sizeof(float));
+    hn::Store(GradOf(hn::Load(d, bx), hn::Load(d, bdy), m, r, mean_dy, mean_dy_xhat, p), d, bx);
+    std::memcpy(dx + i, bx, (n - i) * sizeof(float));
+  }
+}
+
+void ApplyGradSpanImpl(const float* x, const float* dy, float* dx, int64_t n,
+                       const GradCoefficients& k, int64_t channel) {
+  const DF d;
+  const size_t c = static_cast<size_t>(channel);
+  FlatGrad(x, dy, dx, static_cast<size_t>(n), hn::Set(d, k.mean[c]), hn::Set(d, k.rstd[c]),
+           hn::Set(d, k.mean_dy[c]), hn::Set(d, k.mean_dy_xhat[c]), hn::Set(d, k.p[c]));
+}
+
+void ApplyGradRowsImpl(const float* x, const float* dy, float* dx, int64_t rows, int64_t channels,
+                       const GradCoefficients& k) {
+  const DF d;
+  const size_t N = hn::Lanes(d), C = static_cast<size_t>(channels);
+  const size_t R = static_cast<size_t>(rows);
+  if (C < N && N % C == 0) {  // one flat span, lane l always channel l % C
+    HWY_ALIGN float lanes[5][kMaxFloatLanes];
+    const float* arrays[5] = {k.mean, k.rstd, k.mean_dy, k.mean_dy_xhat, k.p};
+    for (size_t a = 0; a < 5; ++a) {
+      for (size_t l = 0; l < N; ++l) lanes[a][l] = arrays[a][l % C];
+    }
+    return FlatGrad(x, dy, dx, R * C, hn::Load(d, lanes[0]), hn::Load(d, lanes[1]),
+                    hn::Load(d, lanes[2]), hn::Load(d, lanes[3]), hn::Load(d, lanes[4]));
+  }
+  const size_t whole = C - C % N;
+  const auto grad_at = [&](size_t c, VF xv, VF dyv) {
+    return GradOf(xv, dyv, hn::LoadU(d, k.mean + c), hn::LoadU(d, k.rstd + c),
+                  hn::LoadU(d, k.mean_dy + c), hn::LoadU(d, k.mean_dy_xhat + c),
+                  hn::LoadU(d, k.p + c));
+  };
+  for (size_t r = 0; r < R; ++r) {
+    const float* xr = x + r * C;
+    const float* dr = dy + r * C;
+    float* out = dx + r * C;
+    for (size_t c = 0; c < whole; c += N) {
+      hn::StoreU(grad_at(c, hn::LoadU(d, xr + c), hn::LoadU(d, dr + c)), d, out + c);
+    }
+    if (whole < C) {
+      HWY_ALIGN float bx[kMaxFloatLanes] = {};
+      HWY_ALIGN float bdy[kMaxFloatLanes] = {};
+      std::memcpy(bx, xr + whole, (C - whole) * sizeof(float));
+      std::memcpy(bdy, dr + whole, (C - whole) * sizeof(float));
+      hn::Store(grad_at(whole, hn::Load(d, bx), hn::Load(d, bdy)), d, bx);
+      std::memcpy(out + whole, bx, (C - whole) * sizeof(float));
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kernels
+}  // namespace normkit
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace normkit {
+namespace kernels {
+
+HWY_EXPORT(SpanGradSumsImpl);
+HWY_EXPORT(ColumnGradSumsImpl);
+HWY_EXPORT(ApplyGradSpanImpl);
+HWY_EXPORT(ApplyGradRowsImpl);
+
+GradSums SpanGradSums(const float* x, const float* dy, int64_t n, float mean) {
+  return HWY_DYNAMIC_DISPATCH(SpanGradSumsImpl)(x, dy, n, mean);
+}
+
+void ColumnGradSums(const float* x, const float* dy, int64_t rows, int64_t channels,
+                    const float* mean, float* scratch, GradSums* out) {
+  HWY_DYNAMIC_DISPATCH(ColumnGradSumsImpl)(x, dy, rows, channels, mean, scratch, out);
+}
+
+void ApplyGradSpan(const float* x, const float* dy, float* dx, int64_t n, const GradCoefficients& k,
+                   int64_t channel) {
+  HWY_DYNAMIC_DISPATCH(ApplyGradSpanImpl)(x, dy, dx, n, k, channel);
+}
+
+void ApplyGradRows(const float* x, const float* dy, float* dx, int64_t rows, int64_t channels,
+                   const GradCoefficients& k) {
+  HWY_DYNAMIC_DISPATCH(ApplyGradRowsImpl)(x, dy, dx, rows, channels, k);
+}
+
+}  // namespace kernels
+}  // namespace normkit
+#endif  // HWY_ONCE

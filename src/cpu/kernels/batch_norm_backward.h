@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kernels of batch norm's backward pass (training mode): the per-channel sums of dy and
+// dy * (x - mean) over a block, and the input gradient from them. No threads here:
+// src/cpu/batch_norm_backward.cc splits the work and merges the block sums in a fixed order.
+#ifndef NORMKIT_CPU_KERNELS_BATCH_NORM_BACKWARD_H_
+#define NORMKIT_CPU_KERNELS_BATCH_NORM_BACKWARD_H_
+
+#include <cstdint>
+
+namespace normkit {
+namespace kernels {
+
+// The sums of one channel over a block: sum(dy) and sum(dy * (x - mean)) (float runs of
+// at most 64 terms a lane, carried in double), and max |dy|, max |x - mean| (NaN-blind:
+// a NaN shows in the sums), which bound the float apply's intermediates.
+struct GradSums {
+  double sum_dy = 0.0;
+  double sum_dy_xmu = 0.0;
+  float max_abs_dy = 0.0f;
+  float max_abs_xmu = 0.0f;
+};
+
+// Adds block b to a (the caller merges blocks in memory order).
+inline void MergeGradSums(GradSums& a, const GradSums& b) {
+  a.sum_dy += b.sum_dy;
+  a.sum_dy_xmu += b.sum_dy_xmu;
+  a.max_abs_dy = b.max_abs_dy > a.max_abs_dy ? b.max_abs_dy : a.max_abs_dy;
+  a.max_abs_xmu = b.max_abs_xmu > a.max_abs_xmu ? b.max_abs_xmu : a.max_abs_xmu;
+}
+
+// The floats of the widest vector of any SIMD target (SVE's 2048 bits).
+constexpr int64_t kWidestVectorFloats = 64;
+
+// Per-channel arrays of the channels-last kernels hold this many floats: the channels,
+// then zeros (whole vectors of every SIMD target).
+constexpr int64_t PaddedChannels(int64_t channels) {
+  return (channels + kWidestVectorFloats - 1) / kWidestVectorFloats * kWidestVectorFloats;
+}
+
+// The sums of one channel's span x[0, n), dy[0, n) about `mean` (channels-first).
+GradSums SpanGradSums(const float* x, const float* dy, int64_t n, float mean);
+
+// The sums of each channel of a channels-last block of `rows` rows of `channels` floats
+// (row r, channel c at r * channels + c) about mean[c], into out[0, channels). mean:
+// PaddedChannels(channels) floats; scratch: 4 * PaddedChannels(channels) floats, 64-byte
+// aligned.
+void ColumnGradSums(const float* x, const float* dy, int64_t rows, int64_t channels,
+                    const float* mean, float* scratch, GradSums* out);
+
+// Per-channel coefficients of the input gradient:
+//   dx = p * ((dy - mean_dy) - (x - mean) * rstd * mean_dy_xhat)
+// in float, p = gamma * rstd, mean_dy = sum(dy) / n, mean_dy_xhat = rstd * sum(dy * (x -
+// mean)) / n. The caller has checked that no intermediate can overflow.
+struct GradCoefficients {
+  const float* mean;
+  const float* rstd;
+  const float* mean_dy;
+  const float* mean_dy_xhat;
+  const float* p;
+};
+
+// dx[0, n) of one channel's span, with the coefficients at index `channel` of k. dx may be
+// x or dy.
+void ApplyGradSpan(const float* x, const float* dy, float* dx, int64_t n, const GradCoefficients& k,
+                   int64_t channel);
+
+// dx of `rows` channels-last rows of `channels` floats, channel c's coefficients at index
+// c of k (arrays of PaddedChannels(channels) floats). dx may be x or dy.
+void ApplyGradRows(const float* x, const float* dy, float* dx, int64_t rows, int64_t channels,
+                   const GradCoefficients& k);
+
+}  // namespace kernels
+}  // namespace normkit
+
+#endif  // NORMKIT_CPU_KERNELS_BATCH_NORM_BACKWARD_H_
