@@ -31,7 +31,8 @@ namespace normkit_bench {
 inline void RunAgainstCopy(benchmark::State& state, const std::function<void()>& run_op,
                            int threads, const float* x, int64_t ref_elems, bool in_place,
                            int64_t bytes, float* y = nullptr, const float* read_src = nullptr,
-                           int64_t read_elems = 0) {
+                           int64_t read_elems = 0,
+                           const std::function<void()>& run_bound = nullptr) {
   Buffer ref = MakeBuffer(ref_elems, 3);
   float* const dst = in_place || !y ? ref.get() : y;
   const auto run_ref = [&] {
@@ -46,12 +47,13 @@ inline void RunAgainstCopy(benchmark::State& state, const std::function<void()>&
   const auto run_read = [&] { sink = sink + ParallelReadSum(threads, read_src, read_elems); };
   run_op();
   run_ref();
-  double op_total = 0, ref_total = 0, read_total = 0, loop_total = 0;
+  double op_total = 0, ref_total = 0, read_total = 0, loop_total = 0, bound_total = 0;
   for (auto _ : state) {
     const double t_op = Seconds(run_op);
     ref_total += Seconds(run_ref);
     if (!in_place) loop_total += Seconds(run_loop);
     if (read_elems > 0) read_total += Seconds(run_read);
+    if (run_bound) bound_total += Seconds(run_bound);
     op_total += t_op;
     state.SetIterationTime(t_op);
   }
@@ -65,6 +67,9 @@ inline void RunAgainstCopy(benchmark::State& state, const std::function<void()>&
   // Optional second reference: a plain read of read_elems floats at read_src (for the
   // shift-sum forward, x: at 1.0 the op runs as fast as reading its input).
   if (read_elems > 0) state.counters["ratio_to_read"] = read_total / op_total;
+  // Optional memory bound of the op: plain loops with its passes' traffic and no
+  // arithmetic (batch norm training: x read, then x read and y written), in the same run.
+  if (run_bound) state.counters["ratio_to_bound"] = bound_total / op_total;
   state.SetBytesProcessed(state.iterations() * bytes);
   state.counters["GB/s"] = static_cast<double>(bytes) * state.iterations() / op_total / 1e9;
   state.counters["ref_GB/s"] = static_cast<double>(bytes) * state.iterations() / ref_total / 1e9;

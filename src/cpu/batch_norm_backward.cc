@@ -73,10 +73,9 @@ inline float ExactGrad(float x, float dy, const ChannelGrad& g) {
 std::vector<GradSums> ChannelSums(const normkit_context& ctx, const Plan& p,
                                   const float* padded_mean) {
   const size_t C = static_cast<size_t>(p.C);
-  std::vector<GradSums> partial;
   std::vector<GradSums> merged(C);
   if (p.channels_last) {
-    partial.resize(static_cast<size_t>(p.row_blocks) * C);
+    auto partial = AllocateAligned<GradSums>(static_cast<size_t>(p.row_blocks) * C);
     const int64_t rows = p.N * p.S;
     const size_t stride = static_cast<size_t>(kernels::PaddedChannels(p.C));
     const int64_t workers = ParallelWorkers(ctx, p.row_blocks);
@@ -96,17 +95,27 @@ std::vector<GradSums> ChannelSums(const normkit_context& ctx, const Plan& p,
   }
   const int64_t items = p.N * p.C * p.plane_blocks;
   const int64_t block = (p.S + p.plane_blocks - 1) / p.plane_blocks;
-  partial.resize(static_cast<size_t>(items));
-  ParallelFor(ctx, items, [&](int64_t i) {
-    const int64_t plane = i / p.plane_blocks, b = i % p.plane_blocks;
-    const int64_t begin = b * block, len = std::min(block, p.S - begin);
-    const int64_t at = plane * p.S + begin;
-    partial[static_cast<size_t>(i)] =
-        kernels::SpanGradSums(p.x + at, p.dy + at, len, padded_mean[plane % p.C]);
+  auto partial = AllocateAligned<GradSums>(static_cast<size_t>(items));
+  // Tasks of whole runs of blocks of about kStatsBlockElems elements (planes of 16 took
+  // 128x1024x16 most of its time as a task each); each block's sums its own.
+  const int64_t per_task = std::max<int64_t>(1, kStatsBlockElems / block);
+  ParallelFor(ctx, (items + per_task - 1) / per_task, [&](int64_t t) {
+    const int64_t first = t * per_task, end = std::min(items, first + per_task);
+    if (p.plane_blocks == 1) {  // whole planes
+      kernels::PlaneGradSums(p.x + first * p.S, p.dy + first * p.S, p.S, end - first, padded_mean,
+                             p.C, first % p.C, &partial[first]);
+      return;
+    }
+    for (int64_t i = first; i < end; ++i) {
+      const int64_t plane = i / p.plane_blocks, b = i % p.plane_blocks;
+      const int64_t begin = b * block, len = std::min(block, p.S - begin);
+      const int64_t at = plane * p.S + begin;
+      partial[i] = kernels::SpanGradSums(p.x + at, p.dy + at, len, padded_mean[plane % p.C]);
+    }
   });
   for (int64_t i = 0; i < items; ++i) {
     const size_t c = static_cast<size_t>((i / p.plane_blocks) % p.C);
-    kernels::MergeGradSums(merged[c], partial[static_cast<size_t>(i)]);
+    kernels::MergeGradSums(merged[c], partial[i]);
   }
   return merged;
 }
@@ -209,6 +218,11 @@ void BatchNormTrainingBackward(const normkit_context& context, const TensorView&
     const int64_t n = t / tasks_per_sample;
     const int64_t c0 = (t % tasks_per_sample) * planes_per_task;
     const int64_t c1 = std::min(p.C, c0 + planes_per_task);
+    if (!any_exact) {
+      const int64_t at = (n * p.C + c0) * p.S;
+      kernels::ApplyGradPlanes(p.x + at, p.dy + at, p.dx + at, p.S, c1 - c0, k, c0);
+      return;
+    }
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t at = (n * p.C + c) * p.S;
       if (!exact[static_cast<size_t>(c)]) {

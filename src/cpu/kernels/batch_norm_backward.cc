@@ -98,6 +98,16 @@ GradSums SpanGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT
   return out;
 }
 
+void PlaneGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, int64_t n,
+                       int64_t count, const float* HWY_RESTRICT mean, int64_t channels,
+                       int64_t first_channel, GradSums* out) {
+  int64_t c = first_channel % channels;
+  for (int64_t j = 0; j < count; ++j) {
+    out[j] = SpanGradSumsImpl(x + j * n, dy + j * n, n, mean[c]);
+    if (++c == channels) c = 0;
+  }
+}
+
 // Channels-last with fewer channels than lanes, a divisor of them (1, 2, 4 on AVX2): the
 // block is one flat span whose lane l is always channel l % channels.
 void PatternGradSums(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, size_t rows,
@@ -212,6 +222,13 @@ void ApplyGradSpanImpl(const float* x, const float* dy, float* dx, int64_t n,
            hn::Set(d, k.mean_dy[c]), hn::Set(d, k.mean_dy_xhat[c]), hn::Set(d, k.p[c]));
 }
 
+void ApplyGradPlanesImpl(const float* x, const float* dy, float* dx, int64_t n, int64_t count,
+                         const GradCoefficients& k, int64_t first_channel) {
+  for (int64_t j = 0; j < count; ++j) {
+    ApplyGradSpanImpl(x + j * n, dy + j * n, dx + j * n, n, k, first_channel + j);
+  }
+}
+
 void ApplyGradRowsImpl(const float* x, const float* dy, float* dx, int64_t rows, int64_t channels,
                        const GradCoefficients& k) {
   const DF d;
@@ -262,10 +279,22 @@ namespace kernels {
 HWY_EXPORT(SpanGradSumsImpl);
 HWY_EXPORT(ColumnGradSumsImpl);
 HWY_EXPORT(ApplyGradSpanImpl);
+HWY_EXPORT(PlaneGradSumsImpl);
+HWY_EXPORT(ApplyGradPlanesImpl);
 HWY_EXPORT(ApplyGradRowsImpl);
 
 GradSums SpanGradSums(const float* x, const float* dy, int64_t n, float mean) {
   return HWY_DYNAMIC_DISPATCH(SpanGradSumsImpl)(x, dy, n, mean);
+}
+
+void PlaneGradSums(const float* x, const float* dy, int64_t n, int64_t count, const float* mean,
+                   int64_t channels, int64_t first_channel, GradSums* out) {
+  HWY_DYNAMIC_DISPATCH(PlaneGradSumsImpl)(x, dy, n, count, mean, channels, first_channel, out);
+}
+
+void ApplyGradPlanes(const float* x, const float* dy, float* dx, int64_t n, int64_t count,
+                     const GradCoefficients& k, int64_t first_channel) {
+  HWY_DYNAMIC_DISPATCH(ApplyGradPlanesImpl)(x, dy, dx, n, count, k, first_channel);
 }
 
 void ColumnGradSums(const float* x, const float* dy, int64_t rows, int64_t channels,

@@ -40,6 +40,11 @@ constexpr int64_t PaddedChannels(int64_t channels) {
 // The sums of one channel's span x[0, n), dy[0, n) about `mean` (channels-first).
 GradSums SpanGradSums(const float* x, const float* dy, int64_t n, float mean);
 
+// The sums of `count` whole planes of n elements each, plane j at x + j * n, dy + j * n
+// about mean[(first_channel + j) % channels], into out[j]: SpanGradSums of each plane.
+void PlaneGradSums(const float* x, const float* dy, int64_t n, int64_t count, const float* mean,
+                   int64_t channels, int64_t first_channel, GradSums* out);
+
 // The sums of each channel of a channels-last block of `rows` rows of `channels` floats
 // (row r, channel c at r * channels + c) about mean[c], into out[0, channels). mean:
 // PaddedChannels(channels) floats; scratch: 4 * PaddedChannels(channels) floats, 64-byte
@@ -63,6 +68,11 @@ struct GradCoefficients {
 // x or dy.
 void ApplyGradSpan(const float* x, const float* dy, float* dx, int64_t n, const GradCoefficients& k,
                    int64_t channel);
+
+// dx of `count` planes of n elements each (plane j at x + j * n), plane j with the
+// coefficients of channel first_channel + j: ApplyGradSpan of each plane.
+void ApplyGradPlanes(const float* x, const float* dy, float* dx, int64_t n, int64_t count,
+                     const GradCoefficients& k, int64_t first_channel);
 
 // dx of `rows` channels-last rows of `channels` floats, channel c's coefficients at index
 // c of k (arrays of PaddedChannels(channels) floats). dx may be x or dy.
