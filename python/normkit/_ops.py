@@ -94,6 +94,30 @@ def batch_norm_training(x, running_mean=None, running_var=None, weight=None, bia
     return out
 
 
+def batch_norm_training_backward(x, grad_output, save_mean, save_rstd, weight=None, *,
+                                 output_mask=(True, True, True), grad_input=None,
+                                 grad_weight=None, grad_bias=None, layout=None,
+                                 context: Optional[_normkit.Context] = None):
+    """The backward of batch_norm_training from its save_mean / save_rstd:
+    (grad_input, grad_weight, grad_bias), each computed when its output_mask entry is True
+    (else None; new arrays unless given). grad_output has x's shape and layout; grad_input
+    may be x or grad_output (in place). float32, CPU."""
+    want_dx, want_gw, want_gb = (bool(m) for m in output_mask)
+    if want_dx and grad_input is None:
+        grad_input = _empty_like(x)
+    channels = x.shape[1]
+    if want_gw and grad_weight is None:
+        grad_weight = _empty_float32(x, (channels,))
+    if want_gb and grad_bias is None:
+        grad_bias = _empty_float32(x, (channels,))
+    dx = grad_input if want_dx else None
+    gw = grad_weight if want_gw else None
+    gb = grad_bias if want_gb else None
+    _normkit.batch_norm_training_backward(x, grad_output, save_mean, save_rstd, weight, dx, gw,
+                                          gb, _layout(layout), context)
+    return dx, gw, gb
+
+
 def batch_norm_fold(running_mean, running_var, weight=None, bias=None, eps: float = 1e-5, *,
                     scale=None, shift=None):
     """(scale, shift) with batch_norm(x) == x * scale + shift per channel."""

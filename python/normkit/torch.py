@@ -3,15 +3,17 @@
 
 - Modules that are PyTorch's own (subclasses: same parameters, buffers and state_dict)
   with a normkit forward for inference: GroupNorm (and GroupNormSiLU, GroupNorm with the
-  SiLU after it fused), BatchNorm1d/2d/3d in eval mode, InstanceNorm1d/2d/3d, LayerNorm
-  over the last dimension, RMSNorm over the last dimension.
+  SiLU after it fused), BatchNorm1d/2d/3d (eval mode; and training mode, forward and
+  backward, through a torch.autograd.Function), InstanceNorm1d/2d/3d, LayerNorm over the
+  last dimension, RMSNorm over the last dimension.
 - convert(model): turns those modules of a model into normkit's, in place (a GroupNorm
   followed by an nn.SiLU in an nn.Sequential becomes one GroupNormSiLU).
 - fold_batch_norms(model): folds eval-mode BatchNorms into the Conv / Linear before them
   (in nn.Sequential), with normkit's fold.
 
-A module falls back to PyTorch's forward for what normkit does not do: training mode,
-autograd (an input or parameter that requires grad while grad is enabled), tensors not
+A module falls back to PyTorch's forward for what normkit does not do: training mode and
+autograd (an input or parameter that requires grad while grad is enabled) except for
+BatchNorm's float32 training mode, torch.compile of that training mode, tensors not
 on the CPU, dtypes other than float32, and layouts other than contiguous or
 channels_last. The normkit path runs through torch.library custom ops (normkit::*), so
 torch.compile and torch.export see one op per norm.
@@ -194,6 +196,52 @@ class GroupNormSiLU(GroupNorm):
     _activation = 2
 
 
+def _memory_format(x: torch.Tensor):
+    """The memory format x is dense in (normkit's layout of it)."""
+    if x.is_contiguous():
+        return torch.contiguous_format
+    return torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+
+
+class _BatchNormTraining(torch.autograd.Function):
+    """Training-mode batch norm with normkit's forward and backward (float32, CPU)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
+        channels = x.shape[1]
+        save_mean, save_rstd = x.new_empty(channels), x.new_empty(channels)
+        xd = x.detach()
+        y = _ops.batch_norm_training(xd, running_mean, running_var, _detached(weight),
+                                     _detached(bias), momentum, eps, save_mean=save_mean,
+                                     save_rstd=save_rstd, context=_context)
+        ctx.save_for_backward(xd, _detached(weight), save_mean, save_rstd)
+        ctx.has_weight, ctx.has_bias = weight is not None, bias is not None
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_y):
+        x, weight, save_mean, save_rstd = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        grad_y = grad_y.contiguous(memory_format=_memory_format(x))
+        dx, gw, gb = _ops.batch_norm_training_backward(
+            x, grad_y, save_mean, save_rstd, weight,
+            output_mask=(need[0], need[1] and ctx.has_weight, need[2] and ctx.has_bias),
+            context=_context)
+        return dx, gw, gb, None, None, None, None
+
+
+def _training_usable(module, x: torch.Tensor) -> bool:
+    """Whether normkit runs this training-mode (batch statistics) call: float32 CPU, a dense
+    layout, float32 parameters, at least 2 values per channel (else PyTorch's error), eager."""
+    params = (module.weight, module.bias, module.running_mean, module.running_var)
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() >= 2 and _dense(x)
+            and x.numel() >= 2 * x.shape[1] > 0 and type(x) is torch.Tensor
+            and not torch.compiler.is_compiling()
+            and all(p is None or (p.device.type == "cpu" and p.dtype == torch.float32
+                                  and p.is_contiguous()) for p in params))
+
+
 class _BatchNorm:
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (not self.training and self.running_mean is not None and x.dim() >= 2
@@ -202,19 +250,33 @@ class _BatchNorm:
             run = _op(x, _batch_norm_op, _batch_norm_impl)
             return run(x, _float32(self.running_mean), _float32(self.running_var),
                        _float32(self.weight), _float32(self.bias), self.eps)
+        batch_stats = self.training or (self.running_mean is None and self.running_var is None)
+        if batch_stats and _training_usable(self, x):
+            self._check_input_dim(x)
+            # nn.BatchNorm's bookkeeping: the step count, and the cumulative average when
+            # momentum is None.
+            factor = 0.0 if self.momentum is None else self.momentum
+            if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+                self.num_batches_tracked.add_(1)
+                if self.momentum is None:
+                    factor = 1.0 / float(self.num_batches_tracked)
+            update = not self.training or self.track_running_stats
+            mean = self.running_mean if update else None
+            var = self.running_var if update else None
+            return _BatchNormTraining.apply(x, self.weight, self.bias, mean, var, factor, self.eps)
         return super().forward(x)
 
 
 class BatchNorm1d(_BatchNorm, nn.BatchNorm1d):
-    """nn.BatchNorm1d; normkit's forward in eval mode."""
+    """nn.BatchNorm1d; normkit's forward in eval mode, forward and backward in training."""
 
 
 class BatchNorm2d(_BatchNorm, nn.BatchNorm2d):
-    """nn.BatchNorm2d; normkit's forward in eval mode."""
+    """nn.BatchNorm2d; normkit's forward in eval mode, forward and backward in training."""
 
 
 class BatchNorm3d(_BatchNorm, nn.BatchNorm3d):
-    """nn.BatchNorm3d; normkit's forward in eval mode."""
+    """nn.BatchNorm3d; normkit's forward in eval mode, forward and backward in training."""
 
 
 class _InstanceNorm:

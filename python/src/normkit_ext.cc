@@ -323,8 +323,29 @@ void BatchNormTraining(const Array& x, const OptArray& running_mean, const OptAr
   float* sm = ParamOf(save_mean, C, op, "save_mean", xt.device);
   float* sr = ParamOf(save_rstd, C, op, "save_rstd", xt.device);
   Call([&] {
-    return normkit_batch_norm_training(ContextOf(ctx), &xt, g, b, eps, momentum, mean, var, &yt,
-                                       sm, sr);
+    return normkit_batch_norm_training(ContextOf(ctx), &xt, g, b, eps, momentum, mean, var, &yt, sm,
+                                       sr);
+  });
+}
+
+void BatchNormTrainingBackward(const Array& x, const Array& dy, const Array& save_mean,
+                               const Array& save_rstd, const OptArray& weight, const OptArray& dx,
+                               const OptArray& grad_weight, const OptArray& grad_bias,
+                               int32_t layout, const Context* ctx) {
+  constexpr const char* op = "batch_norm_training_backward";
+  const normkit_tensor xt = TensorOf(x, layout, op, "x");
+  const normkit_tensor dyt = TensorOf(dy, xt.layout, op, "grad_output");
+  normkit_tensor dxt{};
+  if (dx) dxt = TensorOf(*dx, xt.layout, op, "grad_input");
+  const int64_t C = Channels(xt);
+  const float* sm = ParamOf(OptArray(save_mean), C, op, "save_mean", xt.device);
+  const float* sr = ParamOf(OptArray(save_rstd), C, op, "save_rstd", xt.device);
+  const float* g = ParamOf(weight, C, op, "weight", xt.device);
+  float* gw = ParamOf(grad_weight, C, op, "grad_weight", xt.device);
+  float* gb = ParamOf(grad_bias, C, op, "grad_bias", xt.device);
+  Call([&] {
+    return normkit_batch_norm_training_backward(ContextOf(ctx), &xt, &dyt, sm, sr, g,
+                                                dx ? &dxt : nullptr, gw, gb);
   });
 }
 
@@ -592,6 +613,10 @@ NB_MODULE(_normkit, m) {
         nb::arg("running_var").none(), nb::arg("weight").none(), nb::arg("bias").none(),
         nb::arg("momentum"), nb::arg("eps"), nb::arg("out"), nb::arg("save_mean").none(),
         nb::arg("save_rstd").none(), nb::arg("layout"), nb::arg("context").none());
+  m.def("batch_norm_training_backward", &BatchNormTrainingBackward, nb::arg("x"), nb::arg("dy"),
+        nb::arg("save_mean"), nb::arg("save_rstd"), nb::arg("weight").none(), nb::arg("dx").none(),
+        nb::arg("grad_weight").none(), nb::arg("grad_bias").none(), nb::arg("layout"),
+        nb::arg("context").none());
   m.def("batch_norm_fold", &BatchNormFold, nb::arg("running_mean"), nb::arg("running_var"),
         nb::arg("weight").none(), nb::arg("bias").none(), nb::arg("eps"), nb::arg("scale"),
         nb::arg("shift"));

@@ -300,6 +300,46 @@ def test_batch_norm_training_matches_torch(layout):
         normkit.batch_norm_training(x, rm, None)
 
 
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_batch_norm_training_backward_matches_autograd(layout):
+    """The backward from normkit's saved statistics against PyTorch's autograd of
+    F.batch_norm(training=True) in float64; every output_mask, and in place on grad_output."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    x = torch.randn(6, 5, 7, 9) * 2 + 1e3
+    if layout == "nhwc":
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.rand(5) + 0.5
+    dy = torch.randn(6, 5, 7, 9).contiguous(memory_format=torch.preserve_format)
+    dy = dy.contiguous(memory_format=torch.channels_last) if layout == "nhwc" else dy
+    sm, sr = torch.empty(5), torch.empty(5)
+    normkit.batch_norm_training(x, weight=w, save_mean=sm, save_rstd=sr)
+    xd = x.double().requires_grad_()
+    wd = w.double().requires_grad_()
+    bd = torch.zeros(5, dtype=torch.float64, requires_grad=True)
+    F.batch_norm(xd, None, None, wd, bd, True, 0.1, 1e-5).backward(dy.double())
+    dx, gw, gb = normkit.batch_norm_training_backward(x, dy, sm, sr, w)
+    assert dx.stride() == x.stride()
+    assert (dx.double() - xd.grad).abs().max().item() < 1e-4
+    assert torch.allclose(gw.double(), wd.grad, rtol=1e-4, atol=1e-3)
+    assert torch.allclose(gb.double(), bd.grad, rtol=1e-5, atol=1e-4)
+    none_dx, gw2, none_gb = normkit.batch_norm_training_backward(
+        x, dy, sm, sr, w, output_mask=(False, True, False))
+    assert none_dx is None and none_gb is None and torch.equal(gw2, gw)
+    dy2 = dy.clone()
+    dx2, _, _ = normkit.batch_norm_training_backward(x, dy2, sm, sr, w, grad_input=dy2)
+    assert dx2.data_ptr() == dy2.data_ptr() and torch.equal(dx2, dx)
+    flat = torch.empty(x.numel() + 1)
+    xs = flat[:-1].view(x.shape)
+    xs.copy_(x)
+    before = flat.clone()
+    with pytest.raises(ValueError, match="dx partially overlaps x"):
+        normkit.batch_norm_training_backward(xs, dy.contiguous(), sm, sr, w,
+                                             grad_input=flat[1:].view(x.shape))
+    assert torch.equal(flat, before)  # nothing written
+
+
 def test_shift_sum_errors():
     x = np.zeros((1, 3, 4, 4), np.float32)
     with pytest.raises(ValueError, match="mask shape"):

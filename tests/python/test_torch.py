@@ -77,12 +77,57 @@ def test_batch_norm_eval(cls, ours, shape):
     check_module(randomize(cls(shape[1])), ours(shape[1]), shape)
 
 
-def test_batch_norm_training_falls_back():
-    theirs, ours = randomize(nn.BatchNorm2d(8)), nkt.BatchNorm2d(8)
-    ours.load_state_dict(theirs.state_dict())
-    x = torch.randn(4, 8, 5, 5)
-    torch.testing.assert_close(ours(x), theirs(x), **TOL)  # training mode: batch statistics
-    torch.testing.assert_close(ours.running_mean, theirs.running_mean)
+@pytest.mark.parametrize("cls,ours,shape", [
+    (nn.BatchNorm1d, nkt.BatchNorm1d, (6, 10)),
+    (nn.BatchNorm1d, nkt.BatchNorm1d, (4, 10, 7)),
+    (nn.BatchNorm2d, nkt.BatchNorm2d, (4, 8, 5, 6)),
+    (nn.BatchNorm3d, nkt.BatchNorm3d, (2, 6, 3, 4, 5)),
+])
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_batch_norm_training_forward_and_backward(cls, ours, shape, momentum):
+    """Training mode runs normkit's forward and backward (its autograd node): y, x.grad,
+    weight.grad, bias.grad, the running averages and num_batches_tracked over three steps,
+    against PyTorch's module in float64; every memory format of x."""
+    x = torch.randn(shape) * 3 + 20
+    for name, xf in formats(x):
+        theirs = randomize(cls(shape[1], momentum=momentum)).double()
+        mine = ours(shape[1], momentum=momentum)
+        mine.load_state_dict(theirs.state_dict())
+        for step in range(3):
+            xs = (xf * (1 + 0.1 * step)).requires_grad_()
+            xd = xs.detach().double().requires_grad_()
+            got, want = mine(xs), theirs(xd)
+            assert "_BatchNormTraining" in type(got.grad_fn).__name__, name  # normkit ran
+            torch.testing.assert_close(got, want.float(), **TOL, msg=name)
+            dy = torch.randn(shape)
+            got.backward(dy)
+            want.backward(dy.double())
+            torch.testing.assert_close(xs.grad, xd.grad.float(), **TOL, msg=name)
+            for a, b in ((mine.weight, theirs.weight), (mine.bias, theirs.bias)):
+                torch.testing.assert_close(a.grad, b.grad.float(), rtol=1e-5, atol=1e-4, msg=name)
+                a.grad, b.grad = None, None
+            for a, b in ((mine.running_mean, theirs.running_mean),
+                         (mine.running_var, theirs.running_var)):
+                torch.testing.assert_close(a, b.float(), **TOL, msg=name)
+            assert int(mine.num_batches_tracked) == int(theirs.num_batches_tracked) == step + 1
+
+
+def test_batch_norm_training_without_running_stats_and_fallbacks():
+    # track_running_stats=False: batch statistics in both modes, nothing updated.
+    theirs = randomize(nn.BatchNorm2d(4, track_running_stats=False)).double()
+    mine = nkt.BatchNorm2d(4, track_running_stats=False)
+    mine.load_state_dict(theirs.state_dict())
+    x = torch.randn(3, 4, 5, 5)
+    for mode in (True, False):
+        mine.train(mode)
+        theirs.train(mode)
+        torch.testing.assert_close(mine(x), theirs(x.double()).float(), **TOL)
+    # One value per channel: PyTorch's own error, from its forward.
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        nkt.BatchNorm1d(4).train()(torch.randn(1, 4))
+    # float64: PyTorch's forward.
+    y = nkt.BatchNorm2d(4).double()(torch.randn(2, 4, 3, 3, dtype=torch.float64))
+    assert "_BatchNormTraining" not in type(y.grad_fn).__name__ if y.grad_fn else True
 
 
 @pytest.mark.parametrize("cls,ours,shape", [
