@@ -7,7 +7,7 @@
 // definitions. Pointers off their element size and parameters inside y must be
 // rejected, with every output untouched. bfloat16 / float16 storage: affine against
 // double, the norms and the shift-sum family bitwise against the float32 call on the
-// widened values. Any
+// widened values. Batch norm training: the forward and the backward against double. Any
 // disagreement aborts with what and where.
 #include <cfloat>
 #include <utility>
@@ -249,6 +249,99 @@ void FuzzBatchNormTraining(FuzzedDataProvider& in) {
                                                                      1e-6 * (1.0 / (rstd * rstd)) +
                                                                      1e-38) {
       Fail("batch_norm_training running_var", c, rv[cs], want_v);
+    }
+  }
+}
+
+// Batch norm's backward: x and dy from the palettes (dy may hold a NaN), the saved
+// statistics those of x (or drawn), dx apart, on x or on dy; dx, grad_gamma and grad_beta
+// against the double definition within float's rounding of their terms; a NaN / Inf
+// reference must come back the same.
+void FuzzBatchNormBackward(FuzzedDataProvider& in) {
+  const int64_t N = in.ConsumeIntegralInRange<int64_t>(1, 4);
+  const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 24);
+  const int64_t S = in.ConsumeIntegralInRange<int64_t>(1, 400);
+  const bool cl = in.ConsumeBool();
+  const int alias = in.ConsumeIntegralInRange<int>(0, 2);  // dx apart, on x, on dy
+  const int64_t numel = N * C * S;
+  const Palette xpal = Palette::Pick(in), dypal = Palette::Pick(in);
+  Floats x(numel, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Floats dy(numel, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Floats dx(numel, in.ConsumeIntegralInRange<int64_t>(0, 15), 0);
+  Fill(x.p, numel, xpal, in.ConsumeIntegral<uint32_t>());
+  Fill(dy.p, numel, dypal, in.ConsumeIntegral<uint32_t>());
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {
+    dy.p[in.ConsumeIntegralInRange<int64_t>(0, numel - 1)] = NAN;
+  }
+  std::vector<float> gamma(static_cast<size_t>(C)), sm(gamma.size()), sr(gamma.size());
+  std::vector<float> gg(gamma.size(), -7.f), gb(gamma.size(), -7.f);
+  Fill(gamma.data(), C, {1.25, 0.75}, in.ConsumeIntegral<uint32_t>());
+  const bool layout_cl = cl && S > 1;
+  const auto index_of = [&](int64_t c, int64_t k) {
+    const int64_t n = k / S, s = k % S;
+    return layout_cl ? (n * S + s) * C + c : (n * C + c) * S + s;
+  };
+  const bool drawn_stats = in.ConsumeIntegralInRange<int>(0, 3) == 0;
+  for (int64_t c = 0; c < C; ++c) {
+    double sum = 0, m2 = 0;
+    for (int64_t k = 0; k < N * S; ++k) sum += x.p[index_of(c, k)];
+    const double mean = sum / static_cast<double>(N * S);
+    for (int64_t k = 0; k < N * S; ++k)
+      m2 += (x.p[index_of(c, k)] - mean) * (x.p[index_of(c, k)] - mean);
+    const size_t cs = static_cast<size_t>(c);
+    sm[cs] = drawn_stats ? xpal.base : static_cast<float>(mean);
+    sr[cs] = drawn_stats ? 1.0f : static_cast<float>(1.0 / std::sqrt(m2 / (N * S) + 1e-5));
+  }
+  const std::vector<float> x0(x.p, x.p + numel), dy0(dy.p, dy.p + numel);
+  float* dxp = alias == 1 ? x.p : alias == 2 ? dy.p : dx.p;
+  const int64_t shape[3] = {N, C, S};
+  const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+  normkit_tensor xt, dyt, dxt;
+  normkit_tensor_init(&xt, x.p, NORMKIT_DTYPE_FLOAT32, layout, 3, shape);
+  normkit_tensor_init(&dyt, dy.p, NORMKIT_DTYPE_FLOAT32, layout, 3, shape);
+  normkit_tensor_init(&dxt, dxp, NORMKIT_DTYPE_FLOAT32, layout, 3, shape);
+  if (normkit_batch_norm_training_backward(nullptr, &xt, &dyt, sm.data(), sr.data(), gamma.data(),
+                                           &dxt, gg.data(), gb.data()) != NORMKIT_SUCCESS) {
+    std::fprintf(stderr, "valid batch_norm_training_backward rejected: %s\n", normkit_last_error());
+    std::abort();
+  }
+  constexpr double kEps = 1.1920928955078125e-7, kRun = 80 * kEps, kTiny = 1.4e-45;
+  // Within tol, or the reference's own rounding to float (an Inf past FLT_MAX: a result
+  // within tol of a value just past it may round either way).
+  const auto check = [](const char* what, int64_t at, float got, double want, double tol) {
+    const bool ok = std::isnan(want)
+                        ? std::isnan(got)
+                        : got == static_cast<float>(want) || std::fabs(got - want) <= tol;
+    if (!ok) Fail(what, at, got, want);
+  };
+  for (int64_t c = 0; c < C; ++c) {
+    const size_t cs = static_cast<size_t>(c);
+    const double mean = sm[cs], rstd = sr[cs], count = static_cast<double>(N * S);
+    double sum_dy = 0, sum_dot = 0, abs_dy = 0, abs_dot = 0;
+    for (int64_t k = 0; k < N * S; ++k) {
+      const size_t at = static_cast<size_t>(index_of(c, k));
+      const double d = dy0[at], t = static_cast<double>(x0[at]) - mean;
+      sum_dy += d, sum_dot += d * t, abs_dy += std::fabs(d), abs_dot += std::fabs(d * t);
+    }
+    check("batch_norm_backward grad_beta", c, gb[cs], sum_dy,
+          kRun * abs_dy + kEps * std::fabs(sum_dy) + count * kTiny);
+    check("batch_norm_backward grad_gamma", c, gg[cs], rstd * sum_dot,
+          rstd * (kRun * abs_dot + kEps * std::fabs(sum_dot) + count * kTiny) + kTiny);
+    const double p = static_cast<double>(gamma[cs]) * rstd;
+    const double mean_dy = sum_dy / count, mean_dy_xhat = rstd * sum_dot / count;
+    for (int64_t k = 0; k < N * S; ++k) {
+      const size_t at = static_cast<size_t>(index_of(c, k));
+      const double xhat = (static_cast<double>(x0[at]) - mean) * rstd, d = dy0[at];
+      const double want = p * ((d - mean_dy) - xhat * mean_dy_xhat);
+      const double terms = std::fabs(d) + std::fabs(mean_dy) + std::fabs(xhat * mean_dy_xhat);
+      const double tol =
+          std::fabs(p) *
+              (6 * kEps * terms +
+               (kRun * (abs_dy + std::fabs(xhat) * rstd * abs_dot) + count * kTiny * (1 + rstd)) /
+                   count +
+               4 * kTiny) +
+          kEps * std::fabs(want) + kTiny;
+      check("batch_norm_backward dx", static_cast<int64_t>(at), dxp[at], want, tol);
     }
   }
 }
@@ -743,7 +836,8 @@ void FuzzAddNorms(FuzzedDataProvider& in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 9)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 10)) {
+    case 10: normkit_fuzz::FuzzBatchNormBackward(in); break;
     case 9: normkit_fuzz::FuzzBatchNormTraining(in); break;
     case 8: normkit_fuzz::FuzzHalfShiftSum(in); break;
     case 7: normkit_fuzz::FuzzAddNorms(in); break;

@@ -405,6 +405,53 @@ TEST(OutOfMemory, BatchNormTrainingWritesAllOrNothing) {
   }
 }
 
+// The backward: every allocation (partials, per-worker column sums, coefficients) fails
+// in turn, dx in place on dy and apart, and a channel through the double path (|dy| near
+// FLT_MAX) so its flags are allocated too.
+TEST(OutOfMemory, BatchNormBackwardWritesAllOrNothing) {
+  struct Case {
+    std::vector<int64_t> shape;
+    bool channels_last, in_place;
+  };
+  for (const Case& c : {Case{{8, 16, 40, 40}, false, false}, Case{{16, 600, 8}, false, true},
+                        Case{{8, 700, 6, 6}, true, false}, Case{{4, 2, 30, 30}, true, true}}) {
+    for (int threads : {1, 2}) {
+      Context ctx(threads);
+      const int64_t C = c.shape[1], n = Numel(c.shape);
+      const auto layout =
+          c.channels_last ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+      std::vector<float> x0 = RandomVector(n, 1), dy0 = RandomVector(n, 2);
+      dy0[0] = 3e38f;
+      const std::vector<float> gamma = RandomVector(C, 3), mean = RandomVector(C, 4),
+                               rstd = RandomVector(C, 5, 0.5f, 1.5f);
+      std::vector<float> dy, dx, grads;
+      normkit_tensor xt = Desc(x0.data(), layout, c.shape), dyt = xt, dxt = xt;
+      ExpectAllOrNothing(
+          "batch norm backward " + std::to_string(C) + " channels, threads " +
+              std::to_string(threads),
+          [&] {
+            dy = dy0;
+            dx.assign(x0.size(), -7.0f);
+            grads.assign(static_cast<size_t>(2 * C), 0.5f);
+            dyt.data = dy.data();
+            dxt.data = c.in_place ? dy.data() : dx.data();
+          },
+          [&] {
+            return normkit_batch_norm_training_backward(ctx.ctx, &xt, &dyt, mean.data(),
+                                                        rstd.data(), gamma.data(), &dxt,
+                                                        grads.data(), grads.data() + C);
+          },
+          [&] {
+            Bytes b;
+            Append(b, dy);
+            Append(b, dx);
+            Append(b, grads);
+            return b;
+          });
+    }
+  }
+}
+
 // Every op of the shift-sum family on each geometry, both layouts, with x, y and xs
 // stored as `dtype` (the float vectors hold them; a half tensor uses the first half of
 // their bytes) and the mask float32.

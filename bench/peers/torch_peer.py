@@ -6,8 +6,11 @@
 
 --set half (the default): bfloat16 / float16 tensors: group norm (seed 002's
 128x256x28x28 and 32x512x56x56, G=32), layer norm ([4096, 768], [2048, 4096]) and batch
-norm in eval (64x256x64x64). --set train: float32 batch norm in training mode (the
-forward: batch statistics, running averages updated) on seed 001's grid. NCHW and NHWC
+norm in eval (64x256x64x64). --set train: float32 batch norm in training mode on seed
+001's grid: the forward (batch statistics, running averages updated) and the backward
+(grad_input, grad_weight, grad_bias from the saved statistics: PyTorch's
+native_batch_norm_backward.out, the kernel its autograd runs, into preallocated outputs,
+against normkit.batch_norm_training_backward into preallocated outputs). NCHW and NHWC
 (PyTorch's channels_last) where the op has a layout, 1 and 2 threads.
 
 Like for like: normkit writes into a preallocated output (out=); PyTorch's F.group_norm /
@@ -50,6 +53,7 @@ def train_rows(quick):
     for shape in shapes[:3] if quick else shapes:
         for cl in (False, True) if len(shape) > 3 else (False,):
             yield "batch_norm_training", shape, cl
+            yield "batch_norm_backward", shape, cl
 
 
 def rows(quick):
@@ -95,6 +99,23 @@ def make_calls(op, shape, cl, dtype, threads):
                 # channels_last statistics drift by up to 1e-3 on these shapes).
                 lambda: F.batch_norm(x.double(), mean.double(), var.double(), w.double(),
                                      b.double(), True, 0.1, 1e-5))
+    if op == "batch_norm_backward":
+        dy = torch.randn(shape, generator=gen).contiguous(memory_format=torch.preserve_format)
+        dy = torch.empty_like(x).copy_(dy)  # x's memory format
+        save_mean = x.mean([d for d in range(x.dim()) if d != 1])
+        save_rstd = 1 / (x.var([d for d in range(x.dim()) if d != 1], unbiased=False) + 1e-5).sqrt()
+        peer_out = (torch.empty_like(x), torch.empty(C), torch.empty(C))
+        gw, gb = torch.empty(C), torch.empty(C)
+        aten = torch.ops.aten.native_batch_norm_backward
+        return (lambda: aten.out(dy, x, w, None, None, save_mean, save_rstd, True, 1e-5,
+                                 [True, True, True], out0=peer_out[0], out1=peer_out[1],
+                                 out2=peer_out[2])[0],
+                lambda: normkit.batch_norm_training_backward(
+                    x, dy, save_mean, save_rstd, w, grad_input=out, grad_weight=gw,
+                    grad_bias=gb, context=ctx), out,
+                lambda: aten(dy.double(), x.double(), w.double(), None, None,
+                             save_mean.double(), save_rstd.double(), True, 1e-5,
+                             [True, True, True])[0])
     return (lambda: F.batch_norm(x, mean, var, w, b, False, 0.0, 1e-5),
             lambda: normkit.batch_norm(x, mean, var, w, b, 1e-5, out=out, context=ctx), out)
 
