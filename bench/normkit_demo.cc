@@ -301,6 +301,54 @@ void RunBatchNormTraining(const std::vector<int64_t>& shape, normkit_layout layo
   normkit_context_destroy(ctx);
 }
 
+// Batch norm's backward (seed 001's forward and backward benchmark): dx, grad_gamma,
+// grad_beta from the forward's saved statistics; dx checked against the double definition
+// from each channel's sums of dy and dy * (x - mean). Bytes: x and dy read once, dx written.
+void RunBatchNormBackward(const std::vector<int64_t>& shape, normkit_layout layout, int threads) {
+  const Workload w{"001", shape};
+  const int64_t N = shape[0], C = shape[1], numel = Numel(shape), S = numel / (N * C);
+  const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST && S > 1;
+  Buffer x = MakeBuffer(numel, 71), dy = MakeBuffer(numel, 72), dx = MakeBuffer(numel, 73);
+  Buffer ref = MakeBuffer(numel, 74), gamma = MakeBuffer(C, 75), stats = MakeBuffer(4 * C, 76);
+  normkit_context* ctx = nullptr;
+  normkit_context_create(threads, &ctx);
+  const normkit_tensor xt = Desc(x.get(), layout, shape), dyt = Desc(dy.get(), layout, shape);
+  const normkit_tensor dxt = Desc(dx.get(), layout, shape);
+  float* st = stats.get();  // save_mean, save_rstd, grad_gamma, grad_beta
+  if (normkit_batch_norm_training(ctx, &xt, nullptr, nullptr, 1e-5f, 0.1f, nullptr, nullptr, &dxt,
+                                  st, st + C) != NORMKIT_SUCCESS) {
+    std::printf("  error: %s\n", normkit_last_error());
+  }
+  const auto call = [&] {
+    if (normkit_batch_norm_training_backward(ctx, &xt, &dyt, st, st + C, gamma.get(), &dxt,
+                                             st + 2 * C, st + 3 * C) != NORMKIT_SUCCESS) {
+      std::printf("  error: %s\n", normkit_last_error());
+    }
+  };
+  call();
+  std::vector<double> sum_dy(static_cast<size_t>(C)), sum_dot(sum_dy.size());
+  for (int64_t i = 0; i < numel; ++i) {
+    const int64_t c = cl ? i % C : (i / S) % C;
+    sum_dy[c] += dy[i];
+    sum_dot[c] += dy[i] * (static_cast<double>(x[i]) - st[c]);
+  }
+  const double count = static_cast<double>(N * S);
+  const bool ok = CheckSample(
+      dx.get(), N, C, S, cl, [&](int64_t, int64_t c, int64_t i, double* want, double* mag) {
+        const double rstd = st[C + c], p = gamma[c] * rstd;
+        const double xhat = (static_cast<double>(x[i]) - st[c]) * rstd;
+        const double mean_dy = sum_dy[c] / count, mean_dy_xhat = rstd * sum_dot[c] / count;
+        *want = p * ((dy[i] - mean_dy) - xhat * mean_dy_xhat);
+        *mag = 8 * std::fabs(p) *
+               (std::fabs(dy[i]) + std::fabs(mean_dy) + std::fabs(xhat * mean_dy_xhat) + 1e-3);
+      });
+  const int64_t bytes = 3 * numel * static_cast<int64_t>(sizeof(float));
+  const PairTiming tm = TimePair(
+      call, [&] { ParallelCopy(threads, ref.get(), x.get(), numel); }, bytes);
+  PrintRow("batch_norm backward", w, layout, false, threads, tm, bytes, ok);
+  normkit_context_destroy(ctx);
+}
+
 // Shift-sum (seed 003): A, A^T, Moore-Penrose pinv and the fused GAP step, with the
 // seed's [H, W] mask and s = 2/C; A checked against a direct double sum on sampled rows,
 // pinv by A(A+ y) = y. Bytes: x and y once each (GAP: x read and written once).
@@ -475,6 +523,8 @@ int main(int argc, char** argv) {
       if (layout == NORMKIT_LAYOUT_CHANNELS_LAST && shape.size() == 3) continue;
       RunBatchNormTraining(shape, layout, 1);
       if (all > 1) RunBatchNormTraining(shape, layout, all);
+      RunBatchNormBackward(shape, layout, 1);
+      if (all > 1) RunBatchNormBackward(shape, layout, all);
     }
   }
   struct ShiftWorkload {
