@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hwy/targets.h"
 #include "test_util.h"
 
 namespace normkit_test {
@@ -113,6 +114,11 @@ const std::vector<Shape>& Shapes() {
       {{2, 4, 5, 6, 7}, NORMKIT_LAYOUT_CHANNELS_LAST},
       {{128, 300}, NORMKIT_LAYOUT_CHANNELS_FIRST},
       {{1, 1024, 3, 3}, NORMKIT_LAYOUT_CHANNELS_LAST},
+      // Channels-last with fewer channels than lanes (one flat span a block): C = 1, 2, 4,
+      // row blocks with a padded tail.
+      {{4, 2, 33, 31}, NORMKIT_LAYOUT_CHANNELS_LAST},
+      {{4, 1, 33, 31}, NORMKIT_LAYOUT_CHANNELS_LAST},
+      {{3, 4, 100, 77}, NORMKIT_LAYOUT_CHANNELS_LAST},
   };
   return shapes;
 }
@@ -136,7 +142,8 @@ TEST(BatchNormTraining, MatchesReferenceEveryRankAndLayout) {
 TEST(BatchNormTraining, MeanFarFromTheSpread) {
   for (const Shape& s : {Shape{{8, 4, 32, 32}, NORMKIT_LAYOUT_CHANNELS_FIRST},
                          Shape{{8, 4, 32, 32}, NORMKIT_LAYOUT_CHANNELS_LAST},
-                         Shape{{64, 4, 4, 4}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {  // short planes
+                         Shape{{64, 4, 4, 4}, NORMKIT_LAYOUT_CHANNELS_FIRST},     // short planes
+                         Shape{{8, 2, 32, 32}, NORMKIT_LAYOUT_CHANNELS_LAST}}) {  // flat rows
     SCOPED_TRACE(Describe(s));
     std::vector<float> x = RandomVector(Numel(s.dims), 6, -1.0f, 1.0f);
     for (float& v : x) v += 1e4f;
@@ -149,7 +156,8 @@ TEST(BatchNormTraining, MeanFarFromTheSpread) {
 TEST(BatchNormTraining, BitwiseIdenticalAcrossThreadCounts) {
   for (const Shape& s : {Shape{{8, 32, 56, 56}, NORMKIT_LAYOUT_CHANNELS_FIRST},
                          Shape{{8, 32, 56, 56}, NORMKIT_LAYOUT_CHANNELS_LAST},
-                         Shape{{64, 32, 7, 7}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {
+                         Shape{{64, 32, 7, 7}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                         Shape{{32, 2, 64, 64}, NORMKIT_LAYOUT_CHANNELS_LAST}}) {
     SCOPED_TRACE(Describe(s));
     const std::vector<float> x = RandomVector(Numel(s.dims), 7);
     const std::vector<float> gamma = RandomVector(32, 8), beta = RandomVector(32, 9);
@@ -165,13 +173,39 @@ TEST(BatchNormTraining, BitwiseIdenticalAcrossThreadCounts) {
 
 // Values whose squares pass FLT_MAX: the exact statistics (no Inf, no NaN).
 TEST(BatchNormTraining, ValuesPastTheSquareRootOfFltMax) {
-  const Shape s{{4, 2, 16, 16}, NORMKIT_LAYOUT_CHANNELS_FIRST};
-  std::vector<float> x = RandomVector(Numel(s.dims), 10);
-  for (float& v : x) v *= 1e30f;
-  const std::vector<float> gamma(2, 1.0f), beta(2, 0.5f);
-  const Outputs o = RunTraining(s, x, gamma, beta, 0.1f, 2, false);
-  for (size_t i = 0; i < o.y.size(); ++i) ASSERT_TRUE(std::isfinite(o.y[i])) << i;
-  ExpectMatchesReference(s, x, gamma, beta, 0.1f, o);
+  for (normkit_layout layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+    const Shape s{{4, 2, 16, 16}, layout};
+    SCOPED_TRACE(Describe(s));
+    std::vector<float> x = RandomVector(Numel(s.dims), 10);
+    for (float& v : x) v *= 1e30f;
+    const std::vector<float> gamma(2, 1.0f), beta(2, 0.5f);
+    const Outputs o = RunTraining(s, x, gamma, beta, 0.1f, 2, false);
+    for (size_t i = 0; i < o.y.size(); ++i) ASSERT_TRUE(std::isfinite(o.y[i])) << i;
+    ExpectMatchesReference(s, x, gamma, beta, 0.1f, o);
+  }
+}
+
+// Every SIMD target this CPU runs: the flat channels-last rows (C = 1, 2, 4 where they
+// divide the target's lanes), the column path (C = 3, 19), channels-first planes.
+TEST(BatchNormTraining, EverySimdTargetMatchesReference) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const Shape& s : {Shape{{3, 1, 50, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                           Shape{{3, 2, 50, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                           Shape{{3, 4, 50, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                           Shape{{3, 3, 50, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                           Shape{{3, 19, 5, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                           Shape{{3, 19, 5, 9}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {
+      SCOPED_TRACE(Describe(s));
+      const int64_t C = s.dims[1];
+      const std::vector<float> x = RandomVector(Numel(s.dims), 12, 5.0f, 9.0f);
+      const std::vector<float> gamma = RandomVector(C, 13, 0.5f, 1.5f), beta = RandomVector(C, 14);
+      ExpectMatchesReference(s, x, gamma, beta, 0.1f,
+                             RunTraining(s, x, gamma, beta, 0.1f, 2, false));
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
 }
 
 TEST(BatchNormTraining, ValidationNamesTheArgumentAndWritesNothing) {

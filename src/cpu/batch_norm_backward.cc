@@ -5,8 +5,6 @@
 // double; then dx from four float coefficients a channel. A channel whose float sums or
 // whose float dx could overflow (values near FLT_MAX, spreads past its square root, NaN /
 // Inf) is summed and applied again in double.
-#include "cpu/kernels/batch_norm_backward.h"
-
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -16,6 +14,7 @@
 #include "core/parallel.h"
 #include "cpu/batch_norm_training.h"
 #include "cpu/group_norm.h"
+#include "cpu/kernels/batch_norm_training.h"
 #include "cpu/memory_plan.h"
 
 namespace normkit {

@@ -14,6 +14,7 @@
 #include "core/exact_stats.h"
 #include "core/parallel.h"
 #include "cpu/group_norm.h"
+#include "cpu/kernels/batch_norm_training.h"
 #include "cpu/kernels/group_norm.h"
 #include "cpu/memory_plan.h"
 
@@ -32,6 +33,10 @@ struct Plan {
   float* y;
   int64_t N, C, S;
   bool channels_last, stream, from_memory;
+  // Channels-last with fewer channels than lanes, a divisor of them (kernels::FlatChannels):
+  // 2-channel rows took the group-norm kernels' one-channel-at-a-time path, a third of the
+  // memory bound (128x2x128x128).
+  bool flat = false;
   // Channels-first: blocks per (n, c) plane; channels-last: rows per block and blocks.
   int64_t plane_blocks = 0, block_rows = 0, row_blocks = 0;
 };
@@ -79,6 +84,14 @@ void PlaneBlockMoments(const normkit_context& ctx, const Plan& p, std::vector<Mo
 // Channels-last: per-channel moments of each block of rows (C partials a block).
 void RowBlockMoments(const normkit_context& ctx, const Plan& p, std::vector<Moments>& partial) {
   const int64_t rows = p.N * p.S;
+  if (p.flat) {  // fewer channels than lanes: a block is one flat span (two passes in L2)
+    ParallelFor(ctx, p.row_blocks, [&](int64_t b) {
+      const int64_t r0 = b * p.block_rows, count = std::min(p.block_rows, rows - r0);
+      kernels::FlatColumnMoments(p.x + r0 * p.C, count, p.C,
+                                 &partial[static_cast<size_t>(b * p.C)]);
+    });
+    return;
+  }
   const int64_t workers = ParallelWorkers(ctx, p.row_blocks);
   const size_t C = static_cast<size_t>(p.C);
   auto floats = AllocateAligned<float>(static_cast<size_t>(workers) * 3 * C);
@@ -113,6 +126,7 @@ void BatchNormTraining(const normkit_context& context, const TensorView& x, cons
   p.channels_last = x.channels_last() && p.S > 1;
   p.stream = x.data != y.data && y.bytes >= kStreamingStoreBytes;
   p.from_memory = x.bytes >= kStreamingStoreBytes;
+  p.flat = p.channels_last && kernels::FlatChannels(p.C);
   const normkit_context& ctx = ContextForBytes(context, 2 * x.bytes, kMinParallelAffineBytes);
   // Block boundaries come from the shape alone: they fix the bits.
   std::vector<Moments> partial;
@@ -189,6 +203,11 @@ void BatchNormTraining(const normkit_context& context, const TensorView& x, cons
     const int64_t per_task = std::max<int64_t>(1, kBlockElems / p.C);
     ParallelFor(ctx, (rows + per_task - 1) / per_task, [&](int64_t t) {
       const int64_t r0 = t * per_task, count_rows = std::min(per_task, rows - r0);
+      if (p.flat) {
+        kernels::ApplyFlatNorm(p.x + r0 * p.C, p.y + r0 * p.C, count_rows, p.C, mean_f, scale,
+                               shift);
+        return;
+      }
       kernels::ApplyNormRows(p.x + r0 * p.C, p.y + r0 * p.C, kernels::Storage::kFloat32, count_rows,
                              p.C, rows_params, kernels::Activation::kNone, p.stream, p.from_memory);
     });

@@ -1,14 +1,36 @@
 // SPDX-License-Identifier: Apache-2.0
-// Kernels of batch norm's backward pass (training mode): the per-channel sums of dy and
-// dy * (x - mean) over a block, and the input gradient from them. No threads here:
-// src/cpu/batch_norm_backward.cc splits the work and merges the block sums in a fixed order.
-#ifndef NORMKIT_CPU_KERNELS_BATCH_NORM_BACKWARD_H_
-#define NORMKIT_CPU_KERNELS_BATCH_NORM_BACKWARD_H_
+// Kernels of batch norm in training mode: the forward's channels-last statistics and output
+// for channel counts that divide a vector (the other shapes take the group-norm kernels),
+// and the backward's per-channel sums of dy and dy * (x - mean) over a block and the input
+// gradient from them. No threads here: src/cpu/batch_norm_training.cc and
+// src/cpu/batch_norm_backward.cc split the work and merge the block results in a fixed
+// order.
+#ifndef NORMKIT_CPU_KERNELS_BATCH_NORM_TRAINING_H_
+#define NORMKIT_CPU_KERNELS_BATCH_NORM_TRAINING_H_
 
 #include <cstdint>
 
+#include "core/moments.h"
+
 namespace normkit {
 namespace kernels {
+
+// Whether the SIMD target in use walks a channels-last block of `channels` channels as one
+// flat span whose lane l is always channel l % channels (fewer channels than lanes, a
+// divisor of them: 1, 2, 4 on AVX2). FlatColumnMoments and ApplyFlatNorm need it.
+bool FlatChannels(int64_t channels);
+
+// The moments (count, mean, m2) of each channel of a channels-last block of `rows` rows
+// of `channels` floats, into out[0, channels): two passes over the block (its sums, then
+// shifted sums about each channel's float mean), float runs of at most 64 terms a lane
+// carried in double. The fast statistics' limits: a sum or square past FLT_MAX gives a
+// non-finite mean or m2, for the caller's exact fallback.
+void FlatColumnMoments(const float* x, int64_t rows, int64_t channels, Moments* out);
+
+// y = (x - mean[c]) * scale[c] + shift[c] over `rows` channels-last rows of `channels`
+// floats (FlatChannels). y may be x.
+void ApplyFlatNorm(const float* x, float* y, int64_t rows, int64_t channels, const float* mean,
+                   const float* scale, const float* shift);
 
 // The sums of one channel over a block: sum(dy) and sum(dy * (x - mean)) (float runs of
 // at most 64 terms a lane, carried in double), and max |dy|, max |x - mean| (NaN-blind:
@@ -82,4 +104,4 @@ void ApplyGradRows(const float* x, const float* dy, float* dx, int64_t rows, int
 }  // namespace kernels
 }  // namespace normkit
 
-#endif  // NORMKIT_CPU_KERNELS_BATCH_NORM_BACKWARD_H_
+#endif  // NORMKIT_CPU_KERNELS_BATCH_NORM_TRAINING_H_

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Batch norm's backward kernels for every SIMD target, dispatched at run time. Both
-// passes are memory-bound (x and dy read, dx written): float vectors, sums in float runs
-// carried in double, the last partial vector of a span or row padded through a stack
-// buffer so that every element takes the same operations.
-#include "cpu/kernels/batch_norm_backward.h"
+// Batch norm's training-mode kernels for every SIMD target, dispatched at run time. Every
+// pass is memory-bound: float vectors, sums in float runs carried in double, the last
+// partial vector of a span or row padded through a stack buffer so that every element
+// takes the same operations.
+#include "cpu/kernels/batch_norm_training.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -11,7 +11,7 @@
 
 // clang-format off
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "cpu/kernels/batch_norm_backward.cc"
+#define HWY_TARGET_INCLUDE "cpu/kernels/batch_norm_training.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep: must precede highway.h
 #include "hwy/highway.h"
 // clang-format on
@@ -29,6 +29,120 @@ using VD = hn::Vec<DD>;
 // Stack buffers of one vector of any target.
 constexpr size_t kMaxFloatLanes = static_cast<size_t>(kWidestVectorFloats);
 static_assert(HWY_MAX_BYTES / sizeof(float) <= kMaxFloatLanes, "a vector wider than the buffers");
+
+// ---- the forward: channels-last blocks of fewer channels than lanes ----
+
+bool FlatChannelsImpl(int64_t channels) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  return channels < N && N % channels == 0;
+}
+
+// Adds v - m to a and, kSquares, its square to q.
+template <bool kSquares>
+HWY_INLINE void AddDeviation(VF v, VF m, VF& a, VF& q) {
+  const VF dev = hn::Sub(v, m);
+  a = hn::Add(a, dev);
+  if (kSquares) q = hn::MulAdd(dev, dev, q);
+}
+
+// Lane-wise sums of x - m over the flat span x[0, n) (two float chains of vector pairs,
+// flushed into lo / hi every kFlushVectors vectors) and, kSquares, of its squares into
+// sq_lo / sq_hi; the last partial vector is padded with `pad`'s lanes.
+template <bool kSquares>
+HWY_INLINE void FlatSums(const float* HWY_RESTRICT x, size_t n, VF m, VF pad, VD& lo, VD& hi,
+                         VD& sq_lo, VD& sq_hi) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  VF a0 = hn::Zero(d), a1 = hn::Zero(d), q0 = hn::Zero(d), q1 = hn::Zero(d);
+  size_t i = 0, pairs = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    AddDeviation<kSquares>(hn::LoadU(d, x + i), m, a0, q0);
+    AddDeviation<kSquares>(hn::LoadU(d, x + i + N), m, a1, q1);
+    if (++pairs == kFlushVectors / 2) {
+      AccumulateWide(hn::Add(a0, a1), lo, hi);
+      if (kSquares) AccumulateWide(hn::Add(q0, q1), sq_lo, sq_hi);
+      a0 = a1 = q0 = q1 = hn::Zero(d);
+      pairs = 0;
+    }
+  }
+  if (i + N <= n) {
+    AddDeviation<kSquares>(hn::LoadU(d, x + i), m, a0, q0);
+    i += N;
+  }
+  if (i < n) {
+    HWY_ALIGN float buf[kMaxFloatLanes];
+    hn::Store(pad, d, buf);
+    std::memcpy(buf, x + i, (n - i) * sizeof(float));
+    AddDeviation<kSquares>(hn::Load(d, buf), m, a1, q1);
+  }
+  AccumulateWide(hn::Add(a0, a1), lo, hi);
+  if (kSquares) AccumulateWide(hn::Add(q0, q1), sq_lo, sq_hi);
+}
+
+// Lane l's double sum (lo holds the lower half of the lanes, hi the upper) added to
+// out[l % C], lanes in order.
+HWY_INLINE void AddLanesToChannels(VD lo, VD hi, size_t C, double* out) {
+  const DD dd;
+  HWY_ALIGN double lanes[kMaxFloatLanes + 1];
+  const size_t half = hn::Lanes(dd);
+  hn::StoreU(lo, dd, lanes);
+  hn::StoreU(hi, dd, lanes + half);
+  const size_t N = hn::Lanes(DF());
+  for (size_t l = 0; l < N; ++l) out[l % C] += lanes[l];
+}
+
+void FlatColumnMomentsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
+                           Moments* out) {
+  const DF d;
+  const DD dd;
+  const size_t N = hn::Lanes(d), C = static_cast<size_t>(channels);
+  const size_t n = static_cast<size_t>(rows) * C;
+  const double count = static_cast<double>(rows);
+  // Pass 1: each channel's sum, hence its mean (in float: the pivot of pass 2).
+  double sum[kMaxFloatLanes] = {}, s1[kMaxFloatLanes] = {}, s2[kMaxFloatLanes] = {};
+  VD lo = hn::Zero(dd), hi = hn::Zero(dd), unused_lo = hn::Zero(dd), unused_hi = hn::Zero(dd);
+  FlatSums<false>(x, n, hn::Zero(d), hn::Zero(d), lo, hi, unused_lo, unused_hi);
+  AddLanesToChannels(lo, hi, C, sum);
+  HWY_ALIGN float pivot[kMaxFloatLanes];
+  for (size_t l = 0; l < N; ++l) pivot[l] = static_cast<float>(sum[l % C] / count);
+  // Pass 2: shifted sums about the pivots (the padding: the pivots, deviation 0).
+  const VF m = hn::Load(d, pivot);
+  VD q_lo = hn::Zero(dd), q_hi = hn::Zero(dd);
+  lo = hi = hn::Zero(dd);
+  FlatSums<true>(x, n, m, m, lo, hi, q_lo, q_hi);
+  AddLanesToChannels(lo, hi, C, s1);
+  AddLanesToChannels(q_lo, q_hi, C, s2);
+  for (size_t c = 0; c < C; ++c) {
+    const double shift = s1[c] / count;
+    out[c] = Moments{count, static_cast<double>(pivot[c]) + shift, s2[c] - s1[c] * shift};
+  }
+}
+
+void ApplyFlatNormImpl(const float* x, float* y, int64_t rows, int64_t channels, const float* mean,
+                       const float* scale, const float* shift) {
+  const DF d;
+  const size_t N = hn::Lanes(d), C = static_cast<size_t>(channels);
+  const size_t n = static_cast<size_t>(rows) * C;
+  HWY_ALIGN float lanes[3][kMaxFloatLanes];
+  for (size_t l = 0; l < N; ++l) {
+    lanes[0][l] = mean[l % C];
+    lanes[1][l] = scale[l % C];
+    lanes[2][l] = shift[l % C];
+  }
+  const VF m = hn::Load(d, lanes[0]), s = hn::Load(d, lanes[1]), b = hn::Load(d, lanes[2]);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    hn::StoreU(hn::MulAdd(hn::Sub(hn::LoadU(d, x + i), m), s, b), d, y + i);
+  }
+  if (i < n) {
+    HWY_ALIGN float buf[kMaxFloatLanes] = {};
+    std::memcpy(buf, x + i, (n - i) * sizeof(float));
+    hn::Store(hn::MulAdd(hn::Sub(hn::Load(d, buf), m), s, b), d, buf);
+    std::memcpy(y + i, buf, (n - i) * sizeof(float));
+  }
+}
+
+// ---- the backward ----
 
 // One vector of x and dy about the lane-wise mean m: sum(dy), sum(dy * (x - m)) and the
 // maxima of |dy| and |x - m|.
@@ -276,12 +390,28 @@ HWY_AFTER_NAMESPACE();
 namespace normkit {
 namespace kernels {
 
+HWY_EXPORT(FlatChannelsImpl);
+HWY_EXPORT(FlatColumnMomentsImpl);
+HWY_EXPORT(ApplyFlatNormImpl);
 HWY_EXPORT(SpanGradSumsImpl);
 HWY_EXPORT(ColumnGradSumsImpl);
 HWY_EXPORT(ApplyGradSpanImpl);
 HWY_EXPORT(PlaneGradSumsImpl);
 HWY_EXPORT(ApplyGradPlanesImpl);
 HWY_EXPORT(ApplyGradRowsImpl);
+
+bool FlatChannels(int64_t channels) {
+  return HWY_DYNAMIC_DISPATCH(FlatChannelsImpl)(channels);
+}
+
+void FlatColumnMoments(const float* x, int64_t rows, int64_t channels, Moments* out) {
+  HWY_DYNAMIC_DISPATCH(FlatColumnMomentsImpl)(x, rows, channels, out);
+}
+
+void ApplyFlatNorm(const float* x, float* y, int64_t rows, int64_t channels, const float* mean,
+                   const float* scale, const float* shift) {
+  HWY_DYNAMIC_DISPATCH(ApplyFlatNormImpl)(x, y, rows, channels, mean, scale, shift);
+}
 
 GradSums SpanGradSums(const float* x, const float* dy, int64_t n, float mean) {
   return HWY_DYNAMIC_DISPATCH(SpanGradSumsImpl)(x, dy, n, mean);
