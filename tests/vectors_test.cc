@@ -76,6 +76,51 @@ TEST(GoldenVectors, LayerAndRmsNorm) {
   }
 }
 
+// Batch norm in training mode: the forward (y, running averages, saved statistics) and
+// the backward (dx, grad_gamma, grad_beta from the saved statistics), 1 and 2 threads.
+TEST(GoldenVectors, BatchNormTraining) {
+  const auto cases = ReadVectorFile(VectorPath("batch_norm_training.txt"));
+  ASSERT_GE(cases.size(), 12u) << "cannot read " << VectorPath("batch_norm_training.txt");
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    const auto shape = k.Shape();
+    const auto layout = static_cast<normkit_layout>(static_cast<int>(k.Scalar("layout")));
+    std::vector<float> x = k.Floats("x"), out(x.size());
+    const std::vector<float> gamma = k.Floats("gamma");
+    const size_t C = gamma.size();
+    normkit_tensor xt = Desc(x.data(), layout, shape), ot = Desc(out.data(), layout, shape);
+    for (int threads : {1, 2}) {
+      Context ctx(threads);
+      if (k.op == "batch_norm_training") {
+        std::vector<float> rm = k.Floats("running_mean"), rv = k.Floats("running_var");
+        std::vector<float> sm(C), sr(C);
+        ASSERT_EQ(normkit_batch_norm_training(ctx.ctx, &xt, gamma.data(), k.Floats("beta").data(),
+                                              static_cast<float>(k.Scalar("eps")),
+                                              static_cast<float>(k.Scalar("momentum")), rm.data(),
+                                              rv.data(), &ot, sm.data(), sr.data()),
+                  NORMKIT_SUCCESS)
+            << normkit_last_error();
+        ExpectClose(out, k.arrays.at("y"), k.name + " y");
+        ExpectClose(rm, k.arrays.at("running_mean_out"), k.name + " running_mean");
+        ExpectClose(rv, k.arrays.at("running_var_out"), k.name + " running_var");
+        ExpectClose(sm, k.arrays.at("save_mean"), k.name + " save_mean");
+        ExpectClose(sr, k.arrays.at("save_rstd"), k.name + " save_rstd");
+      } else {
+        std::vector<float> dy = k.Floats("dy"), gg(C), gb(C);
+        const normkit_tensor dyt = Desc(dy.data(), layout, shape);
+        ASSERT_EQ(normkit_batch_norm_training_backward(
+                      ctx.ctx, &xt, &dyt, k.Floats("save_mean").data(),
+                      k.Floats("save_rstd").data(), gamma.data(), &ot, gg.data(), gb.data()),
+                  NORMKIT_SUCCESS)
+            << normkit_last_error();
+        ExpectClose(out, k.arrays.at("dx"), k.name + " dx");
+        ExpectClose(gg, k.arrays.at("grad_gamma"), k.name + " grad_gamma");
+        ExpectClose(gb, k.arrays.at("grad_beta"), k.name + " grad_beta");
+      }
+    }
+  }
+}
+
 TEST(GoldenVectors, ShiftSum) {
   const auto cases = ReadVectorFile(VectorPath("shift_sum.txt"));
   ASSERT_GE(cases.size(), 6u) << "cannot read " << VectorPath("shift_sum.txt");

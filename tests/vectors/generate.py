@@ -11,7 +11,8 @@ independent reading of the semantics.
 
 File format (text, one record per case):
     case <name>
-    op <op>                       group_norm | layer_norm | rms_norm | shift_sum
+    op <op>                       group_norm | layer_norm | rms_norm | shift_sum |
+                                  batch_norm_training | batch_norm_backward
     <key> <int or float>          scalars (groups, eps, activation, layout, ...)
     <array> <count> v0 v1 ...     arrays (x, gamma, beta, y, ...), float32 as %.9g,
                                   expected outputs as %.17g
@@ -220,6 +221,85 @@ def half_cases(rng, w):
         w.case(f"{op}_{xd}_{yd}_{i}", op, scalars, inputs, {"y": round_to(y, yd)})
 
 
+def to_nc(a, channels_last):
+    """A memory-layout array as N, C, spatial... (a view)."""
+    return np.moveaxis(a, -1, 1) if channels_last else a
+
+
+def batch_norm_training_cases(rng, w):
+    """Training-mode batch norm: the forward (batch statistics, running averages with the
+    unbiased variance, saved mean / rstd) and the backward from the saved statistics, in
+    float64 NumPy; checked against PyTorch's F.batch_norm(training=True) and its autograd in
+    float64 when PyTorch is importable. Returns how many cases PyTorch checked."""
+    checked = 0
+    cases = [((4, 3, 5, 7), False, 0.0), ((4, 3, 5, 7), True, 0.0), ((6, 2, 9), False, 1.0e4),
+             ((8, 5), False, 0.0), ((2, 4, 3, 4, 5), True, 0.0), ((2, 2, 17, 3), True, 1.0e3)]
+    eps, momentum = 1e-5, 0.1
+    for i, (shape, cl, offset) in enumerate(cases):
+        n, c = shape[:2]
+        mem_shape = (n,) + shape[2:] + (c,) if cl else shape
+        x = (rng.standard_normal(mem_shape) * 2 + offset).astype(np.float32)
+        dy = rng.standard_normal(mem_shape).astype(np.float32)
+        gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
+        beta = rng.standard_normal(c).astype(np.float32)
+        rm = rng.standard_normal(c).astype(np.float32)
+        rv = rng.uniform(0.5, 2.0, c).astype(np.float32)
+        xd = to_nc(x.astype(np.float64), cl)
+        axes = tuple(k for k in range(xd.ndim) if k != 1)
+        count = xd.size // c
+        bshape = (1, c) + (1,) * (xd.ndim - 2)
+        mean = xd.mean(axis=axes)
+        var = ((xd - mean.reshape(bshape)) ** 2).mean(axis=axes)
+        rstd = 1.0 / np.sqrt(var + eps)
+        y = (xd - mean.reshape(bshape)) * rstd.reshape(bshape) * gamma.reshape(bshape) \
+            + beta.reshape(bshape)
+        rm_out = (1 - momentum) * rm.astype(np.float64) + momentum * mean
+        rv_out = (1 - momentum) * rv.astype(np.float64) + momentum * var * count / (count - 1)
+        layout = {"layout": 1 if cl else 0, "rank": len(shape), "shape": " ".join(map(str, shape))}
+        w.case(f"batch_norm_training_{i}", "batch_norm_training",
+               dict(layout, eps=eps, momentum=momentum),
+               {"x": x, "gamma": gamma, "beta": beta, "running_mean": rm, "running_var": rv},
+               {"y": np.moveaxis(y, 1, -1) if cl else y, "running_mean_out": rm_out,
+                "running_var_out": rv_out, "save_mean": mean, "save_rstd": rstd})
+        # The backward from the saved statistics as float32 (what a forward hands on).
+        sm, sr = mean.astype(np.float32), rstd.astype(np.float32)
+        smd, srd = sm.astype(np.float64).reshape(bshape), sr.astype(np.float64).reshape(bshape)
+        dyd = to_nc(dy.astype(np.float64), cl)
+        xhat = (xd - smd) * srd
+        sum_dy = dyd.sum(axis=axes)
+        sum_dy_xhat = (dyd * xhat).sum(axis=axes)
+        dx = gamma.reshape(bshape) * srd * (dyd - (sum_dy / count).reshape(bshape)
+                                            - xhat * (sum_dy_xhat / count).reshape(bshape))
+        w.case(f"batch_norm_backward_{i}", "batch_norm_backward", layout,
+               {"x": x, "dy": dy, "save_mean": sm, "save_rstd": sr, "gamma": gamma},
+               {"dx": np.moveaxis(dx, 1, -1) if cl else dx, "grad_gamma": sum_dy_xhat,
+                "grad_beta": sum_dy})
+        try:
+            import torch
+            import torch.nn.functional as F
+        except ImportError:
+            continue
+        xt = torch.from_numpy(to_nc(x, cl).astype(np.float64))
+        gt = torch.from_numpy(gamma.astype(np.float64))
+        bt = torch.from_numpy(beta.astype(np.float64))
+        rmt, rvt = torch.from_numpy(rm.astype(np.float64)), torch.from_numpy(rv.astype(np.float64))
+        yt = F.batch_norm(xt, rmt, rvt, gt, bt, True, momentum, eps).detach()
+        assert np.allclose(yt.numpy(), y, rtol=1e-9, atol=1e-9), f"forward {i}"
+        assert np.allclose(rmt.numpy(), rm_out, rtol=1e-12)
+        assert np.allclose(rvt.numpy(), rv_out, rtol=1e-12)
+        # The backward from the same float32-saved statistics, through the kernel PyTorch's
+        # autograd runs.
+        gx, gg, gb = torch.ops.aten.native_batch_norm_backward(
+            torch.from_numpy(dyd), xt.detach(), gt.detach(), None, None,
+            torch.from_numpy(sm.astype(np.float64)), torch.from_numpy(sr.astype(np.float64)),
+            True, eps, [True, True, True])
+        assert np.allclose(gx.numpy(), dx, rtol=1e-9, atol=1e-9), f"backward {i}"
+        assert np.allclose(gg.numpy(), sum_dy_xhat, rtol=1e-9, atol=1e-9), f"grad_gamma {i}"
+        assert np.allclose(gb.numpy(), sum_dy, rtol=1e-9, atol=1e-9), f"grad_beta {i}"
+        checked += 1
+    return checked
+
+
 class Writer:
     def __init__(self, path):
         self.f = open(path, "w")
@@ -289,8 +369,11 @@ def main():
                {"y": y})
     shift_sum_cases(rng, Writer(os.path.join(HERE, "shift_sum.txt")))
     half_cases(np.random.default_rng(46), Writer(os.path.join(HERE, "half.txt")))
-    print(f"wrote group_norm.txt, row_norm.txt, shift_sum.txt and half.txt "
-          f"({torch_checked} group-norm cases also checked against PyTorch)", file=sys.stderr)
+    bn_checked = batch_norm_training_cases(
+        np.random.default_rng(50), Writer(os.path.join(HERE, "batch_norm_training.txt")))
+    print(f"wrote group_norm.txt, row_norm.txt, shift_sum.txt, half.txt and "
+          f"batch_norm_training.txt ({torch_checked} group-norm and {bn_checked} batch-norm "
+          f"training cases also checked against PyTorch)", file=sys.stderr)
 
 
 if __name__ == "__main__":
