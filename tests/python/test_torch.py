@@ -130,6 +130,21 @@ def test_batch_norm_training_without_running_stats_and_fallbacks():
     assert "_BatchNormTraining" not in type(y.grad_fn).__name__ if y.grad_fn else True
 
 
+@pytest.mark.parametrize("flags", [[], ["--channels-last"]])
+def test_training_example_runs(flags):
+    """examples/torch_train_batch_norm.py: a converted conv net trains step for step with
+    PyTorch's."""
+    import os
+    import subprocess
+    import sys
+
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples",
+                           "torch_train_batch_norm.py")
+    out = subprocess.run([sys.executable, example, "--steps", "3"] + flags, check=True,
+                         capture_output=True, text=True).stdout
+    assert "same 3 steps" in out
+
+
 @pytest.mark.parametrize("cls,ours,shape", [
     (nn.InstanceNorm1d, nkt.InstanceNorm1d, (3, 6, 20)),
     (nn.InstanceNorm2d, nkt.InstanceNorm2d, (2, 8, 9, 7)),
