@@ -49,6 +49,7 @@ large+=':Affine.LargeOutputStreamingPath:*AffineChannelsLastPeriodsOnEveryTarget
 large+=':HalfShiftSum.ChunksOfSamplesAndOverflow'  # 8 MB chunks: covered natively
 targets='SimdTargets.*:HalfConversions.*:GoldenVectors.*:ShiftSum.PhaseWalksOnEveryTarget'
 targets+=':FloatEdges.*OnEveryTarget:GroupNorm.SiluWithinAFewUlpsOverItsRange'
+targets+=':BatchNormTraining.EverySimdTarget*:BatchNormBackward.EverySimdTarget*'
 targets+='-*AffineChannelsLastPeriodsOnEveryTarget'  # minutes under SVE emulation
 run() {  # name, cpu, gtest filter
   echo "=== aarch64 $1 (qemu -cpu $2)"
