@@ -50,7 +50,7 @@ constexpr int64_t kShortPlane = 256;
 // SpanMeanRstdEach with eps = 0 (rstd = 1 / sqrt(m2 / S), so m2 = S / rstd^2, to double's
 // precision; a constant plane gives rstd = Inf and m2 = 0). Tasks of whole runs of
 // planes of about kBlockElems elements.
-void ShortPlaneMoments(const normkit_context& ctx, const Plan& p, std::vector<Moments>& partial) {
+void ShortPlaneMoments(const normkit_context& ctx, const Plan& p, Moments* partial) {
   constexpr int64_t kStackPlanes = 256;
   const int64_t planes = p.N * p.C;
   const int64_t per_task = std::max<int64_t>(kStackPlanes, kBlockElems / p.S);
@@ -70,7 +70,7 @@ void ShortPlaneMoments(const normkit_context& ctx, const Plan& p, std::vector<Mo
 
 // Channels-first: moments of every block of every (n, c) plane, in memory order (plane
 // n * C + c, block b at partial[(n * C + c) * plane_blocks + b]).
-void PlaneBlockMoments(const normkit_context& ctx, const Plan& p, std::vector<Moments>& partial) {
+void PlaneBlockMoments(const normkit_context& ctx, const Plan& p, Moments* partial) {
   if (p.S <= kShortPlane) return ShortPlaneMoments(ctx, p, partial);
   const int64_t items = p.N * p.C * p.plane_blocks;
   const int64_t block = (p.S + p.plane_blocks - 1) / p.plane_blocks;
@@ -82,7 +82,7 @@ void PlaneBlockMoments(const normkit_context& ctx, const Plan& p, std::vector<Mo
 }
 
 // Channels-last: per-channel moments of each block of rows (C partials a block).
-void RowBlockMoments(const normkit_context& ctx, const Plan& p, std::vector<Moments>& partial) {
+void RowBlockMoments(const normkit_context& ctx, const Plan& p, Moments* partial) {
   const int64_t rows = p.N * p.S;
   if (p.flat) {  // fewer channels than lanes: a block is one flat span (two passes in L2)
     ParallelFor(ctx, p.row_blocks, [&](int64_t b) {
@@ -129,15 +129,15 @@ void BatchNormTraining(const normkit_context& context, const TensorView& x, cons
   p.flat = p.channels_last && kernels::FlatChannels(p.C);
   const normkit_context& ctx = ContextForBytes(context, 2 * x.bytes, kMinParallelAffineBytes);
   // Block boundaries come from the shape alone: they fix the bits.
-  std::vector<Moments> partial;
+  AlignedArray<Moments> partial;
   if (p.channels_last) {
     const int64_t rows = p.N * p.S;
     p.block_rows = std::max<int64_t>(kMinStatsBlockRows, kBlockElems / p.C);
     p.row_blocks = (rows + p.block_rows - 1) / p.block_rows;
-    partial.resize(static_cast<size_t>(p.row_blocks * p.C));
+    partial = AllocateAligned<Moments>(static_cast<size_t>(p.row_blocks * p.C));
   } else {
     p.plane_blocks = (p.S + kBlockElems - 1) / kBlockElems;
-    partial.resize(static_cast<size_t>(p.N * p.C * p.plane_blocks));
+    partial = AllocateAligned<Moments>(static_cast<size_t>(p.N * p.C * p.plane_blocks));
   }
   const size_t C = static_cast<size_t>(p.C);
   std::vector<double> mean(C), rstd(C), var(C);
@@ -146,9 +146,9 @@ void BatchNormTraining(const normkit_context& context, const TensorView& x, cons
   float* scale = mean_f + AlignedCount<float>(C);
   float* shift = scale + AlignedCount<float>(C);
   if (p.channels_last) {
-    RowBlockMoments(ctx, p, partial);
+    RowBlockMoments(ctx, p, partial.get());
   } else {
-    PlaneBlockMoments(ctx, p, partial);
+    PlaneBlockMoments(ctx, p, partial.get());
   }
   // Per channel, its blocks merged in memory order: (n, block) channels-first, row
   // blocks channels-last; the partials walked in memory order too (a channel at a time,
