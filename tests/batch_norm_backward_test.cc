@@ -20,17 +20,6 @@ namespace {
 
 constexpr double kFloatEps = 1.1920928955078125e-7;
 
-struct Shape {
-  std::vector<int64_t> dims;  // [N, C, spatial...]
-  normkit_layout layout;
-};
-
-std::string Describe(const Shape& s) {
-  std::string name;
-  for (int64_t d : s.dims) name += (name.empty() ? "" : "x") + std::to_string(d);
-  return name + (s.layout == NORMKIT_LAYOUT_CHANNELS_LAST ? " NHWC" : " NCHW");
-}
-
 int64_t Spatial(const Shape& s) {
   int64_t S = 1;
   for (size_t k = 2; k < s.dims.size(); ++k) S *= s.dims[k];

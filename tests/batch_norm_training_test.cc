@@ -15,17 +15,6 @@
 namespace normkit_test {
 namespace {
 
-struct Shape {
-  std::vector<int64_t> dims;  // [N, C, spatial...]
-  normkit_layout layout;
-};
-
-std::string Describe(const Shape& s) {
-  std::string name;
-  for (int64_t d : s.dims) name += (name.empty() ? "" : "x") + std::to_string(d);
-  return name + (s.layout == NORMKIT_LAYOUT_CHANNELS_LAST ? " NHWC" : " NCHW");
-}
-
 struct Outputs {
   std::vector<float> y, running_mean, running_var, save_mean, save_rstd;
 };

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "normkit/normkit.h"
@@ -39,6 +40,19 @@ struct Context {
   ~Context() { normkit_context_destroy(ctx); }
   normkit_context* ctx = nullptr;
 };
+
+// A tensor's logical dims [N, C, spatial...] and layout, for the tests' shape lists.
+struct Shape {
+  std::vector<int64_t> dims;
+  normkit_layout layout;
+};
+
+// "8x3x1000 NCHW".
+inline std::string Describe(const Shape& s) {
+  std::string name;
+  for (int64_t d : s.dims) name += (name.empty() ? "" : "x") + std::to_string(d);
+  return name + (s.layout == NORMKIT_LAYOUT_CHANNELS_LAST ? " NHWC" : " NCHW");
+}
 
 // Logical (n, c, s) of a dense tensor -> memory offset.
 inline int64_t Offset(int64_t n, int64_t c, int64_t s, int64_t C, int64_t S, bool channels_last) {

@@ -137,38 +137,6 @@ normkit_status RowNormEntry(const char* op, const normkit_context* context, cons
   });
 }
 
-// `t` (named `name`) has x's dtype, rank and shape and lives on x's device.
-normkit_status CheckLikeX(const char* op, const char* name, const TensorView& x,
-                          const TensorView& t) {
-  if (t.dtype != x.dtype) {
-    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->dtype = %s differs from x->dtype = %s", op,
-                name, DtypeName(t.dtype), DtypeName(x.dtype));
-  }
-  if (t.rank != x.rank) {
-    return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s->rank = %d differs from x->rank = %d", op,
-                name, t.rank, x.rank);
-  }
-  for (int32_t i = 0; i < x.rank; ++i) {
-    if (t.shape[i] != x.shape[i]) {
-      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
-                  "%s: %s->shape[%d] = %lld differs from x->shape[%d] = %lld", op, name, i,
-                  static_cast<long long>(t.shape[i]), i, static_cast<long long>(x.shape[i]));
-    }
-  }
-  return CheckSameDevice(op, x, "x", t, name);
-}
-
-// An output may be an input itself (in place) but share no other byte with it.
-normkit_status CheckInPlaceOrApart(const char* op, const char* out_name, const TensorView& out,
-                                   const char* in_name, const TensorView& in) {
-  if (out.data == in.data || !RangesOverlap(out.data, out.bytes, in.data, in.bytes)) {
-    return NORMKIT_SUCCESS;
-  }
-  return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
-              "%s: %s partially overlaps %s (in place needs %s->data == %s->data)", op, out_name,
-              in_name, out_name, in_name);
-}
-
 // An array of `count` floats (NULL passes) shares no byte with the tensor `t`.
 normkit_status CheckArrayApart(const char* op, const char* name, const float* p, int64_t count,
                                const char* t_name, const TensorView& t) {
@@ -193,7 +161,7 @@ normkit_status AddRowNormEntry(const char* op, const normkit_context* context,
                   xv.rank);
     }
     NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "residual", residual, &rv));
-    NORMKIT_RETURN_IF_ERROR(CheckLikeX(op, "residual", xv, rv));
+    NORMKIT_RETURN_IF_ERROR(CheckLikeX(op, "residual", xv, rv, false));
     NORMKIT_RETURN_IF_ERROR(CheckInPlaceOrApart(op, "y", yv, "residual", rv));
     const int64_t D = xv.channels, rows = xv.batch;
     NORMKIT_RETURN_IF_ERROR(
@@ -214,7 +182,7 @@ normkit_status AddRowNormEntry(const char* op, const normkit_context* context,
     }
     if (h_out != nullptr) {
       NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "h_out", h_out, &hv));
-      NORMKIT_RETURN_IF_ERROR(CheckLikeX(op, "h_out", xv, hv));
+      NORMKIT_RETURN_IF_ERROR(CheckLikeX(op, "h_out", xv, hv, false));
       NORMKIT_RETURN_IF_ERROR(CheckInPlaceOrApart(op, "h_out", hv, "x", xv));
       NORMKIT_RETURN_IF_ERROR(CheckInPlaceOrApart(op, "h_out", hv, "residual", rv));
       if (RangesOverlap(hv.data, hv.bytes, yv.data, yv.bytes)) {

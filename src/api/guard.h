@@ -68,6 +68,15 @@ normkit_status ValidateUnaryTensors(const char* op, const normkit_tensor* x,
                                     const normkit_tensor* y, TensorView* xv, TensorView* yv,
                                     UnaryDtypes dtypes = UnaryDtypes::kFloat32);
 
+// `t` (named `name`) has x's dtype, rank and shape (and, `same_layout`, its layout) and
+// lives on x's device: a second input or output of an op shaped like its x.
+normkit_status CheckLikeX(const char* op, const char* name, const TensorView& x,
+                          const TensorView& t, bool same_layout);
+
+// An output may be an input itself (in place) but share no other byte with it.
+normkit_status CheckInPlaceOrApart(const char* op, const char* out_name, const TensorView& out,
+                                   const char* in_name, const TensorView& in);
+
 }  // namespace normkit
 
 #endif  // NORMKIT_API_GUARD_H_
