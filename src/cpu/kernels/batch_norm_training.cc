@@ -269,16 +269,11 @@ void ColumnGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT d
   float* HWY_RESTRICT max_xmu = scratch + 3 * stride;
   std::fill(scratch, scratch + 4 * stride, 0.0f);
   for (size_t c = 0; c < C; ++c) out[c] = GradSums();
-  // One vector of channels at c of `count` (1 or 2) rows from xr / dr, in row order: its
-  // float sums in scratch, loaded and stored once for both rows (a load and a store of
-  // four accumulators a row took 128x1024x16 NHWC a fifth of its time).
-  const auto add_at = [&](size_t c, const float* xr, const float* dr, size_t count) {
+  // One vector of channels at c: its float sums in scratch.
+  const auto add_at = [&](size_t c, VF xv, VF dyv) {
     VF s = hn::Load(d, sum_dy + c), t = hn::Load(d, sum_dot + c);
     VF mdy = hn::Load(d, max_dy + c), mxmu = hn::Load(d, max_xmu + c);
-    const VF m = hn::LoadU(d, mean + c);
-    for (size_t k = 0; k < count; ++k) {
-      AddGrad(hn::LoadU(d, xr + k * C), hn::LoadU(d, dr + k * C), m, s, t, mdy, mxmu);
-    }
+    AddGrad(xv, dyv, hn::Load(d, mean + c), s, t, mdy, mxmu);
     hn::Store(s, d, sum_dy + c);
     hn::Store(t, d, sum_dot + c);
     hn::Store(mdy, d, max_dy + c);
@@ -286,21 +281,18 @@ void ColumnGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT d
   };
   for (size_t r = 0; r < R;) {
     const size_t run_end = std::min(R, r + kFlushVectors);
-    for (; r < run_end;) {
-      const size_t count = r + 1 < run_end ? 2 : 1;
+    for (; r < run_end; ++r) {
       const float* HWY_RESTRICT xr = x + r * C;
       const float* HWY_RESTRICT dr = dy + r * C;
-      for (size_t c = 0; c < whole; c += N) add_at(c, xr + c, dr + c, count);
-      for (size_t k = 0; k < count && whole < C; ++k) {
-        // The row's last channels, padded (x = mean, dy = 0: nothing added).
+      for (size_t c = 0; c < whole; c += N) add_at(c, hn::LoadU(d, xr + c), hn::LoadU(d, dr + c));
+      if (whole < C) {
         HWY_ALIGN float bx[kMaxFloatLanes];
         HWY_ALIGN float bdy[kMaxFloatLanes] = {};
         std::memcpy(bx, mean + whole, N * sizeof(float));
-        std::memcpy(bx, xr + k * C + whole, (C - whole) * sizeof(float));
-        std::memcpy(bdy, dr + k * C + whole, (C - whole) * sizeof(float));
-        add_at(whole, bx, bdy, 1);
+        std::memcpy(bx, xr + whole, (C - whole) * sizeof(float));
+        std::memcpy(bdy, dr + whole, (C - whole) * sizeof(float));
+        add_at(whole, hn::Load(d, bx), hn::Load(d, bdy));
       }
-      r += count;
     }
     for (size_t c = 0; c < C; ++c) {
       out[c].sum_dy += static_cast<double>(sum_dy[c]);
@@ -351,19 +343,6 @@ void ApplyGradPlanesImpl(const float* x, const float* dy, float* dx, int64_t n, 
   }
 }
 
-// The last channels [whole, C) of one channels-last row through a padded stack vector.
-template <class GradAt>
-HWY_INLINE void GradRowTail(const float* xr, const float* dr, float* out, size_t C, size_t whole,
-                            const GradAt& grad_at) {
-  const DF d;
-  HWY_ALIGN float bx[kMaxFloatLanes] = {};
-  HWY_ALIGN float bdy[kMaxFloatLanes] = {};
-  std::memcpy(bx, xr + whole, (C - whole) * sizeof(float));
-  std::memcpy(bdy, dr + whole, (C - whole) * sizeof(float));
-  hn::Store(grad_at(whole, hn::Load(d, bx), hn::Load(d, bdy)), d, bx);
-  std::memcpy(out + whole, bx, (C - whole) * sizeof(float));
-}
-
 void ApplyGradRowsImpl(const float* x, const float* dy, float* dx, int64_t rows, int64_t channels,
                        const GradCoefficients& k) {
   const DF d;
@@ -384,34 +363,21 @@ void ApplyGradRowsImpl(const float* x, const float* dy, float* dx, int64_t rows,
                   hn::LoadU(d, k.mean_dy + c), hn::LoadU(d, k.mean_dy_xhat + c),
                   hn::LoadU(d, k.p + c));
   };
-  // Two rows a step: each vector of coefficients loaded once for both.
-  size_t r = 0;
-  for (; r + 2 <= R; r += 2) {
-    const float* x0 = x + r * C;
-    const float* dy0 = dy + r * C;
-    float* out = dx + r * C;
-    for (size_t c = 0; c < whole; c += N) {
-      const VF m = hn::LoadU(d, k.mean + c), rs = hn::LoadU(d, k.rstd + c);
-      const VF mdy = hn::LoadU(d, k.mean_dy + c), mdx = hn::LoadU(d, k.mean_dy_xhat + c);
-      const VF p = hn::LoadU(d, k.p + c);
-      const VF g0 = GradOf(hn::LoadU(d, x0 + c), hn::LoadU(d, dy0 + c), m, rs, mdy, mdx, p);
-      const VF g1 = GradOf(hn::LoadU(d, x0 + C + c), hn::LoadU(d, dy0 + C + c), m, rs, mdy, mdx, p);
-      hn::StoreU(g0, d, out + c);
-      hn::StoreU(g1, d, out + C + c);
-    }
-    if (whole < C) {
-      GradRowTail(x0, dy0, out, C, whole, grad_at);
-      GradRowTail(x0 + C, dy0 + C, out + C, C, whole, grad_at);
-    }
-  }
-  for (; r < R; ++r) {
+  for (size_t r = 0; r < R; ++r) {
     const float* xr = x + r * C;
     const float* dr = dy + r * C;
     float* out = dx + r * C;
     for (size_t c = 0; c < whole; c += N) {
       hn::StoreU(grad_at(c, hn::LoadU(d, xr + c), hn::LoadU(d, dr + c)), d, out + c);
     }
-    if (whole < C) GradRowTail(xr, dr, out, C, whole, grad_at);
+    if (whole < C) {
+      HWY_ALIGN float bx[kMaxFloatLanes] = {};
+      HWY_ALIGN float bdy[kMaxFloatLanes] = {};
+      std::memcpy(bx, xr + whole, (C - whole) * sizeof(float));
+      std::memcpy(bdy, dr + whole, (C - whole) * sizeof(float));
+      hn::Store(grad_at(whole, hn::Load(d, bx), hn::Load(d, bdy)), d, bx);
+      std::memcpy(out + whole, bx, (C - whole) * sizeof(float));
+    }
   }
 }
 
