@@ -345,7 +345,7 @@ NORMKIT_API normkit_status normkit_batch_norm_training(const normkit_context* co
  *   dx = gamma[c] * save_rstd[c] * (dy - sum(dy) / n - xhat * sum(dy * xhat) / n)
  * (the sums over the channel's n values). The sums are computed in double from block
  * sums merged in a fixed order, so every output is bitwise the same for any thread count;
- * grad_gamma / grad_beta are rounded once. dx is computed in float from four per-channel
+ * grad_gamma / grad_beta are rounded once. dx is computed in float from five per-channel
  * coefficients; a channel whose float values could overflow on the way (values near
  * FLT_MAX, NaN / Inf) is computed in double.
  * x, dy, dx: float32 CPU tensors of one shape and layout, rank 2..5 (NCHW... or NHWC...);

@@ -2,9 +2,9 @@
 // CPU batch norm backward (training mode). Two passes over x and dy: per-channel sums of
 // dy and dy * (x - mean) over blocks (channels-first: a block of one (n, c) plane;
 // channels-last: the channels of a block of rows), merged per channel in block order in
-// double; then dx from four float coefficients a channel. A channel whose float sums or
-// whose float dx could overflow (values near FLT_MAX, spreads past its square root, NaN /
-// Inf) is summed and applied again in double.
+// double; then dx from five float coefficients a channel (mean, rstd, the two means and gamma *
+// rstd). A channel whose float sums or whose float dx could overflow (values near FLT_MAX, spreads
+// past its square root, NaN / Inf) is summed and applied again in double.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
