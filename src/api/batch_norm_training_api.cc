@@ -18,16 +18,32 @@ struct NamedArray {
   bool output;
 };
 
-// The C-float arrays: aligned, none over y, the outputs over nothing (x included: it is
-// read again after they are written), the inputs free to share memory with each other.
-normkit_status CheckArrays(const char* op, const TensorView& x, const TensorView& y,
+// A tensor of the call by name; view null: not given.
+struct NamedTensor {
+  const char* name;
+  const TensorView* view;
+};
+
+// The C-float arrays of a call (C floats each): aligned, none over the output tensor
+// `out`, the array outputs over no input tensor (those are read again after the arrays
+// are written) and no other array; the array inputs free to share memory.
+normkit_status CheckArrays(const char* op, int64_t C, NamedTensor out,
+                           std::initializer_list<NamedTensor> inputs,
                            std::initializer_list<NamedArray> arrays) {
-  const int64_t C = x.channels;
+  const int64_t bytes = C * static_cast<int64_t>(sizeof(float));
   for (const NamedArray& a : arrays) {
-    NORMKIT_RETURN_IF_ERROR(CheckParamDisjoint(op, a.name, a.data, C, y));
-    if (a.output && a.data != nullptr &&
-        RangesOverlap(a.data, C * static_cast<int64_t>(sizeof(float)), x.data, x.bytes)) {
-      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the input x", op, a.name);
+    NORMKIT_RETURN_IF_ERROR(CheckElementAligned(op, a.name, a.data, sizeof(float)));
+    if (a.data == nullptr) continue;
+    if (out.view != nullptr && RangesOverlap(a.data, bytes, out.view->data, out.view->bytes)) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the output %s", op, a.name,
+                  out.name);
+    }
+    if (!a.output) continue;
+    for (const NamedTensor& in : inputs) {
+      if (RangesOverlap(a.data, bytes, in.view->data, in.view->bytes)) {
+        return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the input %s", op, a.name,
+                    in.name);
+      }
     }
   }
   for (const NamedArray& a : arrays) {
@@ -70,7 +86,7 @@ extern "C" NORMKIT_API normkit_status normkit_batch_norm_training(
                   "NULL)",
                   kOp, running_mean ? "running_var" : "running_mean");
     }
-    NORMKIT_RETURN_IF_ERROR(CheckArrays(kOp, xv, yv,
+    NORMKIT_RETURN_IF_ERROR(CheckArrays(kOp, xv.channels, {"y", &yv}, {{"x", &xv}},
                                         {{"gamma", gamma, false},
                                          {"beta", beta, false},
                                          {"running_mean", running_mean, true},
@@ -112,38 +128,17 @@ extern "C" NORMKIT_API normkit_status normkit_batch_norm_training_backward(
     NORMKIT_RETURN_IF_ERROR(CheckFloat32(kOp, "x", xv));
     NORMKIT_RETURN_IF_ERROR(CheckNotNull(kOp, "save_mean", save_mean));
     NORMKIT_RETURN_IF_ERROR(CheckNotNull(kOp, "save_rstd", save_rstd));
-    const int64_t C = xv.channels;
-    const auto bytes = C * static_cast<int64_t>(sizeof(float));
-    const NamedArray arrays[] = {{"save_mean", save_mean, false},
-                                 {"save_rstd", save_rstd, false},
-                                 {"gamma", gamma, false},
-                                 {"grad_gamma", grad_gamma, true},
-                                 {"grad_beta", grad_beta, true}};
     if (dx != nullptr) {
       NORMKIT_RETURN_IF_ERROR(CheckInPlaceOrApart(kOp, "dx", dxv, "x", xv));
       NORMKIT_RETURN_IF_ERROR(CheckInPlaceOrApart(kOp, "dx", dxv, "dy", dyv));
     }
-    for (const NamedArray& a : arrays) {
-      NORMKIT_RETURN_IF_ERROR(CheckElementAligned(kOp, a.name, a.data, sizeof(float)));
-      if (a.data == nullptr) continue;
-      if (dx != nullptr && RangesOverlap(a.data, bytes, dxv.data, dxv.bytes)) {
-        return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the output dx", kOp, a.name);
-      }
-      if (!a.output) continue;
-      if (RangesOverlap(a.data, bytes, xv.data, xv.bytes)) {
-        return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the input x", kOp, a.name);
-      }
-      if (RangesOverlap(a.data, bytes, dyv.data, dyv.bytes)) {
-        return Fail(NORMKIT_ERROR_INVALID_ARGUMENT, "%s: %s overlaps the input dy", kOp, a.name);
-      }
-    }
-    for (const NamedArray& a : arrays) {
-      for (const NamedArray& b : arrays) {
-        if (&a == &b || !(a.output || b.output)) continue;
-        NORMKIT_RETURN_IF_ERROR(
-            CheckSameOrDisjoint(kOp, a.name, a.data, C, b.name, b.data, C, false));
-      }
-    }
+    NORMKIT_RETURN_IF_ERROR(CheckArrays(kOp, xv.channels, {"dx", dx ? &dxv : nullptr},
+                                        {{"x", &xv}, {"dy", &dyv}},
+                                        {{"save_mean", save_mean, false},
+                                         {"save_rstd", save_rstd, false},
+                                         {"gamma", gamma, false},
+                                         {"grad_gamma", grad_gamma, true},
+                                         {"grad_beta", grad_beta, true}}));
     cpu::BatchNormBackwardArgs args;
     args.save_mean = save_mean;
     args.save_rstd = save_rstd;
