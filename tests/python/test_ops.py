@@ -181,6 +181,55 @@ def test_bitwise_identical_for_any_thread_count():
     assert all(np.array_equal(ys[0], y) for y in ys[1:])
 
 
+def test_torch_tensors_pass_as_dlpack_capsules():
+    """torch CPU tensors reach the extension as DLPack capsules (20 us a layer-norm call
+    through Tensor.__dlpack__, about 4 here): same bits as the NumPy call, for float32 and
+    bfloat16 tensors, Parameters, tensors that require grad, channels_last, mixed with
+    NumPy arrays; errors still name the argument."""
+    torch = pytest.importorskip("torch")
+    from normkit import _ops
+
+    def received(*args):
+        return args
+
+    t, a = torch.ones(2, 3), np.ones((2, 3), np.float32)
+    got = _ops._call(received, t, a, 1.5, None)
+    assert type(got[0]).__name__ == "PyCapsule" and got[1] is a and got[2:] == (1.5, None)
+    if torch.cuda.is_available():  # CUDA tensors keep __dlpack__, which orders the streams
+        c = t.cuda()
+        assert _ops._call(received, c)[0] is c
+
+    x = (RNG.standard_normal((5, 3, 4, 6)) + 2).astype(np.float32)
+    w = RNG.standard_normal(3).astype(np.float32)
+    b = RNG.standard_normal(3).astype(np.float32)
+    tx = torch.from_numpy(x)
+    tw = torch.nn.Parameter(torch.from_numpy(w))  # requires grad
+    cl = torch.channels_last
+    for tensor, same in ((tx, x), (tx.contiguous(memory_format=cl), channels_last(x)),
+                         (tx.clone().requires_grad_(True), x)):
+        y = normkit.group_norm(tensor, 3, tw, torch.from_numpy(b), 1e-5)
+        assert isinstance(y, torch.Tensor)
+        assert y.is_contiguous(memory_format=cl) == tensor.is_contiguous(memory_format=cl)
+        assert np.array_equal(y.detach().numpy(), normkit.group_norm(same, 3, w, b, 1e-5))
+    rows = RNG.standard_normal((9, 40)).astype(np.float32)
+    gamma = RNG.standard_normal(40).astype(np.float32)
+    want = normkit.layer_norm(rows, gamma, None, 1e-5)
+    out = torch.empty(9, 40)
+    normkit.layer_norm(torch.from_numpy(rows), torch.from_numpy(gamma), None, 1e-5, out=out)
+    assert np.array_equal(out.numpy(), want)
+    normkit.layer_norm(rows, torch.from_numpy(gamma), None, 1e-5, out=out.zero_())  # mixed
+    assert np.array_equal(out.numpy(), want)
+    half = torch.from_numpy(rows).to(torch.bfloat16)
+    y16 = normkit.rms_norm(half, torch.from_numpy(gamma), 1e-6)
+    assert y16.dtype == torch.bfloat16
+    want16 = normkit.rms_norm(half.float().numpy(), gamma, 1e-6)
+    assert torch.equal(y16, torch.from_numpy(want16).to(torch.bfloat16))
+    with pytest.raises(ValueError, match="x is not a dense array"):
+        normkit.layer_norm(torch.from_numpy(rows).t(), None, None, 1e-5)
+    with pytest.raises(TypeError, match="weight must be float32"):
+        normkit.layer_norm(torch.from_numpy(rows), torch.ones(40, dtype=torch.float64))
+
+
 def test_errors_name_the_argument_and_leave_outputs():
     x = RNG.standard_normal((2, 4, 3, 3)).astype(np.float32)
     with pytest.raises(TypeError, match="float32"):
