@@ -144,9 +144,15 @@ int RegisterAll() {
     for (auto layout : layouts)
       for (int t : thread_counts)
         Register("edge", Norm::kInstance, shape, 0, layout, NORMKIT_ACTIVATION_NONE, false, t);
-  // [4096, 128]: short rows (per-head QK norm), whose statistics go in batches.
+  // [4096, 768] and [2048, 4096] (12 and 32 MiB: a BERT-base and a 7B-model prefill),
+  // [4096, 128]: short rows (per-head QK norm), whose statistics go in batches; then
+  // decode-sized calls (one to 32 tokens).
   for (Norm op : {Norm::kLayerRows, Norm::kRmsRows})
-    for (const auto& shape : {std::vector<int64_t>{4096, 768}, std::vector<int64_t>{4096, 128}})
+    for (const auto& shape :
+         {std::vector<int64_t>{4096, 768}, std::vector<int64_t>{2048, 4096},
+          std::vector<int64_t>{4096, 128}, std::vector<int64_t>{1, 4096},
+          std::vector<int64_t>{8, 4096}, std::vector<int64_t>{32, 4096},
+          std::vector<int64_t>{1, 768}})
       for (int t : thread_counts)
         Register("rows", op, shape, 0, NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_ACTIVATION_NONE,
                  false, t);
