@@ -171,6 +171,34 @@ TEST(AddNorm, InPlaceOnEveryInput) {
   }
 }
 
+// Calls whose arrays together reach twice kStreamingStoreBytes (48 MiB: here 4 x 12.6
+// MB) stream y and h past the cache, h through the worker's scratch: the same values as
+// every other path (against the double reference and the unfused norm, inside
+// RunAddNorm), and with h written onto x (y still streamed, h in place) the same bits.
+TEST(AddNorm, StreamedOutputsOfLargeCalls) {
+  const int64_t rows = 3072, D = 1024, n = rows * D;
+  RunAddNorm({rows, D, false, true, true, true, true, 2, 0.0f});
+  RunAddNorm({rows, D, true, false, true, false, true, 1, 0.0f});
+  const std::vector<float> x = RandomVector(n, 95), r = RandomVector(n, 96),
+                           gamma = RandomVector(D, 97);
+  std::vector<float> y(n), h(n), xh = x, y_on_x(n);
+  Context ctx(2);
+  const auto layout = NORMKIT_LAYOUT_CHANNELS_FIRST;
+  std::vector<float> xb = x, rb = r;
+  normkit_tensor xt = Desc(xb.data(), layout, {rows, D}), rt = Desc(rb.data(), layout, {rows, D});
+  normkit_tensor yt = Desc(y.data(), layout, {rows, D}), ht = Desc(h.data(), layout, {rows, D});
+  ASSERT_EQ(normkit_add_layer_norm(ctx.ctx, &xt, &rt, nullptr, gamma.data(), nullptr, 1e-5f, &yt,
+                                   &ht, nullptr, nullptr),
+            NORMKIT_SUCCESS);
+  normkit_tensor xht = Desc(xh.data(), layout, {rows, D}),
+                 y2 = Desc(y_on_x.data(), layout, {rows, D});
+  ASSERT_EQ(normkit_add_layer_norm(ctx.ctx, &xht, &rt, nullptr, gamma.data(), nullptr, 1e-5f, &y2,
+                                   &xht, nullptr, nullptr),
+            NORMKIT_SUCCESS);
+  EXPECT_EQ(std::memcmp(xh.data(), h.data(), n * sizeof(float)), 0) << "h written onto x";
+  EXPECT_EQ(std::memcmp(y_on_x.data(), y.data(), n * sizeof(float)), 0) << "y with h onto x";
+}
+
 TEST(AddNorm, BitwiseIdenticalAcrossThreadCounts) {
   for (int64_t D : {64, 768}) {
     const int64_t rows = 301, n = rows * D;

@@ -207,10 +207,11 @@ def make_calls(op, shape, threads, rng):
             binding.bind_cpu_input("X", x)
             if fused:
                 binding.bind_cpu_input("S", r)
-            yo = np.empty_like(x)
+            # The bound outputs by address: the arrays live as long as the call (the
+            # lambda's defaults below hold them).
+            yo, ho = np.empty_like(x), np.empty_like(x)
             binding.bind_output("Y", "cpu", 0, np.float32, list(shape), yo.ctypes.data)
             if fused:
-                ho = np.empty_like(x)
                 binding.bind_output("H", "cpu", 0, np.float32, list(shape), ho.ctypes.data)
             feeds = {"X": x, **({"S": r} if fused else {})}
             res_ort = {}
@@ -219,7 +220,8 @@ def make_calls(op, shape, threads, rng):
                 res_ort["y"] = sess.run(["Y"], feeds)[0]
 
             peers[f"ORT {kind} io_binding"] = (
-                lambda sess=sess, binding=binding: sess.run_with_iobinding(binding),
+                lambda sess=sess, binding=binding, held=(x, r, yo, ho):
+                sess.run_with_iobinding(binding),
                 lambda yo=yo: yo, False)
             peers[f"ORT {kind} run() (plain)"] = (run_plain, lambda: res_ort["y"], False)
         except Exception as e:  # noqa: BLE001
@@ -249,6 +251,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="[4096, 768] and [1, 4096] only")
     ap.add_argument("--shapes", default="", help="e.g. 4096x768,1x4096")
+    ap.add_argument("--ops", default="", help="e.g. layer_norm,add_rms_norm (default: all)")
     args = ap.parse_args()
     shapes = SHAPES
     if args.quick:
@@ -271,6 +274,8 @@ def main():
     ops = [(op, s) for op in ("layer_norm", "rms_norm") for s in shapes]
     ops += [(op, s) for op in ("add_layer_norm", "add_rms_norm") for s in shapes
             if s in FUSED_SHAPES]
+    if args.ops:
+        ops = [(op, s) for op, s in ops if op in args.ops.split(",")]
     for op, shape in ops:
         for threads in (1, 2):
             if torch is not None:

@@ -11,6 +11,7 @@
 #include "core/exact_stats.h"
 #include "core/parallel.h"
 #include "cpu/memory_plan.h"
+#include "hwy/cache_control.h"
 
 namespace normkit {
 namespace cpu {
@@ -544,7 +545,20 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   const int64_t rows = x.batch;
   const int64_t D = x.numel / rows;
   const RowParameters params = AlignedRowParameters(args.gamma, args.rms ? nullptr : args.beta, D);
-  const bool stream = x.data != y.data && y.bytes >= kStreamingStoreBytes;
+  const bool add = residual != nullptr;
+  // y streams past the cache where it could not stay there anyway: y of at least
+  // kStreamingStoreBytes, or (the fused add) x, residual, y and h together at least twice
+  // that. Else on [4096, 768] the fused op's y and h (12 MiB each, 50 MB in all) were
+  // plain stores, each line read before it was written: 0.64-0.87 of a copy of its
+  // bytes, one and two threads. Outputs on an input are in cache: plain stores.
+  const bool y_apart = x.data != y.data && !(add && residual->residual == y.data);
+  const int64_t footprint = (add ? 2 : 1) * (x.bytes + y.bytes);
+  const bool stream = y_apart && (y.bytes >= kStreamingStoreBytes ||
+                                  (add && footprint >= 2 * kStreamingStoreBytes));
+  // h likewise, when it is apart from x and residual: made in the worker's L1 scratch,
+  // normalized from there and streamed out (written in place it would be read first).
+  const bool stream_h = stream && add && residual->h != nullptr && residual->h != x.data &&
+                        residual->h != residual->residual;
   const int64_t rows_per_task = std::max<int64_t>(1, (int64_t{1} << 15) / D);
   const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
   // The fused add reads residual and may write h: twice the bytes of x and y.
@@ -583,8 +597,7 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   // when the caller wants it, else into the scratch: x and residual read once, h
   // normalized from cache.
   const bool widen = xs != kernels::Storage::kFloat32;
-  const bool add = residual != nullptr;
-  const bool use_scratch = widen || (add && residual->h == nullptr);
+  const bool use_scratch = widen || (add && (residual->h == nullptr || stream_h));
   const int64_t scratch_floats = use_scratch ? (batched ? batch_rows : 1) * D : 0;
   const int64_t workers = use_scratch ? ParallelWorkers(ctx, tasks) : 0;
   std::vector<AlignedArray<float>> scratch(static_cast<size_t>(workers));
@@ -594,10 +607,14 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
     if (add) {
       const auto* x_rows = reinterpret_cast<const float*>(xd) + r * D;
       const float* r_rows = residual->residual + r * D;
-      float* h =
-          residual->h != nullptr ? residual->h + r * D : scratch[static_cast<size_t>(worker)].get();
+      float* h = residual->h != nullptr && !stream_h ? residual->h + r * D
+                                                     : scratch[static_cast<size_t>(worker)].get();
       for (int64_t k = 0; k < count; ++k) {
         kernels::ResidualAdd(x_rows + k * D, r_rows + k * D, residual->bias, D, h + k * D);
+      }
+      if (stream_h) {  // fenced at the end of the task
+        kernels::NarrowFromFloat(h, count * D, residual->h + r * D, kernels::Storage::kFloat32,
+                                 true);
       }
       return h;
     }
@@ -606,7 +623,7 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
     kernels::WidenToFloat(xd + r * D * x_elem, xs, count * D, out);
     return out;
   };
-  const auto run_task = [&](int64_t task, int64_t worker) {
+  const auto run_rows = [&](int64_t task, int64_t worker) {
     const int64_t r0 = task * rows_per_task;
     const int64_t r_end = std::min(rows, r0 + rows_per_task);
     if (batched) {
@@ -645,6 +662,10 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
       }
       apply_row(r, xr, mean, 1.0 / std::sqrt(ms + static_cast<double>(args.eps)));
     }
+  };
+  const auto run_task = [&](int64_t task, int64_t worker) {
+    run_rows(task, worker);
+    if (stream_h) hwy::FlushStream();  // this thread's streamed h
   };
   if (use_scratch) {
     ParallelForWorkers(ctx, tasks, run_task);
