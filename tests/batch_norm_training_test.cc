@@ -108,6 +108,13 @@ const std::vector<Shape>& Shapes() {
       {{4, 2, 33, 31}, NORMKIT_LAYOUT_CHANNELS_LAST},
       {{4, 1, 33, 31}, NORMKIT_LAYOUT_CHANNELS_LAST},
       {{3, 4, 100, 77}, NORMKIT_LAYOUT_CHANNELS_LAST},
+      // Channels-first planes of a few values in channel blocks (planes of 1, 6, 12, 16
+      // values: whole vectors of every x86 target), tail blocks with a partial vector,
+      // samples in two chunks and two float runs.
+      {{20, 37, 16}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+      {{70, 130}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+      {{9, 11, 3, 4}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+      {{300, 3, 2, 3}, NORMKIT_LAYOUT_CHANNELS_FIRST},
   };
   return shapes;
 }
@@ -132,6 +139,7 @@ TEST(BatchNormTraining, MeanFarFromTheSpread) {
   for (const Shape& s : {Shape{{8, 4, 32, 32}, NORMKIT_LAYOUT_CHANNELS_FIRST},
                          Shape{{8, 4, 32, 32}, NORMKIT_LAYOUT_CHANNELS_LAST},
                          Shape{{64, 4, 4, 4}, NORMKIT_LAYOUT_CHANNELS_FIRST},     // short planes
+                         Shape{{300, 4}, NORMKIT_LAYOUT_CHANNELS_FIRST},          // planes of 1
                          Shape{{8, 2, 32, 32}, NORMKIT_LAYOUT_CHANNELS_LAST}}) {  // flat rows
     SCOPED_TRACE(Describe(s));
     std::vector<float> x = RandomVector(Numel(s.dims), 6, -1.0f, 1.0f);
@@ -142,10 +150,28 @@ TEST(BatchNormTraining, MeanFarFromTheSpread) {
   }
 }
 
+// Channel blocks take each channel's pivot from its first 16 values (its planes in the
+// first samples); where those samples sit far from the channel's mean (here 50 spreads
+// above the rest) the block is summed again about the mean the first pass found.
+TEST(BatchNormTraining, PivotFarFromTheMean) {
+  for (const Shape& s : {Shape{{64, 5, 4}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                         Shape{{200, 3}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                         Shape{{40, 6, 16}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {
+    SCOPED_TRACE(Describe(s));
+    std::vector<float> x = RandomVector(Numel(s.dims), 15, -1.0f, 1.0f);
+    const int64_t sample = Numel(s.dims) / s.dims[0];
+    for (int64_t i = 0; i < 16 * sample && i < Numel(s.dims); ++i) x[i] += 50.0f;
+    const int64_t C = s.dims[1];
+    const std::vector<float> gamma(C, 1.0f), beta(C, 0.0f);
+    ExpectMatchesReference(s, x, gamma, beta, 0.1f, RunTraining(s, x, gamma, beta, 0.1f, 2, false));
+  }
+}
+
 TEST(BatchNormTraining, BitwiseIdenticalAcrossThreadCounts) {
   for (const Shape& s : {Shape{{8, 32, 56, 56}, NORMKIT_LAYOUT_CHANNELS_FIRST},
                          Shape{{8, 32, 56, 56}, NORMKIT_LAYOUT_CHANNELS_LAST},
                          Shape{{64, 32, 7, 7}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                         Shape{{300, 32, 4, 4}, NORMKIT_LAYOUT_CHANNELS_FIRST},  // channel blocks
                          Shape{{32, 2, 64, 64}, NORMKIT_LAYOUT_CHANNELS_LAST}}) {
     SCOPED_TRACE(Describe(s));
     const std::vector<float> x = RandomVector(Numel(s.dims), 7);
@@ -175,7 +201,8 @@ TEST(BatchNormTraining, ValuesPastTheSquareRootOfFltMax) {
 }
 
 // Every SIMD target this CPU runs: the flat channels-last rows (C = 1, 2, 4 where they
-// divide the target's lanes), the column path (C = 3, 19), channels-first planes.
+// divide the target's lanes), the column path (C = 3, 19), channels-first planes (one by
+// one, and in channel blocks: planes of 12 and of 1 value).
 TEST(BatchNormTraining, EverySimdTargetMatchesReference) {
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
@@ -185,7 +212,9 @@ TEST(BatchNormTraining, EverySimdTargetMatchesReference) {
                            Shape{{3, 4, 50, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
                            Shape{{3, 3, 50, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
                            Shape{{3, 19, 5, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
-                           Shape{{3, 19, 5, 9}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {
+                           Shape{{3, 19, 5, 9}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                           Shape{{70, 19, 12}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                           Shape{{70, 150}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {
       SCOPED_TRACE(Describe(s));
       const int64_t C = s.dims[1];
       const std::vector<float> x = RandomVector(Numel(s.dims), 12, 5.0f, 9.0f);

@@ -32,6 +32,21 @@ void FlatColumnMoments(const float* x, int64_t rows, int64_t channels, Moments* 
 void ApplyFlatNorm(const float* x, float* y, int64_t rows, int64_t channels, const float* mean,
                    const float* scale, const float* shift);
 
+// Channels-first planes of `plane` values (a few: 128x1024x16) in channel blocks: the
+// width of a block, in floats, whole planes and whole vectors of the SIMD target in use
+// (at most 8 vectors), or 0 when no such block exists (then the planes go one by one).
+int64_t ShortPlaneBlockWidth(int64_t plane);
+
+// The moments of each channel of a block of channels-first x: `rows` samples, `width`
+// floats of each (width / plane channels, width <= ShortPlaneBlockWidth(plane), a multiple
+// of plane), samples row_stride floats apart; into out[0, width / plane). Shifted sums
+// about the mean of the channel's first 16 values, float runs of at most 64 terms a lane
+// carried in double; a second pass about the float mean the first found where that pivot
+// was too far from it (non-finite sums: a non-finite mean or m2, for the caller's exact
+// fallback). The block should fit L2 (a second pass reads it from there).
+void ShortPlaneBlockMoments(const float* x, int64_t rows, int64_t row_stride, int64_t width,
+                            int64_t plane, Moments* out);
+
 // The sums of one channel over a block: sum(dy) and sum(dy * (x - mean)) (float runs of
 // at most 64 terms a lane, carried in double), and max |dy|, max |x - mean| (NaN-blind:
 // a NaN shows in the sums), which bound the float apply's intermediates.
