@@ -172,16 +172,24 @@ int64_t ShortPlaneBlockWidthImpl(int64_t plane) {
 // Lane-wise sums over `rows` rows of the block (width floats of each row, rows `stride`
 // floats apart) of x - pivot and, kSquares, of its squares, in float runs of kFlushVectors
 // rows added to the double lanes sum / squares. Lanes past width are zero in x and pivot.
-template <size_t V, bool kSquares>
-HWY_INLINE void BlockSums(const float* HWY_RESTRICT x, size_t rows, size_t stride, size_t width,
-                          const float* HWY_RESTRICT pivot, double* sum, double* squares) {
+// kPartial: the last of the V vectors holds fewer than a vector's floats (read through a
+// zeroed buffer). The pivots are loaded from L1 each row and the vector loop unrolled:
+// held in registers beside the sums, 24 vectors and temporaries spilled the sums.
+template <size_t V, bool kSquares, bool kPartial>
+HWY_INLINE void BlockSumsT(const float* HWY_RESTRICT x, size_t rows, size_t stride, size_t width,
+                           const float* HWY_RESTRICT pivot, double* sum, double* squares) {
   const DF d;
   const size_t N = hn::Lanes(d);
+  constexpr size_t kWhole = kPartial ? V - 1 : V;
   const size_t last = width - (V - 1) * N;  // floats of the last vector, 1..N
   HWY_ALIGN float padded[kMaxFloatLanes] = {};
   HWY_ALIGN float lanes[kMaxFloatLanes];
-  VecSlots<DF, V> p, a, q;
-  for (size_t v = 0; v < V; ++v) p.Set(v, hn::Load(d, pivot + v * N));
+  VecSlots<DF, V> a, q;
+  const auto add = [&](size_t v, VF xv) {
+    const VF dev = hn::Sub(xv, hn::Load(d, pivot + v * N));
+    a.Set(v, hn::Add(a.Get(v), dev));
+    if (kSquares) q.Set(v, hn::MulAdd(dev, dev, q.Get(v)));
+  };
   const size_t line_floats = 64 / sizeof(float);
   for (size_t r0 = 0; r0 < rows; r0 += kFlushVectors) {
     for (size_t v = 0; v < V; ++v) a.Set(v, hn::Zero(d)), q.Set(v, hn::Zero(d));
@@ -192,17 +200,11 @@ HWY_INLINE void BlockSums(const float* HWY_RESTRICT x, size_t rows, size_t strid
         const float* ahead = row + kPrefetchRows * stride;
         for (size_t i = 0; i < width; i += line_floats) hwy::Prefetch(ahead + i);
       }
-      for (size_t v = 0; v < V; ++v) {
-        VF xv;
-        if (v + 1 < V || last == N) {
-          xv = hn::LoadU(d, row + v * N);
-        } else {
-          std::memcpy(padded, row + v * N, last * sizeof(float));
-          xv = hn::Load(d, padded);
-        }
-        const VF dev = hn::Sub(xv, p.Get(v));
-        a.Set(v, hn::Add(a.Get(v), dev));
-        if (kSquares) q.Set(v, hn::MulAdd(dev, dev, q.Get(v)));
+      HWY_UNROLL(8)
+      for (size_t v = 0; v < kWhole; ++v) add(v, hn::LoadU(d, row + v * N));
+      if (kPartial) {
+        std::memcpy(padded, row + (V - 1) * N, last * sizeof(float));
+        add(V - 1, hn::Load(d, padded));
       }
     }
     for (size_t v = 0; v < V; ++v) {
@@ -214,6 +216,15 @@ HWY_INLINE void BlockSums(const float* HWY_RESTRICT x, size_t rows, size_t strid
       }
     }
   }
+}
+
+template <size_t V, bool kSquares>
+HWY_INLINE void BlockSums(const float* HWY_RESTRICT x, size_t rows, size_t stride, size_t width,
+                          const float* HWY_RESTRICT pivot, double* sum, double* squares) {
+  if (width % hn::Lanes(DF()) != 0) {
+    return BlockSumsT<V, kSquares, true>(x, rows, stride, width, pivot, sum, squares);
+  }
+  BlockSumsT<V, kSquares, false>(x, rows, stride, width, pivot, sum, squares);
 }
 
 // Values of each channel a pivot is the mean of: its planes in the block's first rows.
