@@ -177,6 +177,12 @@ const std::vector<Shape>& Shapes() {
       {{3, 300, 5, 7}, NORMKIT_LAYOUT_CHANNELS_LAST},
       {{1, 1024, 3, 3}, NORMKIT_LAYOUT_CHANNELS_LAST},
       {{300, 5, 17}, NORMKIT_LAYOUT_CHANNELS_LAST},
+      // Channels-first planes of a few values in channel blocks (planes of 16, 1, 12, 6;
+      // tails with a partial vector, two chunks of samples).
+      {{20, 37, 16}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+      {{70, 130}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+      {{9, 11, 3, 4}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+      {{300, 3, 2, 3}, NORMKIT_LAYOUT_CHANNELS_FIRST},
   };
   return shapes;
 }
@@ -208,7 +214,9 @@ TEST(BatchNormBackward, EverySimdTargetMatchesReference) {
                            Shape{{3, 3, 5, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
                            Shape{{3, 19, 5, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
                            Shape{{3, 19, 5, 9}, NORMKIT_LAYOUT_CHANNELS_FIRST},
-                           Shape{{2, 3, 3000}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {
+                           Shape{{2, 3, 3000}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                           Shape{{70, 19, 12}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                           Shape{{70, 150}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {
       SCOPED_TRACE(Describe(s));
       const Inputs in = MakeInputs(s, 90);
       ExpectMatchesReference(s, in, RunBackward(s, in, 2, Alias::kNone, true, 1), true);
@@ -253,6 +261,7 @@ TEST(BatchNormBackward, BitwiseIdenticalAcrossThreadCounts) {
   for (const Shape& s : {Shape{{8, 32, 56, 56}, NORMKIT_LAYOUT_CHANNELS_FIRST},
                          Shape{{8, 32, 56, 56}, NORMKIT_LAYOUT_CHANNELS_LAST},
                          Shape{{64, 32, 7, 7}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                         Shape{{300, 32, 4, 4}, NORMKIT_LAYOUT_CHANNELS_FIRST},
                          Shape{{32, 2, 64, 64}, NORMKIT_LAYOUT_CHANNELS_LAST},
                          Shape{{2, 3, 200000}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {
     SCOPED_TRACE(Describe(s));
@@ -331,6 +340,52 @@ TEST(BatchNormBackward, EdgesOfFloat) {
     g4.grad_gamma.resize(4);
     g4.grad_beta.resize(4);
     ExpectMatchesReference(s4, first_four, g4, true);
+  }
+}
+
+// The same edges in channel blocks (channels-first planes of 4 values, the block walked
+// down the samples): each edge channel gets the reference's values, and a NaN in channel
+// 4 leaves channels 0-3 bitwise as they were.
+TEST(BatchNormBackward, EdgesOfFloatInChannelBlocks) {
+  const Shape s{{40, 5, 2, 2}, NORMKIT_LAYOUT_CHANNELS_FIRST};
+  const int64_t N = 40, C = 5, S = 4;
+  Inputs in = MakeInputs(s, 71);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t i = 0; i < S; ++i) {
+      const auto at = [&](int64_t c) { return static_cast<size_t>((n * C + c) * S + i); };
+      in.dy[at(1)] *= 0.7f * FLT_MAX;
+      in.x[at(2)] *= 1e25f;
+      in.dy[at(2)] *= 1e20f;
+      in.dy[at(3)] *= 1e-39f;
+    }
+  }
+  std::vector<float> y(in.x.size());
+  const normkit_tensor xt = Desc(in.x.data(), s.layout, s.dims),
+                       yt = Desc(y.data(), s.layout, s.dims);
+  ASSERT_EQ(normkit_batch_norm_training(nullptr, &xt, nullptr, nullptr, 1e-5f, 0.1f, nullptr,
+                                        nullptr, &yt, in.save_mean.data(), in.save_rstd.data()),
+            NORMKIT_SUCCESS);
+  const Grads clean = RunBackward(s, in, 2);
+  ExpectMatchesReference(s, in, clean, true);
+  Inputs with_nan = in;
+  with_nan.dy[static_cast<size_t>((7 * C + 4) * S + 1)] = NAN;
+  const Grads g = RunBackward(s, with_nan, 2);
+  EXPECT_TRUE(std::isnan(g.grad_beta[4]) && std::isnan(g.grad_gamma[4]));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t i = 0; i < S; ++i) {
+        const size_t at = static_cast<size_t>((n * C + c) * S + i);
+        if (c == 4) {
+          ASSERT_TRUE(std::isnan(g.dx[at])) << n << " " << i;
+        } else {
+          ASSERT_EQ(std::memcmp(&g.dx[at], &clean.dx[at], sizeof(float)), 0) << n << " " << c;
+        }
+      }
+    }
+  }
+  for (int64_t c = 0; c < 4; ++c) {
+    EXPECT_EQ(std::memcmp(&g.grad_gamma[c], &clean.grad_gamma[c], sizeof(float)), 0) << c;
+    EXPECT_EQ(std::memcmp(&g.grad_beta[c], &clean.grad_beta[c], sizeof(float)), 0) << c;
   }
 }
 

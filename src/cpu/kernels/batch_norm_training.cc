@@ -389,6 +389,110 @@ void PlaneGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy
   }
 }
 
+// Channels-first planes of a few values in channel blocks (ShortPlaneBlockWidth), the
+// block walked down the samples a sub-block of at most kGradBlockVectors vectors at a
+// time: its four accumulators a vector (the two sums, the two maxima) stay in registers.
+constexpr size_t kGradBlockVectors = 4;
+
+// Lane-wise sums over `rows` rows of a sub-block (width floats of each row of x and dy,
+// rows `stride` floats apart) about the lanes' means: float runs of kFlushVectors rows
+// added to the double lanes s, t; the maxima into max_dy, max_xmu. kPartial: the last of
+// the V vectors is read through zeroed buffers (dy 0 and x - mean 0 add nothing).
+template <size_t V, bool kPartial>
+HWY_INLINE void BlockGradSumsT(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy,
+                               size_t rows, size_t stride, size_t width,
+                               const float* HWY_RESTRICT mean, double* s, double* t, float* max_dy,
+                               float* max_xmu) {
+  const DF d;
+  const size_t N = hn::Lanes(d);
+  constexpr size_t kWhole = kPartial ? V - 1 : V;
+  const size_t last = width - (V - 1) * N;
+  HWY_ALIGN float px[kMaxFloatLanes] = {};
+  HWY_ALIGN float pdy[kMaxFloatLanes] = {};
+  HWY_ALIGN float lanes[kMaxFloatLanes];
+  VecSlots<DF, V> a, b, mdy, mxmu;
+  for (size_t v = 0; v < V; ++v) mdy.Set(v, hn::Zero(d)), mxmu.Set(v, hn::Zero(d));
+  const auto add = [&](size_t v, VF xv, VF dyv) {
+    VF sv = a.Get(v), tv = b.Get(v), m1 = mdy.Get(v), m2 = mxmu.Get(v);
+    AddGrad(xv, dyv, hn::Load(d, mean + v * N), sv, tv, m1, m2);
+    a.Set(v, sv), b.Set(v, tv), mdy.Set(v, m1), mxmu.Set(v, m2);
+  };
+  const size_t line_floats = 64 / sizeof(float);
+  for (size_t r0 = 0; r0 < rows; r0 += kFlushVectors) {
+    for (size_t v = 0; v < V; ++v) a.Set(v, hn::Zero(d)), b.Set(v, hn::Zero(d));
+    const size_t r1 = std::min(rows, r0 + kFlushVectors);
+    for (size_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * stride;
+      const float* dyr = dy + r * stride;
+      if (r + kPrefetchRows < rows) {
+        for (size_t i = 0; i < width; i += line_floats) {
+          hwy::Prefetch(xr + kPrefetchRows * stride + i);
+          hwy::Prefetch(dyr + kPrefetchRows * stride + i);
+        }
+      }
+      HWY_UNROLL(4)
+      for (size_t v = 0; v < kWhole; ++v)
+        add(v, hn::LoadU(d, xr + v * N), hn::LoadU(d, dyr + v * N));
+      if (kPartial) {
+        std::memcpy(px, xr + (V - 1) * N, last * sizeof(float));
+        std::memcpy(pdy, dyr + (V - 1) * N, last * sizeof(float));
+        add(V - 1, hn::Load(d, px), hn::Load(d, pdy));
+      }
+    }
+    for (size_t v = 0; v < V; ++v) {
+      hn::Store(a.Get(v), d, lanes);
+      for (size_t l = 0; l < N; ++l) s[v * N + l] += static_cast<double>(lanes[l]);
+      hn::Store(b.Get(v), d, lanes);
+      for (size_t l = 0; l < N; ++l) t[v * N + l] += static_cast<double>(lanes[l]);
+    }
+  }
+  for (size_t v = 0; v < V; ++v) {
+    hn::Store(mdy.Get(v), d, max_dy + v * N);
+    hn::Store(mxmu.Get(v), d, max_xmu + v * N);
+  }
+}
+
+void ShortPlaneBlockGradSumsImpl(const float* x, const float* dy, int64_t rows, int64_t row_stride,
+                                 int64_t width, int64_t plane, const float* mean, GradSums* out) {
+  const size_t N = hn::Lanes(DF());
+  const size_t W = static_cast<size_t>(width), S = static_cast<size_t>(plane);
+  const size_t R = static_cast<size_t>(rows), stride = static_cast<size_t>(row_stride);
+  constexpr size_t kMax = kBlockVectors * kMaxFloatLanes;
+  HWY_ALIGN float lane_mean[kMax] = {};
+  HWY_ALIGN float max_dy[kMax] = {};
+  HWY_ALIGN float max_xmu[kMax] = {};
+  double s[kMax] = {}, t[kMax] = {};
+  for (size_t j = 0; j < W; ++j) lane_mean[j] = mean[j / S];
+  for (size_t f = 0; f < W; f += kGradBlockVectors * N) {
+    const size_t w = std::min(W - f, kGradBlockVectors * N);
+    const size_t V = (w + N - 1) / N;
+    const bool partial = w % N != 0;
+    const auto run = [&](auto vectors, auto part) {
+      BlockGradSumsT<decltype(vectors)::value, decltype(part)::value>(
+          x + f, dy + f, R, stride, w, lane_mean + f, s + f, t + f, max_dy + f, max_xmu + f);
+    };
+    using T = std::true_type;
+    using F = std::false_type;
+    switch (V * 2 + (partial ? 1 : 0)) {
+      case 2: run(std::integral_constant<size_t, 1>(), F()); break;
+      case 3: run(std::integral_constant<size_t, 1>(), T()); break;
+      case 4: run(std::integral_constant<size_t, 2>(), F()); break;
+      case 5: run(std::integral_constant<size_t, 2>(), T()); break;
+      case 6: run(std::integral_constant<size_t, 3>(), F()); break;
+      case 7: run(std::integral_constant<size_t, 3>(), T()); break;
+      case 8: run(std::integral_constant<size_t, 4>(), F()); break;
+      default: run(std::integral_constant<size_t, 4>(), T()); break;
+    }
+  }
+  for (size_t c = 0; c < W / S; ++c) {
+    GradSums g;
+    for (size_t j = c * S; j < (c + 1) * S; ++j) {
+      MergeGradSums(g, GradSums{s[j], t[j], max_dy[j], max_xmu[j]});
+    }
+    out[c] = g;
+  }
+}
+
 // Channels-last with fewer channels than lanes, a divisor of them (1, 2, 4 on AVX2): the
 // block is one flat span whose lane l is always channel l % channels.
 void PatternGradSums(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, size_t rows,
@@ -566,6 +670,7 @@ HWY_EXPORT(SpanGradSumsImpl);
 HWY_EXPORT(ColumnGradSumsImpl);
 HWY_EXPORT(ApplyGradSpanImpl);
 HWY_EXPORT(PlaneGradSumsImpl);
+HWY_EXPORT(ShortPlaneBlockGradSumsImpl);
 HWY_EXPORT(ApplyGradPlanesImpl);
 HWY_EXPORT(ApplyGradRowsImpl);
 
@@ -580,6 +685,12 @@ int64_t ShortPlaneBlockWidth(int64_t plane) {
 void ShortPlaneBlockMoments(const float* x, int64_t rows, int64_t row_stride, int64_t width,
                             int64_t plane, Moments* out) {
   HWY_DYNAMIC_DISPATCH(ShortPlaneBlockMomentsImpl)(x, rows, row_stride, width, plane, out);
+}
+
+void ShortPlaneBlockGradSums(const float* x, const float* dy, int64_t rows, int64_t row_stride,
+                             int64_t width, int64_t plane, const float* mean, GradSums* out) {
+  HWY_DYNAMIC_DISPATCH(ShortPlaneBlockGradSumsImpl)
+  (x, dy, rows, row_stride, width, plane, mean, out);
 }
 
 void FlatColumnMoments(const float* x, int64_t rows, int64_t channels, Moments* out) {

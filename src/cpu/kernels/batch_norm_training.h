@@ -82,6 +82,12 @@ GradSums SpanGradSums(const float* x, const float* dy, int64_t n, float mean);
 void PlaneGradSums(const float* x, const float* dy, int64_t n, int64_t count, const float* mean,
                    int64_t channels, int64_t first_channel, GradSums* out);
 
+// The sums of each channel of a block of channels-first x and dy (rows, row_stride, width
+// and plane as ShortPlaneBlockMoments) about mean[c] for channel c of the block, into
+// out[0, width / plane): float runs of at most 64 terms a lane carried in double.
+void ShortPlaneBlockGradSums(const float* x, const float* dy, int64_t rows, int64_t row_stride,
+                             int64_t width, int64_t plane, const float* mean, GradSums* out);
+
 // The sums of each channel of a channels-last block of `rows` rows of `channels` floats
 // (row r, channel c at r * channels + c) about mean[c], into out[0, channels). mean:
 // PaddedChannels(channels) floats; scratch: 4 * PaddedChannels(channels) floats, 64-byte
