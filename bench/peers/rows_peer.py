@@ -27,7 +27,9 @@ And the way most users write it, in the rows marked "plain": ONNX Runtime's sess
 (it returns a fresh array). ncnn's Extractor (a Net run) is not timed: in the ncnn wheel
 measured (1.0.20261020) Extractor.extract crashed the process, even on a one-ReLU net.
 
-Outputs are checked against float64 first. Each round times every call of a row
+ONNX Runtime's intra-op threads do not spin between calls (`session.intra_op.allow_spinning`
+0): spinning, they took the cores of the next contender. Outputs are checked against float64
+first. Each round times every call of a row
 interleaved (median of `reps` calls); a row is a win or a loss only when the per-round
 ranges of normkit's and the peer's times do not overlap, else a tie.
 """
@@ -116,6 +118,10 @@ def ort_session(op, rms, D, w, b, threads):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # Its threads otherwise spin after each call and take the cores of whoever runs next
+    # (normkit's [2048, 4096] add + RMS norm at two threads ran 7-8 ms right after ORT's
+    # calls, 3.3-4.4 ms alone); ORT's own times do not change.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     errors = []
     for node, opsets in candidates:
         graph = helper.make_graph([node], "rows", inputs, outputs, inits)
