@@ -35,15 +35,11 @@ ranges of normkit's and the peer's times do not overlap, else a tie.
 """
 import argparse
 import os
-import statistics
-import sys
 import tempfile
-import time
 
-_KEEP = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
-if any(os.environ.get(k) != v for k, v in _KEEP.items()):
-    os.environ.update(_KEEP)
-    os.execv(sys.executable, [sys.executable] + sys.argv)
+from peer_util import reexec_keeping_freed_memory, timed
+
+reexec_keeping_freed_memory()
 
 import numpy as np  # noqa: E402
 
@@ -155,15 +151,6 @@ def ncnn_layer(rms, D, w, b, threads):
 
 
 # ------------------------------------------------------------------ the rows
-def timed(fn, reps):
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def make_calls(op, shape, threads, rng):
     """(normkit out of place, normkit in place, {peer: (call, output, in_place)}, reference)."""
     rows, D = shape

@@ -22,29 +22,15 @@ Each round times both interleaved (median of `reps` calls); a row is a win or a 
 only when the per-round ranges of the two times do not overlap, else a tie.
 """
 import argparse
-import os
-import statistics
-import sys
-import time
 
-_KEEP = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 34)}
-if any(os.environ.get(k) != v for k, v in _KEEP.items()):
-    os.environ.update(_KEEP)
-    os.execv(sys.executable, [sys.executable] + sys.argv)
+from peer_util import reexec_keeping_freed_memory, timed
+
+reexec_keeping_freed_memory()
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import normkit  # noqa: E402
-
-
-def timed(fn, reps):
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def train_rows(quick):

@@ -169,6 +169,23 @@ int64_t ShortPlaneBlockWidthImpl(int64_t plane) {
   return static_cast<int64_t>(kBlockVectors * N / unit * unit);
 }
 
+// Adds v's lanes, widened, to out[0, lanes).
+HWY_INLINE void AddToDoubleLanes(VF v, double* HWY_RESTRICT out) {
+  const DF d;
+  HWY_ALIGN float lanes[kMaxFloatLanes];
+  hn::Store(v, d, lanes);
+  for (size_t l = 0; l < hn::Lanes(d); ++l) out[l] += static_cast<double>(lanes[l]);
+}
+
+// Requests the `width` floats of the row kPrefetchRows rows after `row` (stride floats a
+// row), when the walk reaches that far.
+HWY_INLINE void PrefetchAhead(const float* row, size_t r, size_t rows, size_t stride,
+                              size_t width) {
+  if (r + kPrefetchRows >= rows) return;
+  const float* ahead = row + kPrefetchRows * stride;
+  for (size_t i = 0; i < width; i += 64 / sizeof(float)) hwy::Prefetch(ahead + i);
+}
+
 // Lane-wise sums over `rows` rows of the block (width floats of each row, rows `stride`
 // floats apart) of x - pivot and, kSquares, of its squares, in float runs of kFlushVectors
 // rows added to the double lanes sum / squares. Lanes past width are zero in x and pivot.
@@ -183,23 +200,18 @@ HWY_INLINE void BlockSumsT(const float* HWY_RESTRICT x, size_t rows, size_t stri
   constexpr size_t kWhole = kPartial ? V - 1 : V;
   const size_t last = width - (V - 1) * N;  // floats of the last vector, 1..N
   HWY_ALIGN float padded[kMaxFloatLanes] = {};
-  HWY_ALIGN float lanes[kMaxFloatLanes];
   VecSlots<DF, V> a, q;
   const auto add = [&](size_t v, VF xv) {
     const VF dev = hn::Sub(xv, hn::Load(d, pivot + v * N));
     a.Set(v, hn::Add(a.Get(v), dev));
     if (kSquares) q.Set(v, hn::MulAdd(dev, dev, q.Get(v)));
   };
-  const size_t line_floats = 64 / sizeof(float);
   for (size_t r0 = 0; r0 < rows; r0 += kFlushVectors) {
     for (size_t v = 0; v < V; ++v) a.Set(v, hn::Zero(d)), q.Set(v, hn::Zero(d));
     const size_t r1 = std::min(rows, r0 + kFlushVectors);
     for (size_t r = r0; r < r1; ++r) {
       const float* row = x + r * stride;
-      if (r + kPrefetchRows < rows) {
-        const float* ahead = row + kPrefetchRows * stride;
-        for (size_t i = 0; i < width; i += line_floats) hwy::Prefetch(ahead + i);
-      }
+      PrefetchAhead(row, r, rows, stride, width);
       HWY_UNROLL(8)
       for (size_t v = 0; v < kWhole; ++v) add(v, hn::LoadU(d, row + v * N));
       if (kPartial) {
@@ -208,12 +220,8 @@ HWY_INLINE void BlockSumsT(const float* HWY_RESTRICT x, size_t rows, size_t stri
       }
     }
     for (size_t v = 0; v < V; ++v) {
-      hn::Store(a.Get(v), d, lanes);
-      for (size_t l = 0; l < N; ++l) sum[v * N + l] += static_cast<double>(lanes[l]);
-      if (kSquares) {
-        hn::Store(q.Get(v), d, lanes);
-        for (size_t l = 0; l < N; ++l) squares[v * N + l] += static_cast<double>(lanes[l]);
-      }
+      AddToDoubleLanes(a.Get(v), sum + v * N);
+      if (kSquares) AddToDoubleLanes(q.Get(v), squares + v * N);
     }
   }
 }
@@ -409,7 +417,6 @@ HWY_INLINE void BlockGradSumsT(const float* HWY_RESTRICT x, const float* HWY_RES
   const size_t last = width - (V - 1) * N;
   HWY_ALIGN float px[kMaxFloatLanes] = {};
   HWY_ALIGN float pdy[kMaxFloatLanes] = {};
-  HWY_ALIGN float lanes[kMaxFloatLanes];
   VecSlots<DF, V> a, b, mdy, mxmu;
   for (size_t v = 0; v < V; ++v) mdy.Set(v, hn::Zero(d)), mxmu.Set(v, hn::Zero(d));
   const auto add = [&](size_t v, VF xv, VF dyv) {
@@ -417,19 +424,14 @@ HWY_INLINE void BlockGradSumsT(const float* HWY_RESTRICT x, const float* HWY_RES
     AddGrad(xv, dyv, hn::Load(d, mean + v * N), sv, tv, m1, m2);
     a.Set(v, sv), b.Set(v, tv), mdy.Set(v, m1), mxmu.Set(v, m2);
   };
-  const size_t line_floats = 64 / sizeof(float);
   for (size_t r0 = 0; r0 < rows; r0 += kFlushVectors) {
     for (size_t v = 0; v < V; ++v) a.Set(v, hn::Zero(d)), b.Set(v, hn::Zero(d));
     const size_t r1 = std::min(rows, r0 + kFlushVectors);
     for (size_t r = r0; r < r1; ++r) {
       const float* xr = x + r * stride;
       const float* dyr = dy + r * stride;
-      if (r + kPrefetchRows < rows) {
-        for (size_t i = 0; i < width; i += line_floats) {
-          hwy::Prefetch(xr + kPrefetchRows * stride + i);
-          hwy::Prefetch(dyr + kPrefetchRows * stride + i);
-        }
-      }
+      PrefetchAhead(xr, r, rows, stride, width);
+      PrefetchAhead(dyr, r, rows, stride, width);
       HWY_UNROLL(4)
       for (size_t v = 0; v < kWhole; ++v)
         add(v, hn::LoadU(d, xr + v * N), hn::LoadU(d, dyr + v * N));
@@ -440,10 +442,8 @@ HWY_INLINE void BlockGradSumsT(const float* HWY_RESTRICT x, const float* HWY_RES
       }
     }
     for (size_t v = 0; v < V; ++v) {
-      hn::Store(a.Get(v), d, lanes);
-      for (size_t l = 0; l < N; ++l) s[v * N + l] += static_cast<double>(lanes[l]);
-      hn::Store(b.Get(v), d, lanes);
-      for (size_t l = 0; l < N; ++l) t[v * N + l] += static_cast<double>(lanes[l]);
+      AddToDoubleLanes(a.Get(v), s + v * N);
+      AddToDoubleLanes(b.Get(v), t + v * N);
     }
   }
   for (size_t v = 0; v < V; ++v) {
