@@ -23,12 +23,6 @@ namespace {
 
 using kernels::GradSums;
 
-// Channels-first planes of at most this many values take channel blocks where the SIMD
-// target's vectors tile whole planes (kernels::ShortPlaneBlockWidth), in chunks of samples
-// of about kChunkBytes a block: the forward's limits.
-constexpr int64_t kShortPlane = 256;
-constexpr int64_t kChunkBytes = int64_t{64} << 10;
-
 struct Plan {
   const float* x;
   const float* dy;
@@ -37,9 +31,9 @@ struct Plan {
   bool channels_last;
   // Channels-first: blocks per (n, c) plane; channels-last: rows per block and blocks.
   int64_t plane_blocks = 0, block_rows = 0, row_blocks = 0;
-  // Channels-first planes of a few values in channel blocks (the forward's blocks): floats
-  // of a block's sample, samples per chunk and chunks; width 0: not this path.
-  int64_t block_width = 0, chunk_rows = 0, chunks = 0;
+  // Channels-first planes of a few values in the forward's channel blocks (width 0: not
+  // this path).
+  ChannelBlocks blocks;
 
   // Index of value i of run k of channel c (runs: samples channels-first, rows
   // channels-last).
@@ -101,24 +95,19 @@ std::vector<GradSums> ChannelSums(const normkit_context& ctx, const Plan& p,
     }
     return merged;
   }
-  if (p.block_width > 0) {
+  if (p.blocks.width > 0) {
     // Planes of a few values: channel blocks walked down chunks of samples
     // (kernels::ShortPlaneBlockGradSums), chunk k's channel c at partial[k * C + c].
     // Plane by plane (PlaneGradSums, a span's reductions each), 128x1024x16's sums took
     // three times a read of x and dy.
-    const int64_t block_channels = p.block_width / p.S;
-    const int64_t blocks = (p.C + block_channels - 1) / block_channels;
-    auto partial = AllocateAligned<GradSums>(static_cast<size_t>(p.chunks * p.C));
-    ParallelFor(ctx, p.chunks * blocks, [&](int64_t t) {
-      const int64_t chunk = t / blocks, c0 = (t % blocks) * block_channels;
-      const int64_t channels = std::min(block_channels, p.C - c0);
-      const int64_t n0 = chunk * p.chunk_rows, rows = std::min(p.chunk_rows, p.N - n0);
-      const int64_t at = (n0 * p.C + c0) * p.S;
-      kernels::ShortPlaneBlockGradSums(p.x + at, p.dy + at, rows, p.C * p.S, channels * p.S, p.S,
-                                       padded_mean + c0,
-                                       &partial[static_cast<size_t>(chunk * p.C + c0)]);
+    auto partial = AllocateAligned<GradSums>(static_cast<size_t>(p.blocks.chunks * p.C));
+    ParallelFor(ctx, p.blocks.chunks * p.blocks.blocks, [&](int64_t t) {
+      const ChannelBlocks::Task k = p.blocks.At(t, p.N, p.C, p.S);
+      kernels::ShortPlaneBlockGradSums(p.x + k.offset, p.dy + k.offset, k.rows, p.C * p.S,
+                                       k.channels * p.S, p.S, padded_mean + k.c0,
+                                       &partial[static_cast<size_t>(k.chunk * p.C + k.c0)]);
     });
-    for (int64_t k = 0; k < p.chunks; ++k) {
+    for (int64_t k = 0; k < p.blocks.chunks; ++k) {
       for (size_t c = 0; c < C; ++c) {
         kernels::MergeGradSums(merged[c], partial[static_cast<size_t>(k) * C + c]);
       }
@@ -182,11 +171,7 @@ void BatchNormTrainingBackward(const normkit_context& context, const TensorView&
     p.row_blocks = (p.N * p.S + p.block_rows - 1) / p.block_rows;
   } else {
     p.plane_blocks = (p.S + kStatsBlockElems - 1) / kStatsBlockElems;
-    if (p.S <= kShortPlane) p.block_width = kernels::ShortPlaneBlockWidth(p.S);
-    if (p.block_width > 0) {
-      p.chunk_rows = std::max<int64_t>(1, kChunkBytes / (p.block_width * int64_t{sizeof(float)}));
-      p.chunks = (p.N + p.chunk_rows - 1) / p.chunk_rows;
-    }
+    p.blocks = PlanChannelBlocks(p.N, p.C, p.S);
   }
   const size_t C = static_cast<size_t>(p.C);
   const size_t padded = static_cast<size_t>(kernels::PaddedChannels(p.C));

@@ -39,9 +39,8 @@ struct Plan {
   bool flat = false;
   // Channels-first: blocks per (n, c) plane; channels-last: rows per block and blocks.
   int64_t plane_blocks = 0, block_rows = 0, row_blocks = 0;
-  // Channels-first planes of a few values, in channel blocks (ChannelBlockMoments): floats
-  // of a block's sample, samples per chunk and chunks; width 0: not this path.
-  int64_t block_width = 0, chunk_rows = 0, chunks = 0;
+  // Channels-first planes of a few values in channel blocks (width 0: not this path).
+  ChannelBlocks blocks;
 };
 
 // Planes up to this many elements are summed side by side, a vector's worth of planes at
@@ -71,25 +70,16 @@ void ShortPlaneMoments(const normkit_context& ctx, const Plan& p, Moments* parti
   });
 }
 
-// A channel block's samples per chunk: about this many bytes (a second pass, when a pivot
-// was too far, reads them again from L2).
-constexpr int64_t kChunkBytes = int64_t{64} << 10;
-
-// Channels-first planes of a few values whose planes tile whole vectors: blocks of
-// p.block_width / p.S channels walked down the samples in chunks of p.chunk_rows samples
-// (kernels::ShortPlaneBlockMoments), the moments of chunk k's channel c at partial[k * C +
-// c]. Against ShortPlaneMoments (SpanMeanRstdEach over runs of 256 planes, then a merge
-// of the N partials of each channel), 128x1024x16 went from 0.15-0.26 of its memory bound
-// to 0.55-0.63 (bench, two runs, 1 and 2 threads).
+// Channels-first planes of a few values: the moments of chunk k's channel c at
+// partial[k * C + c] (kernels::ShortPlaneBlockMoments). Against ShortPlaneMoments
+// (SpanMeanRstdEach over runs of 256 planes, then a merge of the N partials of each
+// channel), 128x1024x16 went from 0.15-0.26 of its memory bound to 0.70-0.78 at one thread
+// and 0.44-0.59 at two (bench, two runs).
 void ChannelBlockMoments(const normkit_context& ctx, const Plan& p, Moments* partial) {
-  const int64_t block_channels = p.block_width / p.S;
-  const int64_t blocks = (p.C + block_channels - 1) / block_channels;
-  ParallelFor(ctx, p.chunks * blocks, [&](int64_t t) {
-    const int64_t chunk = t / blocks, c0 = (t % blocks) * block_channels;
-    const int64_t channels = std::min(block_channels, p.C - c0);
-    const int64_t n0 = chunk * p.chunk_rows, rows = std::min(p.chunk_rows, p.N - n0);
-    kernels::ShortPlaneBlockMoments(p.x + (n0 * p.C + c0) * p.S, rows, p.C * p.S, channels * p.S,
-                                    p.S, &partial[static_cast<size_t>(chunk * p.C + c0)]);
+  ParallelFor(ctx, p.blocks.chunks * p.blocks.blocks, [&](int64_t t) {
+    const ChannelBlocks::Task k = p.blocks.At(t, p.N, p.C, p.S);
+    kernels::ShortPlaneBlockMoments(p.x + k.offset, k.rows, p.C * p.S, k.channels * p.S, p.S,
+                                    &partial[static_cast<size_t>(k.chunk * p.C + k.c0)]);
   });
 }
 
@@ -140,6 +130,33 @@ MeanRstd ExactChannelStats(const Plan& p, int64_t c, float eps) {
 
 }  // namespace
 
+// A channel block's samples per chunk: about this many bytes (a second pass, when a pivot
+// was too far, reads them again from L2).
+constexpr int64_t kChunkBytes = int64_t{64} << 10;
+
+ChannelBlocks PlanChannelBlocks(int64_t N, int64_t C, int64_t S) {
+  ChannelBlocks b;
+  if (S > kShortPlane) return b;
+  b.width = kernels::ShortPlaneBlockWidth(S);
+  if (b.width == 0) return b;
+  b.block_channels = b.width / S;
+  b.blocks = (C + b.block_channels - 1) / b.block_channels;
+  b.chunk_rows = std::max<int64_t>(1, kChunkBytes / (b.width * int64_t{sizeof(float)}));
+  b.chunks = (N + b.chunk_rows - 1) / b.chunk_rows;
+  return b;
+}
+
+ChannelBlocks::Task ChannelBlocks::At(int64_t t, int64_t N, int64_t C, int64_t S) const {
+  Task k;
+  k.chunk = t / blocks;
+  k.c0 = (t % blocks) * block_channels;
+  k.channels = std::min(block_channels, C - k.c0);
+  k.n0 = k.chunk * chunk_rows;
+  k.rows = std::min(chunk_rows, N - k.n0);
+  k.offset = (k.n0 * C + k.c0) * S;
+  return k;
+}
+
 void BatchNormTraining(const normkit_context& context, const TensorView& x, const TensorView& y,
                        const BatchNormTrainingArgs& args) {
   Plan p;
@@ -160,14 +177,12 @@ void BatchNormTraining(const normkit_context& context, const TensorView& x, cons
     p.block_rows = std::max<int64_t>(kMinStatsBlockRows, kBlockElems / p.C);
     p.row_blocks = (rows + p.block_rows - 1) / p.block_rows;
     partial = AllocateAligned<Moments>(static_cast<size_t>(p.row_blocks * p.C));
-  } else if (p.S <= kShortPlane && kernels::ShortPlaneBlockWidth(p.S) > 0) {
-    p.block_width = kernels::ShortPlaneBlockWidth(p.S);
-    p.chunk_rows = std::max<int64_t>(1, kChunkBytes / (p.block_width * int64_t{sizeof(float)}));
-    p.chunks = (p.N + p.chunk_rows - 1) / p.chunk_rows;
-    partial = AllocateAligned<Moments>(static_cast<size_t>(p.chunks * p.C));
   } else {
+    p.blocks = PlanChannelBlocks(p.N, p.C, p.S);
     p.plane_blocks = (p.S + kBlockElems - 1) / kBlockElems;
-    partial = AllocateAligned<Moments>(static_cast<size_t>(p.N * p.C * p.plane_blocks));
+    const int64_t partials =
+        p.blocks.width > 0 ? p.blocks.chunks * p.C : p.N * p.C * p.plane_blocks;
+    partial = AllocateAligned<Moments>(static_cast<size_t>(partials));
   }
   const size_t C = static_cast<size_t>(p.C);
   std::vector<double> mean(C), rstd(C), var(C);
@@ -177,7 +192,7 @@ void BatchNormTraining(const normkit_context& context, const TensorView& x, cons
   float* shift = scale + AlignedCount<float>(C);
   if (p.channels_last) {
     RowBlockMoments(ctx, p, partial.get());
-  } else if (p.block_width > 0) {
+  } else if (p.blocks.width > 0) {
     ChannelBlockMoments(ctx, p, partial.get());
   } else {
     PlaneBlockMoments(ctx, p, partial.get());
@@ -186,8 +201,8 @@ void BatchNormTraining(const normkit_context& context, const TensorView& x, cons
   // samples for channel blocks, row blocks channels-last; the partials walked in memory
   // order too (a channel at a time, stride C, took 128x1024x16 a sixth of its time).
   std::vector<Moments> merged(C);
-  const int64_t runs = p.channels_last ? p.row_blocks : p.block_width > 0 ? p.chunks : p.N;
-  const int64_t per_channel = p.channels_last || p.block_width > 0 ? 1 : p.plane_blocks;
+  const int64_t runs = p.channels_last ? p.row_blocks : p.blocks.width > 0 ? p.blocks.chunks : p.N;
+  const int64_t per_channel = p.channels_last || p.blocks.width > 0 ? 1 : p.plane_blocks;
   for (int64_t r = 0; r < runs; ++r) {
     const Moments* run = &partial[static_cast<size_t>(r * p.C * per_channel)];
     for (size_t c = 0; c < C; ++c) {

@@ -5,6 +5,8 @@
 #ifndef NORMKIT_CPU_BATCH_NORM_TRAINING_H_
 #define NORMKIT_CPU_BATCH_NORM_TRAINING_H_
 
+#include <cstdint>
+
 #include "core/context.h"
 #include "core/tensor.h"
 
@@ -54,6 +56,27 @@ struct BatchNormBackwardArgs {
 void BatchNormTrainingBackward(const normkit_context& context, const TensorView& x,
                                const TensorView& dy, const TensorView* dx,
                                const BatchNormBackwardArgs& args);
+
+// Channels-first planes of a few values (128x1024x16, rank-2 [N, C]) are walked in channel
+// blocks by both passes (kernels::ShortPlaneBlockMoments / ShortPlaneBlockGradSums): blocks
+// of `width` floats of each sample (whole planes and whole vectors of the SIMD target),
+// walked down chunks of samples. From the shape alone, so the bits are; width 0: the shape
+// does not take this path.
+struct ChannelBlocks {
+  int64_t width = 0;           // floats of a block's sample
+  int64_t block_channels = 0;  // width / S
+  int64_t blocks = 0;          // over C, the last one maybe narrower
+  int64_t chunk_rows = 0;      // samples a chunk: about 64 KiB of a block
+  int64_t chunks = 0;
+
+  // Task t (of chunks * blocks, chunk-major): chunk `chunk`'s samples [n0, n0 + rows) of
+  // channels [c0, c0 + channels), the first at element `offset` of x.
+  struct Task {
+    int64_t chunk, c0, channels, n0, rows, offset;
+  };
+  Task At(int64_t t, int64_t N, int64_t C, int64_t S) const;
+};
+ChannelBlocks PlanChannelBlocks(int64_t N, int64_t C, int64_t S);
 
 }  // namespace cpu
 }  // namespace normkit
