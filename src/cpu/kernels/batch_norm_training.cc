@@ -239,14 +239,16 @@ HWY_INLINE void BlockSums(const float* HWY_RESTRICT x, size_t rows, size_t strid
 constexpr size_t kPivotValues = 16;
 
 // The block's moments from its lanes' shifted sums about `pivot` (a pivot a channel, the
-// same in its S lanes), summed per channel in double; false when a channel's pivot was too
-// far from its mean to keep the digits (PivotTooFar), out then unset.
+// same in its S lanes), summed per channel in double; with check_pivot, false when a
+// channel's pivot was too far from its mean to keep the digits (PivotTooFar), out then
+// unset.
 HWY_INLINE bool ChannelMoments(const double* s1, const double* s2, const float* pivot,
-                               size_t channels, size_t S, double count, Moments* out) {
+                               size_t channels, size_t S, double count, bool check_pivot,
+                               Moments* out) {
   for (size_t c = 0; c < channels; ++c) {
     double t1 = 0.0, t2 = 0.0;
     for (size_t j = c * S; j < (c + 1) * S; ++j) t1 += s1[j], t2 += s2[j];
-    if (PivotTooFar(count, t1, t2)) return false;
+    if (check_pivot && PivotTooFar(count, t1, t2)) return false;
     const double shift = t1 / count;
     const double m2 = t2 - t1 * shift;
     out[c] = Moments{count, static_cast<double>(pivot[c * S]) + shift, m2 > 0.0 ? m2 : 0.0};
@@ -279,7 +281,7 @@ void ShortPlaneBlockMomentsT(const float* x, size_t rows, size_t stride, size_t 
   }
   const double count = static_cast<double>(rows) * static_cast<double>(S);
   BlockSums<V, true>(x, rows, stride, width, pivot, s1, s2);
-  if (ChannelMoments(s1, s2, pivot, channels, S, count, out)) return;
+  if (ChannelMoments(s1, s2, pivot, channels, S, count, true, out)) return;
   for (size_t c = 0; c < channels; ++c) {
     double t1 = 0.0;
     for (size_t j = c * S; j < (c + 1) * S; ++j) t1 += s1[j];
@@ -287,13 +289,7 @@ void ShortPlaneBlockMomentsT(const float* x, size_t rows, size_t stride, size_t 
     for (size_t j = c * S; j < (c + 1) * S; ++j) pivot[j] = mean, s1[j] = s2[j] = 0.0;
   }
   BlockSums<V, true>(x, rows, stride, width, pivot, s1, s2);
-  for (size_t c = 0; c < channels; ++c) {
-    double t1 = 0.0, t2 = 0.0;
-    for (size_t j = c * S; j < (c + 1) * S; ++j) t1 += s1[j], t2 += s2[j];
-    const double shift = t1 / count;
-    const double m2 = t2 - t1 * shift;
-    out[c] = Moments{count, static_cast<double>(pivot[c * S]) + shift, m2 > 0.0 ? m2 : 0.0};
-  }
+  ChannelMoments(s1, s2, pivot, channels, S, count, false, out);
 }
 
 void ShortPlaneBlockMomentsImpl(const float* x, int64_t rows, int64_t row_stride, int64_t width,
@@ -452,6 +448,17 @@ HWY_INLINE void BlockGradSumsT(const float* HWY_RESTRICT x, const float* HWY_RES
   }
 }
 
+template <size_t V>
+HWY_INLINE void BlockGradSums(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy,
+                              size_t rows, size_t stride, size_t width,
+                              const float* HWY_RESTRICT mean, double* s, double* t, float* max_dy,
+                              float* max_xmu) {
+  if (width % hn::Lanes(DF()) != 0) {
+    return BlockGradSumsT<V, true>(x, dy, rows, stride, width, mean, s, t, max_dy, max_xmu);
+  }
+  BlockGradSumsT<V, false>(x, dy, rows, stride, width, mean, s, t, max_dy, max_xmu);
+}
+
 void ShortPlaneBlockGradSumsImpl(const float* x, const float* dy, int64_t rows, int64_t row_stride,
                                  int64_t width, int64_t plane, const float* mean, GradSums* out) {
   const size_t N = hn::Lanes(DF());
@@ -466,22 +473,15 @@ void ShortPlaneBlockGradSumsImpl(const float* x, const float* dy, int64_t rows, 
   for (size_t f = 0; f < W; f += kGradBlockVectors * N) {
     const size_t w = std::min(W - f, kGradBlockVectors * N);
     const size_t V = (w + N - 1) / N;
-    const bool partial = w % N != 0;
-    const auto run = [&](auto vectors, auto part) {
-      BlockGradSumsT<decltype(vectors)::value, decltype(part)::value>(
-          x + f, dy + f, R, stride, w, lane_mean + f, s + f, t + f, max_dy + f, max_xmu + f);
+    const auto run = [&](auto vectors) {
+      BlockGradSums<decltype(vectors)::value>(x + f, dy + f, R, stride, w, lane_mean + f, s + f,
+                                              t + f, max_dy + f, max_xmu + f);
     };
-    using T = std::true_type;
-    using F = std::false_type;
-    switch (V * 2 + (partial ? 1 : 0)) {
-      case 2: run(std::integral_constant<size_t, 1>(), F()); break;
-      case 3: run(std::integral_constant<size_t, 1>(), T()); break;
-      case 4: run(std::integral_constant<size_t, 2>(), F()); break;
-      case 5: run(std::integral_constant<size_t, 2>(), T()); break;
-      case 6: run(std::integral_constant<size_t, 3>(), F()); break;
-      case 7: run(std::integral_constant<size_t, 3>(), T()); break;
-      case 8: run(std::integral_constant<size_t, 4>(), F()); break;
-      default: run(std::integral_constant<size_t, 4>(), T()); break;
+    switch (V) {
+      case 1: run(std::integral_constant<size_t, 1>()); break;
+      case 2: run(std::integral_constant<size_t, 2>()); break;
+      case 3: run(std::integral_constant<size_t, 3>()); break;
+      default: run(std::integral_constant<size_t, 4>()); break;
     }
   }
   for (size_t c = 0; c < W / S; ++c) {
