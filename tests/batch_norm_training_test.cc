@@ -4,6 +4,7 @@
 // standard deviation, in place, the running averages with the unbiased variance,
 // bitwise identical across thread counts, values past FLT_MAX's square root, and the
 // validation rules with nothing written on a rejected call.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -164,6 +165,44 @@ TEST(BatchNormTraining, PivotFarFromTheMean) {
     const int64_t C = s.dims[1];
     const std::vector<float> gamma(C, 1.0f), beta(C, 0.0f);
     ExpectMatchesReference(s, x, gamma, beta, 0.1f, RunTraining(s, x, gamma, beta, 0.1f, 2, false));
+  }
+}
+
+// x and y 4 and 12 bytes off vector alignment (in place and not): the reference's values,
+// and the aligned call's bits (every path's sums depend on the offsets within the tensor,
+// not on its address).
+TEST(BatchNormTraining, MisalignedTensors) {
+  for (const Shape& s : {Shape{{20, 37, 16}, NORMKIT_LAYOUT_CHANNELS_FIRST},  // channel blocks
+                         Shape{{70, 130}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                         Shape{{4, 7, 33, 31}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                         Shape{{4, 7, 33, 31}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                         Shape{{4, 2, 33, 31}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                         Shape{{3, 300, 5, 7}, NORMKIT_LAYOUT_CHANNELS_LAST}}) {
+    SCOPED_TRACE(Describe(s));
+    const int64_t C = s.dims[1], n = Numel(s.dims);
+    const std::vector<float> x = RandomVector(n, 16, -2.0f, 3.0f);
+    const std::vector<float> gamma = RandomVector(C, 17, 0.5f, 1.5f), beta = RandomVector(C, 18);
+    const Outputs aligned = RunTraining(s, x, gamma, beta, 0.1f, 2, false);
+    for (size_t offset : {1, 3}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(testing::Message() << offset << " floats off, in place " << in_place);
+        std::vector<float> xbuf(static_cast<size_t>(n) + 16), ybuf(xbuf.size(), -7.0f);
+        float* xp = xbuf.data() + offset;
+        float* yp = in_place ? xp : ybuf.data() + offset;
+        std::copy(x.begin(), x.end(), xp);
+        std::vector<float> rm = RandomVector(C, 91), rv = RandomVector(C, 92, 0.5f, 2.0f);
+        std::vector<float> sm(static_cast<size_t>(C)), sr(sm.size());
+        const normkit_tensor xt = Desc(xp, s.layout, s.dims), yt = Desc(yp, s.layout, s.dims);
+        ASSERT_EQ(normkit_batch_norm_training(nullptr, &xt, gamma.data(), beta.data(), 1e-5f, 0.1f,
+                                              rm.data(), rv.data(), &yt, sm.data(), sr.data()),
+                  NORMKIT_SUCCESS)
+            << normkit_last_error();
+        EXPECT_EQ(std::memcmp(yp, aligned.y.data(), static_cast<size_t>(n) * sizeof(float)), 0);
+        EXPECT_TRUE(sm == aligned.save_mean && sr == aligned.save_rstd &&
+                    rm == aligned.running_mean && rv == aligned.running_var);
+      }
+    }
+    ExpectMatchesReference(s, x, gamma, beta, 0.1f, aligned);
   }
 }
 
