@@ -76,10 +76,12 @@ fi
 "$pydir/venv/bin/pip" install -q "$pydir"/dist/normkit-*.whl
 # From outside the source tree, so that `import normkit` is the installed wheel.
 (cd "$pydir" && venv/bin/python -m pytest -q -rs "$OLDPWD/tests/python")
-# The row-norm peer script, one small shape and round (peers it cannot import are skipped):
-# it must run and check its outputs; its verdicts are not asserted.
-(cd "$pydir" && venv/bin/python "$OLDPWD/bench/peers/rows_peer.py" --rounds 1 --shapes 8x768 \
-   | tail -1 | grep -q "wins")
+# The peer report, every section on its small shapes, one round (peers it cannot import
+# are skipped): it must run, check every output against float64 and write its report; its
+# verdicts are not asserted.
+(cd "$pydir" && venv/bin/python "$OLDPWD/bench/peers/run_peers.py" --quick --rounds 1 \
+   --machine smoke --output "$pydir" >/dev/null && grep -q "^## Summary" smoke.md \
+   && ! grep -q "normkit off float64" smoke.md)
 
 stage "more than 2^31 elements (8.6 GB; skips itself when the memory is not there)"
 ./build-test-openmp/tests/normkit_large_test

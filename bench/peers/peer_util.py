@@ -1,5 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What the like-for-like peer scripts share: PyTorch's outputs reused, and the timer."""
+"""What the like-for-like peer scripts share: PyTorch's outputs reused, the cases, the
+timer, and the verdicts.
+
+A Case is one op on one shape at one thread count: normkit's call (out of place, and in
+place when some peer is), the peers' calls, and an error function against a float64
+reference. compare() checks every output first, then times all contenders interleaved
+over `rounds` rounds (each round: the median of enough calls for ~50 ms, at least 3), and
+returns one row per peer. A row is a win or a loss only when the per-round ranges of
+normkit's and the peer's times do not overlap; otherwise a tie.
+"""
 import os
 import statistics
 import sys
@@ -25,3 +34,142 @@ def timed(fn, reps):
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+class Peer:
+    """A peer's call. output() returns its result as an array comparable with the
+    reference (NCHW order for channel ops). in_place: it overwrites its input (timed against
+    normkit in place). style: "best" (the way its best users call it) or "plain" (the way
+    most users write it)."""
+
+    def __init__(self, name, call, output, in_place=False, style="best"):
+        self.name, self.call, self.output = name, call, output
+        self.in_place, self.style = in_place, style
+
+
+class Case:
+    """One op, shape, layout, dtype and thread count. error(array) -> float: the output's
+    distance from the float64 reference, in the case's own measure; normkit must be within
+    ours_tol, a peer within peer_tol (else it is reported, not timed)."""
+
+    def __init__(self, section, op, shape, layout, dtype, threads, ours, ours_output, peers,
+                 error, ours_in_place=None, ours_tol=1e-5, peer_tol=1e-4):
+        self.section, self.op, self.shape, self.layout = section, op, shape, layout
+        self.dtype, self.threads = dtype, threads
+        self.ours, self.ours_output, self.ours_in_place = ours, ours_output, ours_in_place
+        self.peers, self.error = peers, error
+        self.ours_tol, self.peer_tol = ours_tol, peer_tol
+
+
+def shape_text(shape):
+    return shape if isinstance(shape, str) else "x".join(map(str, shape))
+
+
+def _row(case, **kw):
+    row = {"section": case.section, "op": case.op, "shape": shape_text(case.shape),
+           "layout": case.layout, "dtype": case.dtype, "threads": case.threads}
+    row.update(kw)
+    return row
+
+
+def _reps(fn, budget):
+    """Calls per timed block: enough for `budget` seconds, 3 to 2000."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    dt = max(time.perf_counter() - t0, 1e-7)
+    return int(min(2000, max(3, budget / dt)))
+
+
+def compare(case, rounds=3, budget=0.05):
+    """Checks, times and judges one case. Returns its rows (dicts): one per peer, or one
+    saying why nothing was timed."""
+    case.ours()
+    err = case.error(case.ours_output())
+    if not err <= case.ours_tol:
+        return [_row(case, peer="normkit", style="-", note=f"normkit off float64 by {err:.2g}")]
+    rows, checked = [], []
+    for p in case.peers:
+        try:
+            p.call()
+            perr = case.error(p.output())
+        except Exception as e:  # noqa: BLE001
+            rows.append(_row(case, peer=p.name, style=p.style, note=f"failed: {e}"[:160]))
+            continue
+        if perr <= case.peer_tol:
+            checked.append(p)
+        else:
+            rows.append(_row(case, peer=p.name, style=p.style,
+                             note=f"output off float64 by {perr:.2g}: not timed"))
+    if not checked:
+        return rows
+    calls = {"normkit": case.ours}
+    if case.ours_in_place is not None and any(p.in_place for p in checked):
+        calls["normkit in place"] = case.ours_in_place
+    calls.update({p.name: p.call for p in checked})
+    reps = {name: _reps(fn, budget) for name, fn in calls.items()}
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            times[name].append(timed(fn, reps[name]))
+    for p in checked:
+        mine = times["normkit in place" if p.in_place else "normkit"]
+        theirs = times[p.name]
+        verdict = ("win" if max(mine) < min(theirs) else
+                   "loss" if max(theirs) < min(mine) else "tie")
+        rows.append(_row(case, peer=p.name + (" (both in place)" if p.in_place else ""),
+                         style=p.style, ours=mine, theirs=theirs,
+                         ratios=[t / o for t, o in zip(theirs, mine)], verdict=verdict))
+    return rows
+
+
+def _ms(values):
+    return f"{min(values) * 1e3:.3g}-{max(values) * 1e3:.3g}"
+
+
+TABLE_HEAD = ("| op | shape | layout | dtype | threads | peer | style | normkit ms | peer ms | "
+              "ratio range | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def table_line(row):
+    """A markdown line of a row (ratio = peer time / normkit time, above 1: normkit faster)."""
+    head = (f"| {row['op']} | {row['shape']} | {row['layout']} | {row['dtype']} | "
+            f"{row['threads']} | {row['peer']} | {row['style']} | ")
+    if "verdict" not in row:
+        return head + f"| | | {row['note']} |"
+    r = row["ratios"]
+    return head + (f"{_ms(row['ours'])} | {_ms(row['theirs'])} | {min(r):.2f}-{max(r):.2f} | "
+                   f"{row['verdict']} |")
+
+
+def counts(rows):
+    c = {"win": 0, "tie": 0, "loss": 0}
+    for r in rows:
+        if "verdict" in r:
+            c[r["verdict"]] += 1
+    return c
+
+
+def run_cases(cases, rounds, sink=None):
+    """compare() over cases, printing each row as it is measured; returns all rows."""
+    rows = []
+    for case in cases:
+        for row in compare(case, rounds):
+            print(table_line(row), flush=True)
+            rows.append(row)
+            if sink is not None:
+                sink(row)
+    return rows
+
+
+def max_scaled_error(reference):
+    """An error function: max |got - ref| / (max |ref| + 1), got reshaped to ref's shape."""
+    import numpy as np
+
+    scale = float(np.abs(reference).max()) + 1.0
+
+    def error(got):
+        got = np.asarray(got, dtype=np.float64).reshape(reference.shape)
+        return float(np.abs(got - reference).max() / scale)
+
+    return error

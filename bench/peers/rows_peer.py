@@ -11,7 +11,7 @@ transformer shapes ([4096, 768], [2048, 4096]) and decode-sized calls ([1, 4096]
 norm(h)) at the two large shapes; 1 and 2 threads. Every call goes through Python, as a
 Python user makes it: on the decode shapes the binding's own cost is part of every time.
 
-Each peer is called the way its best users call it, and normkit the same way:
+Each peer is called the way its best users call it ("best"), and normkit the same way:
 - PyTorch: F.layer_norm / F.rms_norm (no out=), with glibc's allocator told to keep freed
   memory (set before Python starts: the script re-executes itself), so each call reuses
   the previous call's output; normkit writes into a preallocated out. Residual add + norm:
@@ -23,23 +23,25 @@ Each peer is called the way its best users call it, and normkit the same way:
 - ncnn: the LayerNorm / RMSNorm layer of a one-layer net, its forward_inplace called
   directly on a Mat of `rows` rows (what an ncnn app's Extractor calls inside, without
   the input clone and output allocation); normkit in place.
-And the way most users write it, in the rows marked "plain": ONNX Runtime's sess.run()
-(it returns a fresh array). ncnn's Extractor (a Net run) is not timed: in the ncnn wheel
-measured (1.0.20261020) Extractor.extract crashed the process, even on a one-ReLU net.
+And the way most users write it ("plain"): PyTorch's nn.LayerNorm / nn.RMSNorm module under
+no_grad (x + r first for the add + norm), ONNX Runtime's sess.run() (it returns a fresh
+array), ncnn's Extractor on the one-layer net (opt.lightmode off: on, extract() crashed
+the wheel measured, 1.0.20261020).
 
 ONNX Runtime's intra-op threads do not spin between calls (`session.intra_op.allow_spinning`
 0): spinning, they took the cores of the next contender. Outputs are checked against float64
-first. Each round times every call of a row
-interleaved (median of `reps` calls); a row is a win or a loss only when the per-round
-ranges of normkit's and the peer's times do not overlap, else a tie.
+first; the timing and verdicts are peer_util.compare's (a win or a loss only when the
+per-round ranges do not overlap).
 """
 import argparse
 import os
 import tempfile
 
-from peer_util import reexec_keeping_freed_memory, timed
+from peer_util import (TABLE_HEAD, Case, Peer, counts, max_scaled_error,
+                       reexec_keeping_freed_memory, run_cases)
 
-reexec_keeping_freed_memory()
+if __name__ == "__main__":
+    reexec_keeping_freed_memory()
 
 import numpy as np  # noqa: E402
 
@@ -145,14 +147,16 @@ def ncnn_layer(rms, D, w, b, threads):
             f.write(b.tobytes())
     net = ncnn.Net()
     net.opt.num_threads = threads
+    net.opt.lightmode = False  # on, Extractor.extract crashed this wheel (1.0.20261020)
     if net.load_param(os.path.join(d, "m.param")) or net.load_model(os.path.join(d, "m.bin")):
         raise RuntimeError(f"could not load a {kind} layer")
     return net.layers()[1], net
 
 
 # ------------------------------------------------------------------ the rows
-def make_calls(op, shape, threads, rng):
-    """(normkit out of place, normkit in place, {peer: (call, output, in_place)}, reference)."""
+def make_case(op, shape, threads, rng):
+    """One Case: normkit out of place (and in place against ncnn's layer in place) and the
+    peers, best and plain."""
     rows, D = shape
     rms = "rms" in op
     fused = op.startswith("add_")
@@ -160,7 +164,7 @@ def make_calls(op, shape, threads, rng):
     r = rng.standard_normal(shape).astype(np.float32) if fused else None
     w = (rng.random(D) + 0.5).astype(np.float32)
     b = rng.standard_normal(D).astype(np.float32)
-    ref = reference(x, w, b, rms, r)
+    error = max_scaled_error(reference(x, w, b, rms, r))
     ctx = normkit.Context(threads)
     y, h = np.empty_like(x), np.empty_like(x)
     xi = x.copy()  # normkit in place: normalizes its own output again each call
@@ -175,24 +179,38 @@ def make_calls(op, shape, threads, rng):
     else:
         ours = lambda: normkit.layer_norm(x, w, b, EPS, out=y, context=ctx)  # noqa: E731
         ours_in_place = lambda: normkit.layer_norm(xi, w, b, EPS, out=xi, context=ctx)  # noqa: E731
-    peers = {}
+    peers = []
     if torch is not None:
         tx, tw, tb = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b)
         tr = torch.from_numpy(r) if fused else None
         th = torch.empty_like(tx)
+        mod = torch.nn.RMSNorm(D, eps=EPS) if rms else torch.nn.LayerNorm(D, eps=EPS)
+        with torch.no_grad():
+            mod.weight.copy_(tw)
+            if not rms:
+                mod.bias.copy_(tb)
         res = {}
         if fused:
-            def run_torch():
+            def best():
                 torch.add(tx, tr, out=th)
                 res["y"] = (F.rms_norm(th, (D,), tw, EPS) if rms else
                             F.layer_norm(th, (D,), tw, tb, EPS))
-        elif rms:
-            def run_torch():
-                res["y"] = F.rms_norm(tx, (D,), tw, EPS)
+
+            def plain(mod=mod):
+                with torch.no_grad():
+                    res["p"] = mod(tx + tr)
+            names = ("torch.add(out=) + F." + ("rms_norm" if rms else "layer_norm"),
+                     "x + r, nn." + type(mod).__name__)
         else:
-            def run_torch():
-                res["y"] = F.layer_norm(tx, (D,), tw, tb, EPS)
-        peers["PyTorch"] = (run_torch, lambda: res["y"].numpy(), False)
+            def best():
+                res["y"] = F.rms_norm(tx, (D,), tw, EPS) if rms else F.layer_norm(tx, (D,), tw, tb, EPS)
+
+            def plain(mod=mod):
+                with torch.no_grad():
+                    res["p"] = mod(tx)
+            names = ("F." + ("rms_norm" if rms else "layer_norm"), "nn." + type(mod).__name__)
+        peers += [Peer(f"PyTorch {names[0]}", best, lambda: res["y"].numpy()),
+                  Peer(f"PyTorch {names[1]}", plain, lambda: res["p"].numpy(), style="plain")]
     if ort is not None:
         try:
             sess, kind = ort_session(op, rms, D, w, b, threads)
@@ -212,11 +230,10 @@ def make_calls(op, shape, threads, rng):
             def run_plain(sess=sess, feeds=feeds):
                 res_ort["y"] = sess.run(["Y"], feeds)[0]
 
-            peers[f"ORT {kind} io_binding"] = (
-                lambda sess=sess, binding=binding, held=(x, r, yo, ho):
-                sess.run_with_iobinding(binding),
-                lambda yo=yo: yo, False)
-            peers[f"ORT {kind} run() (plain)"] = (run_plain, lambda: res_ort["y"], False)
+            peers += [Peer(f"ORT {kind} io_binding",
+                           lambda sess=sess, binding=binding, held=(x, r, yo, ho):
+                           sess.run_with_iobinding(binding), lambda yo=yo: yo),
+                      Peer(f"ORT {kind} run()", run_plain, lambda: res_ort["y"], style="plain")]
         except Exception as e:  # noqa: BLE001
             print(f"  ORT skipped for {op}: {e}")
     if ncnn is not None and not fused:
@@ -225,18 +242,39 @@ def make_calls(op, shape, threads, rng):
             # The Mat wraps the array (w = D, h = rows: each row normalized); the array
             # must outlive it (a Mat of a temporary array, or its clone(), read freed
             # memory in this binding).
-            xn = x.copy()
-            m = ncnn.Mat(xn)
-            peers["ncnn layer forward_inplace"] = (
-                lambda layer=layer, m=m, opt=net.opt, xn=xn: layer.forward_inplace(m, opt),
-                lambda xn=xn: xn, True)
+            xn, xc = x.copy(), x.copy()
+            m, mc = ncnn.Mat(xn), ncnn.Mat(xc)
+            res_n = {}
+
+            def extract(net=net, mc=mc, held=xc):
+                ex = net.create_extractor()
+                ex.input("in", mc)
+                res_n["y"] = ex.extract("out")[1]
+
+            kind = "RMSNorm" if rms else "LayerNorm"
+            peers += [Peer(f"ncnn {kind} layer forward_inplace",
+                           lambda layer=layer, m=m, opt=net.opt, xn=xn: layer.forward_inplace(m, opt),
+                           lambda xn=xn: xn, in_place=True),
+                      Peer(f"ncnn {kind} Net extract", extract, lambda: np.array(res_n["y"]),
+                           style="plain")]
         except Exception as e:  # noqa: BLE001
             print(f"  ncnn skipped for {op}: {e}")
-    return ours, ours_in_place, y, xi, peers, ref
+    return Case("rows", op, shape, "rows", "float32", threads, ours, lambda: y, peers, error,
+                ours_in_place=ours_in_place)
 
 
-def reps_for(numel):
-    return int(min(2000, max(7, 3e7 // max(numel, 1) // 10)))
+def cases(shapes=SHAPES, ops=None, threads_list=(1, 2)):
+    rng = np.random.default_rng(1)
+    todo = [(op, s) for op in ("layer_norm", "rms_norm") for s in shapes]
+    todo += [(op, s) for op in ("add_layer_norm", "add_rms_norm") for s in shapes
+             if s in FUSED_SHAPES]
+    if ops:
+        todo = [(op, s) for op, s in todo if op in ops]
+    for op, shape in todo:
+        for threads in threads_list:
+            if torch is not None:
+                torch.set_num_threads(threads)
+            yield make_case(op, shape, threads, rng)
 
 
 def main():
@@ -251,67 +289,11 @@ def main():
         shapes = [(4096, 768), (1, 4096)]
     if args.shapes:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    rng = np.random.default_rng(1)
-    versions = [f"normkit {normkit.version()} ({normkit.simd_target()})"]
-    if torch is not None:
-        versions.append(f"torch {torch.__version__}")
-    if ort is not None:
-        versions.append(f"onnxruntime {ort.__version__}")
-    if ncnn is not None:
-        versions.append(f"ncnn {getattr(ncnn, '__version__', '?')}")
-    print(", ".join(versions) + f"; {args.rounds} rounds, median of the calls of each; "
+    print(f"normkit {normkit.version()} ({normkit.simd_target()}); {args.rounds} rounds; "
           "ratio = peer / normkit time (above 1: normkit faster)")
-    print("| op | shape | threads | peer | normkit us | peer us | ratio range | verdict |")
-    print("|---|---|---|---|---|---|---|---|")
-    counts = {"win": 0, "tie": 0, "loss": 0}
-    ops = [(op, s) for op in ("layer_norm", "rms_norm") for s in shapes]
-    ops += [(op, s) for op in ("add_layer_norm", "add_rms_norm") for s in shapes
-            if s in FUSED_SHAPES]
-    if args.ops:
-        ops = [(op, s) for op, s in ops if op in args.ops.split(",")]
-    for op, shape in ops:
-        for threads in (1, 2):
-            if torch is not None:
-                torch.set_num_threads(threads)
-            ours, ours_in_place, y, xi, peers, ref = make_calls(op, shape, threads, rng)
-            ours()
-            err = np.abs(y - ref).max() / (np.abs(ref).max() + 1)
-            if not err < 1e-5:
-                print(f"| {op} | {shape} | {threads} | normkit | output off float64 by {err:.2g} |")
-                continue
-            checked = {}
-            for name, (call, output, in_place) in peers.items():
-                call()
-                got = output()
-                # An in-place peer has normalized its input once: compare that call only.
-                perr = np.abs(got.reshape(ref.shape) - ref).max() / (np.abs(ref).max() + 1)
-                if perr < 1e-4:
-                    checked[name] = (call, in_place)
-                else:
-                    print(f"| {op} | {'x'.join(map(str, shape))} | {threads} | {name} | "
-                          f"output off float64 by {perr:.2g}: not timed |")
-            reps = reps_for(shape[0] * shape[1])
-            times = {name: [] for name in checked}
-            t_out, t_in = [], []
-            for _ in range(args.rounds):
-                t_out.append(timed(ours, reps))
-                if ours_in_place is not None:
-                    t_in.append(timed(ours_in_place, reps))
-                for name, (call, _) in checked.items():
-                    times[name].append(timed(call, reps))
-            for name, (call, in_place) in checked.items():
-                mine = t_in if in_place else t_out
-                peer = times[name]
-                ratios = [p / o for p, o in zip(peer, mine)]
-                verdict = ("win" if max(mine) < min(peer) else
-                           "loss" if max(peer) < min(mine) else "tie")
-                counts[verdict] += 1
-                where = " (both in place)" if in_place else ""
-                print(f"| {op} | {'x'.join(map(str, shape))} | {threads} | {name}{where} | "
-                      f"{min(mine) * 1e6:.1f}-{max(mine) * 1e6:.1f} | "
-                      f"{min(peer) * 1e6:.1f}-{max(peer) * 1e6:.1f} | "
-                      f"{min(ratios):.2f}-{max(ratios):.2f} | {verdict} |", flush=True)
-    print(f"\n{counts['win']} wins, {counts['tie']} ties, {counts['loss']} losses")
+    print(TABLE_HEAD)
+    c = counts(run_cases(cases(shapes, [o for o in args.ops.split(",") if o]), args.rounds))
+    print(f"\n{c['win']} wins, {c['tie']} ties, {c['loss']} losses")
 
 
 if __name__ == "__main__":
