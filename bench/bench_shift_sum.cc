@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Benchmarks of the shift-sum operators on seed 003's shapes (B=16, C=28, 256x256,
 // S=2; C=512 as in the seed's reply), a real-data size (B=1, C=28, 660x660) and
-// PnP-CASSI's C=31, S=1, and one 28x256x256 image (in cache): forward A, adjoint A^T, pinv, fused
-// GAP step; 1 and all threads. Bytes: x and y once each (A, A^T, pinv); x read once and written
-// once for the GAP step. The reference is memcpy of the same bytes for all four, as issue 4 defines
-// it (the GAP step is in place, but the in-place x = a*x + b reference of the other in-place
-// benchmarks runs about twice as fast as memcpy on this VM; the note reports both).
-// bf16 rows: x and y in bfloat16 (the mask and Phi_s float32), against a memcpy of
-// their own bytes.
+// PnP-CASSI's C=31, S=1, and one 28x256x256 image (in cache): forward A, adjoint A^T, pinv
+// (Moore-Penrose, and divide-by-mask: the seed's A_pinv), fused GAP step; 1 and all threads. Bytes:
+// x and y once each (A, A^T, pinv); x read once and written once for the GAP step. The reference is
+// memcpy of the same bytes for all four, as issue 4 defines it (the GAP step is in place, but the
+// in-place x = a*x + b reference of the other in-place benchmarks runs about twice as fast as
+// memcpy on this VM; the note reports both). bf16 rows: x and y in bfloat16 (the mask and Phi_s
+// float32), against a memcpy of their own bytes.
 //
 //   ./build/bench/normkit_bench --benchmark_filter='seed003'
 #include <string>
@@ -19,13 +19,14 @@
 namespace normkit_bench {
 namespace {
 
-enum class ShiftOp { kForward, kAdjoint, kPinv, kGap };
+enum class ShiftOp { kForward, kAdjoint, kPinv, kPinvDivideByMask, kGap };
 
 const char* ShiftOpName(ShiftOp op) {
   switch (op) {
     case ShiftOp::kForward: return "shift_sum";
     case ShiftOp::kAdjoint: return "adjoint";
     case ShiftOp::kPinv: return "pinv";
+    case ShiftOp::kPinvDivideByMask: return "pinv_divide_by_mask";
     case ShiftOp::kGap: return "gap_step";
   }
   return "?";
@@ -61,6 +62,9 @@ void RunShift(benchmark::State& state, ShiftOp op, int64_t B, int64_t C, int64_t
         st =
             normkit_shift_sum_pinv(ctx, &yt, &params, NORMKIT_PINV_MOORE_PENROSE, phi_s.get(), &xt);
         break;
+      case ShiftOp::kPinvDivideByMask:  // the seed's A_pinv
+        st = normkit_shift_sum_pinv(ctx, &yt, &params, NORMKIT_PINV_DIVIDE_BY_MASK, nullptr, &xt);
+        break;
       case ShiftOp::kGap:
         st = normkit_shift_sum_gap_step(ctx, &xt, &yt, &params, 1e-3, 0.5, phi_s.get());
         break;
@@ -92,7 +96,8 @@ int RegisterAll() {
                                      // on it: x (7.3 MB) stays in the last-level cache.
                                      {"iter", 1, 28, 256, 256, 2}};
   for (const Shape& s : shapes) {
-    for (ShiftOp op : {ShiftOp::kForward, ShiftOp::kAdjoint, ShiftOp::kPinv, ShiftOp::kGap}) {
+    for (ShiftOp op : {ShiftOp::kForward, ShiftOp::kAdjoint, ShiftOp::kPinv,
+                       ShiftOp::kPinvDivideByMask, ShiftOp::kGap}) {
       for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
         if (layout == NORMKIT_LAYOUT_CHANNELS_LAST && s.group == "real") continue;
         for (int32_t kind : {NORMKIT_MASK_HW, NORMKIT_MASK_PHI_CHW}) {

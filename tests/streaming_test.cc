@@ -192,5 +192,59 @@ TEST(Streaming, ShiftSumChannelsLastAdjoint) {
   }
 }
 
+// Divide-by-mask pinv into a channels-first x of 24+ MB: x's rows streamed straight from
+// z = y / (s * count) (aligned, and one float off alignment: peeled to the next vector),
+// with the mask and without it. x[b, c, h, w] = m != 0 ? z / m : 0 exactly, the same bits
+// for either alignment.
+TEST(Streaming, ShiftSumChannelsFirstDivideByMaskPinv) {
+  const int64_t B = 2, C = 12, H = 130, W = 2053, S = 3, Wo = W + (C - 1) * S;
+  ASSERT_GE(B * C * H * W * 4, int64_t{24} << 20);
+  const std::vector<float> y = RandomVector(B * H * Wo, 43);
+  std::vector<float> m = RandomVector(H * W, 44);
+  for (int64_t i = 0; i < H * W; i += 7) m[i] = 0.0f;  // pixels no channel's mask covers
+  for (const bool masked : {true, false}) {
+    std::vector<float> aligned;
+    for (const int64_t offset : {0, 1}) {
+      SCOPED_TRACE(std::string(masked ? "mask" : "no mask") + " offset=" + std::to_string(offset));
+      std::vector<float> xbuf(B * C * H * W + 16, -9.0f);
+      float* x = xbuf.data() + offset;
+      normkit_shift_sum_params params;
+      normkit_shift_sum_params_init(&params, S);
+      params.scale = 0.25;
+      params.mask_kind = masked ? NORMKIT_MASK_HW : NORMKIT_MASK_NONE;
+      params.mask = masked ? m.data() : nullptr;
+      const int64_t yshape[4] = {B, 1, H, Wo}, xshape[4] = {B, C, H, W};
+      normkit_tensor yt, xt;
+      normkit_tensor_init(&yt, const_cast<float*>(y.data()), NORMKIT_DTYPE_FLOAT32,
+                          NORMKIT_LAYOUT_CHANNELS_FIRST, 4, yshape);
+      normkit_tensor_init(&xt, x, NORMKIT_DTYPE_FLOAT32, NORMKIT_LAYOUT_CHANNELS_FIRST, 4, xshape);
+      ASSERT_EQ(
+          normkit_shift_sum_pinv(nullptr, &yt, &params, NORMKIT_PINV_DIVIDE_BY_MASK, nullptr, &xt),
+          NORMKIT_SUCCESS);
+      int64_t wrong = 0;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t w = 0; w < W; ++w) {
+              const int64_t v = w + c * S;
+              int64_t count = 0;  // channels covering column v
+              for (int64_t k = 0; k < C; ++k) count += v - k * S >= 0 && v - k * S < W;
+              const float z = y[(b * H + h) * Wo + v] / (0.25f * static_cast<float>(count));
+              const float mv = masked ? m[h * W + w] : 1.0f;
+              const float want = mv == 0.0f ? 0.0f : (masked ? z / mv : z);
+              wrong += x[((b * C + c) * H + h) * W + w] != want;
+            }
+      EXPECT_EQ(wrong, 0);
+      EXPECT_EQ(xbuf[B * C * H * W + offset], -9.0f) << "written past x";
+      const std::vector<float> got(x, x + B * C * H * W);
+      if (offset == 0) {
+        aligned = got;
+      } else {
+        EXPECT_TRUE(got == aligned) << "output bits depend on x's alignment";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace normkit_test

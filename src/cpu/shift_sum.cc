@@ -184,7 +184,10 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
   };
   const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
     std::vector<T>& planes = s.planes;
-    const bool stream = p.channels_last && StreamX(p);
+    // x streamed when large, as the adjoint's: channels-first rows straight from z,
+    // channels-last ones from the L1 planes.
+    const bool stream = StreamX(p);
+    const bool stream_rows = stream && !p.channels_last;
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H, h = row % p.H;
       for (int64_t c = 0; c < p.C; ++c) {
@@ -193,9 +196,9 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
         T* dst = p.channels_last ? &planes[c * p.W] : x + ((b * p.C + c) * p.H + h) * p.W;
         const T* m = AlignedMask(p, b, c, h);
         if (m) {
-          ShiftSumDivideByMask(dst, zrow, m, p.W);
+          ShiftSumDivideByMask(dst, zrow, m, p.W, stream_rows);
         } else {
-          std::copy(zrow, zrow + p.W, dst);
+          ShiftSumScaledProduct(dst, zrow, static_cast<const T*>(nullptr), T(1), p.W, stream_rows);
         }
       }
       if (p.channels_last) {

@@ -494,14 +494,23 @@ void GapResidualT(T* HWY_RESTRICT r, const T* HWY_RESTRICT y, const T* HWY_RESTR
   });
 }
 
-template <class T>
+template <bool kStream, class T>
 void DivideByMaskT(T* HWY_RESTRICT x, const T* HWY_RESTRICT z, const T* HWY_RESTRICT m, size_t n) {
-  ForRow<T>(n, [&](auto d, size_t i) {
-    const auto mv = hn::LoadU(d, m + i);
-    const auto nonzero = hn::Ne(mv, hn::Zero(d));
-    const auto q = hn::Div(hn::LoadU(d, z + i), hn::IfThenElse(nonzero, mv, hn::Set(d, T(1))));
-    hn::StoreU(hn::IfThenElseZero(nonzero, q), d, x + i);
-  });
+  const hn::ScalableTag<T> d;
+  const hn::CappedTag<T, 1> d1;
+  const size_t N = hn::Lanes(d);
+  const auto one = [&](auto dt, size_t i) {
+    const auto mv = hn::LoadU(dt, m + i);
+    const auto nonzero = hn::Ne(mv, hn::Zero(dt));
+    const auto q = hn::Div(hn::LoadU(dt, z + i), hn::IfThenElse(nonzero, mv, hn::Set(dt, T(1))));
+    PutVector<kStream>(dt, hn::IfThenElseZero(nonzero, q), x + i);
+  };
+  size_t i = 0;
+  if constexpr (kStream) {  // Stream needs aligned addresses: peel to the next one
+    for (; i < n && !IsVectorAligned(d, x + i); ++i) one(d1, i);
+  }
+  for (; i + N <= n; i += N) one(d, i);
+  for (; i < n; ++i) one(d1, i);
 }
 
 template <class T>
@@ -553,7 +562,9 @@ const ShiftSumKernelTable<T>* KernelTableT() {
         scale != T(1) ? GapResidualT<true>(r, y, p, scale, a, b, n)
                       : GapResidualT<false>(r, y, p, scale, a, b, n);
       },
-      [](T* x, const T* z, const T* m, int64_t n) { DivideByMaskT(x, z, m, n); },
+      [](T* x, const T* z, const T* m, int64_t n, bool stream) {
+        stream ? DivideByMaskT<true>(x, z, m, n) : DivideByMaskT<false>(x, z, m, n);
+      },
       [](T* x, const T* r, const T* m, T a, int64_t n) { AxpyT(x, r, m, a, n); },
   };
   return &kTable;

@@ -229,9 +229,9 @@ void ShiftSumDivide(T* z, const T* y, const T* p, T a, T b, int64_t n);
 template <class T>
 void ShiftSumGapResidual(T* r, const T* y, const T* p, T scale, T a, T b, int64_t n);
 
-// x[i] = m[i] != 0 ? z[i] / m[i] : 0
+// x[i] = m[i] != 0 ? z[i] / m[i] : 0; stream: non-temporal stores of x (same bits)
 template <class T>
-void ShiftSumDivideByMask(T* x, const T* z, const T* m, int64_t n);
+void ShiftSumDivideByMask(T* x, const T* z, const T* m, int64_t n, bool stream);
 
 // x[i] += a * m[i] * r[i]
 template <class T>
@@ -262,7 +262,7 @@ struct ShiftSumKernelTable {
   void (*add_squares)(T* p, const T* m, int64_t n);
   void (*divide)(T* z, const T* y, const T* p, T a, T b, int64_t n);
   void (*gap_residual)(T* r, const T* y, const T* p, T scale, T a, T b, int64_t n);
-  void (*divide_by_mask)(T* x, const T* z, const T* m, int64_t n);
+  void (*divide_by_mask)(T* x, const T* z, const T* m, int64_t n, bool stream);
   void (*axpy)(T* x, const T* r, const T* m, T a, int64_t n);
 };
 
@@ -345,8 +345,8 @@ void ShiftSumGapResidual(T* r, const T* y, const T* p, T scale, T a, T b, int64_
   ShiftSumKernels<T>().gap_residual(r, y, p, scale, a, b, n);
 }
 template <class T>
-void ShiftSumDivideByMask(T* x, const T* z, const T* m, int64_t n) {
-  ShiftSumKernels<T>().divide_by_mask(x, z, m, n);
+void ShiftSumDivideByMask(T* x, const T* z, const T* m, int64_t n, bool stream) {
+  ShiftSumKernels<T>().divide_by_mask(x, z, m, n, stream);
 }
 template <class T>
 void ShiftSumAxpy(T* x, const T* r, const T* m, T a, int64_t n) {
