@@ -119,7 +119,9 @@ def make_case(op, shape, cl, dtype, threads):
         name = "F.batch_norm(training=False)"
     del xd
     # Per element, relative to |ref| + 1: the stored result within a unit of the format
-    # (two for the peer's, which rounds its own way).
+    # (two for the peer's, which rounds its own way). float32 training: PyTorch's
+    # channels-last statistics drift by up to 1e-3 on these shapes; accepted, and the row
+    # says by how much.
     unit = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -20}[dtype]
 
     def error(got):
@@ -130,7 +132,7 @@ def make_case(op, shape, cl, dtype, threads):
     return Case("half" if dtype != torch.float32 else "train", op, shape, layout,
                 str(dtype).replace("torch.", ""), threads, ours, lambda: out,
                 [Peer(f"PyTorch {name}", peer, lambda: res["y"])], error,
-                ours_tol=2 * unit, peer_tol=4 * unit)
+                ours_tol=2 * unit, peer_tol=1e-3 if dtype == torch.float32 else 4 * unit)
 
 
 def model_cases(quick=False, threads_list=(1, 2)):
