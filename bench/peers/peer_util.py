@@ -5,8 +5,9 @@ timer, and the verdicts.
 A Case is one op on one shape at one thread count: normkit's call (out of place, and in
 place when some peer is), the peers' calls, and an error function against a float64
 reference. compare() checks every output first, then times all contenders interleaved
-over `rounds` rounds (each round: the median of enough calls for ~50 ms, at least 3), and
-returns one row per peer. A row is a win or a loss only when the per-round ranges of
+over `rounds` rounds (each round: the median of enough calls for ~50 ms, at least 3; the
+order rotated a contender each round, a 30 ms pause before each block), and returns one
+row per peer. A row is a win or a loss only when the per-round ranges of
 normkit's and the peer's times do not overlap; otherwise a tie.
 """
 import os
@@ -81,6 +82,10 @@ def _reps(fn, budget):
     return int(min(2000, max(3, budget / dt)))
 
 
+# The pause before each timed block (see compare).
+SETTLE_SECONDS = 0.03
+
+
 def compare(case, rounds=3, budget=0.05):
     """Checks, times and judges one case. Returns its rows (dicts): one per peer, or one
     saying why nothing was timed."""
@@ -109,9 +114,16 @@ def compare(case, rounds=3, budget=0.05):
     calls.update({p.name: p.call for p, _ in checked})
     reps = {name: _reps(fn, budget) for name, fn in calls.items()}
     times = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, fn in calls.items():
-            times[name].append(timed(fn, reps[name]))
+    order = list(calls)
+    for r in range(rounds):
+        # Each round starts one contender further on, so no contender always follows the
+        # same one; and each block starts after a pause in which the last one's pool
+        # threads stop spinning (ncnn's OpenMP threads spin 20 ms by default; in one run
+        # normkit's 1-thread RMS norm [8, 4096] took 25-29 us in every round, 5.6 us
+        # alone).
+        for name in order[r % len(order):] + order[:r % len(order)]:
+            time.sleep(SETTLE_SECONDS)
+            times[name].append(timed(calls[name], reps[name]))
     for p, perr in checked:
         mine = times["normkit in place" if p.in_place else "normkit"]
         theirs = times[p.name]

@@ -108,8 +108,9 @@ def write_report(machine, sections, rows, rounds, command, output):
              "write it (**plain**); normkit into a preallocated output, or in place against a "
              "peer in place. Outputs checked against float64 first. "
              f"{rounds} interleaved rounds a row (each the median of enough calls for ~50 ms, at "
-             "least 3); times are the range of the rounds' medians; ratio = peer time / normkit "
-             "time (above 1: normkit faster); **win** / **loss** only when the two ranges do not "
+             "least 3; the order rotated each round, a 30 ms pause before each block); times "
+             "are the range of the rounds' medians; ratio = peer time / normkit time (above 1: "
+             "normkit faster); **win** / **loss** only when the two ranges do not "
              "overlap, else **tie**.", "", "## Summary", "",
              "| section | style | rows | wins | ties | losses |", "|---|---|---|---|---|---|"]
     for sec in sections:
