@@ -81,6 +81,30 @@ def timed(model, x, calls):
     return (time.perf_counter() - t0) / calls
 
 
+# The networks: (name, constructor, input shape, convolutional: both memory formats).
+NETWORKS = [
+    ("ResNet block, BN folded, 8x64x56x56", lambda: ResBlock(64), (8, 64, 56, 56), True),
+    ("UNet block, GroupNorm+SiLU, 4x128x32x32", lambda: UNetBlock(128), (4, 128, 32, 32), True),
+    ("transformer block, LayerNorm + RMSNorm, 4x256x768", lambda: TransformerBlock(768),
+     (4, 256, 768), False),
+]
+
+
+def network_variants(networks):
+    """Each network in each memory format it runs in: (name, input shape, layout, PyTorch's
+    model, the same model through normkit.torch.convert and fold_batch_norms, an input)."""
+    for name, make, shape, conv in networks:
+        theirs = randomized(make())
+        ours = nkt.fold_batch_norms(nkt.convert(copy.deepcopy(theirs)))
+        formats = [("NCHW", torch.contiguous_format), ("NHWC", torch.channels_last)] if conv else [
+            ("rows", torch.contiguous_format)]
+        for layout, fmt in formats:
+            theirs_f = copy.deepcopy(theirs).to(memory_format=fmt) if conv else theirs
+            ours_f = copy.deepcopy(ours).to(memory_format=fmt) if conv else ours
+            x = torch.randn(shape)
+            yield name, shape, layout, theirs_f, ours_f, x.contiguous(memory_format=fmt) if conv else x
+
+
 def modules_alone(rounds, dtype=torch.float32):
     """Each norm module alone: PyTorch's, and the same module converted, both cast to dtype
     (bfloat16 / float16: the modules normkit runs on half tensors)."""
@@ -135,41 +159,25 @@ def main():
     torch.manual_seed(0)
     if args.modules:
         return modules_alone(args.rounds, getattr(torch, args.dtype))
-    cases = [
-        ("ResNet block, BN folded, 8x64x56x56", lambda: ResBlock(64), (8, 64, 56, 56), True),
-        ("UNet block, GroupNorm+SiLU, 4x128x32x32", lambda: UNetBlock(128), (4, 128, 32, 32), True),
-        ("transformer block, LayerNorm + RMSNorm, 4x256x768", lambda: TransformerBlock(768),
-         (4, 256, 768), False),
-    ]
     print("| network | layout | threads | PyTorch ms | normkit ms | speedup | max abs diff |")
     print("|---|---|---|---|---|---|---|")
-    for name, make, shape, conv in cases:
-        theirs = randomized(make())
-        ours = nkt.fold_batch_norms(nkt.convert(copy.deepcopy(theirs)))
-        formats = [("NCHW", torch.contiguous_format), ("NHWC", torch.channels_last)] if conv else [
-            ("rows", torch.contiguous_format)]
-        for layout, fmt in formats:
-            theirs_f = copy.deepcopy(theirs).to(memory_format=fmt) if conv else theirs
-            ours_f = copy.deepcopy(ours).to(memory_format=fmt) if conv else ours
-            x = torch.randn(shape)
-            x = x.contiguous(memory_format=fmt) if conv else x
-            for threads in (1, 2):
-                torch.set_num_threads(threads)
-                nkt.set_num_threads(threads)
-                with torch.inference_mode():
-                    want, got = theirs_f(x), ours_f(x)
-                    diff = (want - got).abs().max().item()
-                    if not torch.allclose(got, want, rtol=1e-4, atol=1e-4):
-                        raise SystemExit(f"{name} {layout}: outputs differ by {diff}")
-                    calls = max(1, int(0.2 / max(timed(theirs_f, x, 1), 1e-4)))
-                    t_theirs, t_ours = [], []
-                    for _ in range(args.rounds):
-                        t_theirs.append(timed(theirs_f, x, calls))
-                        t_ours.append(timed(ours_f, x, calls))
-                a, b = statistics.median(t_theirs), statistics.median(t_ours)
-                print(f"| {name} | {layout} | {threads} | {a * 1e3:.2f} | {b * 1e3:.2f} | "
-                      f"{a / b:.2f}x | {diff:.1e} |")
-
+    for name, _, layout, theirs_f, ours_f, x in network_variants(NETWORKS):
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            nkt.set_num_threads(threads)
+            with torch.inference_mode():
+                want, got = theirs_f(x), ours_f(x)
+                diff = (want - got).abs().max().item()
+                if not torch.allclose(got, want, rtol=1e-4, atol=1e-4):
+                    raise SystemExit(f"{name} {layout}: outputs differ by {diff}")
+                calls = max(1, int(0.2 / max(timed(theirs_f, x, 1), 1e-4)))
+                t_theirs, t_ours = [], []
+                for _ in range(args.rounds):
+                    t_theirs.append(timed(theirs_f, x, calls))
+                    t_ours.append(timed(ours_f, x, calls))
+            a, b = statistics.median(t_theirs), statistics.median(t_ours)
+            print(f"| {name} | {layout} | {threads} | {a * 1e3:.2f} | {b * 1e3:.2f} | "
+                  f"{a / b:.2f}x | {diff:.1e} |")
 
 if __name__ == "__main__":
     main()

@@ -43,23 +43,7 @@ import numpy as np  # noqa: E402
 
 import normkit  # noqa: E402
 
-try:
-    import torch  # noqa: E402
-    import torch.nn.functional as F  # noqa: E402
-except ImportError as e:
-    torch = None
-    print(f"peer skipped: PyTorch ({e})")
-try:
-    import onnxruntime as ort  # noqa: E402
-    from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-except ImportError as e:
-    ort = None
-    print(f"peer skipped: ONNX Runtime ({e})")
-try:
-    import ncnn  # noqa: E402
-except ImportError as e:
-    ncnn = None
-    print(f"peer skipped: ncnn ({e})")
+from peer_modules import F, TensorProto, helper, ncnn, numpy_helper, ort, torch  # noqa: E402,F401
 
 EPS = 1e-5
 AFFINE_SHAPES = [(64, 256, 64, 64), (16, 256, 64, 64), (32, 256, 64, 64), (1, 64, 56, 56),

@@ -146,44 +146,32 @@ def model_cases(quick=False, threads_list=(1, 2)):
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                     "examples"))
-    from torch_convert import ResBlock, TransformerBlock, UNetBlock, randomized
+    from torch_convert import NETWORKS, ResBlock, network_variants
 
     torch.manual_seed(0)
-    nets = [("ResNet block (BatchNorm folded)", lambda: ResBlock(64), (8, 64, 56, 56), True),
-            ("UNet block (GroupNorm + SiLU)", lambda: UNetBlock(128), (4, 128, 32, 32), True),
-            ("transformer block (LayerNorm, RMSNorm)", lambda: TransformerBlock(768),
-             (4, 256, 768), False)]
+    nets = NETWORKS
     if quick:
-        nets = [("ResNet block (BatchNorm folded)", lambda: ResBlock(16), (1, 16, 28, 28), True)]
-    for name, make, shape, conv in nets:
-        theirs = randomized(make())
-        ours = nkt.fold_batch_norms(nkt.convert(copy.deepcopy(theirs)))
-        formats = [("NCHW", torch.contiguous_format), ("NHWC", torch.channels_last)] if conv else [
-            ("rows", torch.contiguous_format)]
-        for layout, fmt in formats:
-            a = copy.deepcopy(theirs).to(memory_format=fmt) if conv else theirs
-            o = copy.deepcopy(ours).to(memory_format=fmt) if conv else ours
-            x = torch.randn(shape)
-            x = x.contiguous(memory_format=fmt) if conv else x
-            with torch.inference_mode():
-                ref = copy.deepcopy(theirs).double()(x.double())
-            scale = ref.abs().max().item() + 1
-            for threads in threads_list:
-                torch.set_num_threads(threads)
-                nkt.set_num_threads(threads)
-                res = {}
+        nets = [("ResNet block, BN folded, 1x16x28x28", lambda: ResBlock(16), (1, 16, 28, 28), True)]
+    for name, shape, layout, theirs, ours, x in network_variants(nets):
+        with torch.inference_mode():
+            ref = copy.deepcopy(theirs).double()(x.double())
+        scale = ref.abs().max().item() + 1
+        for threads in threads_list:
+            torch.set_num_threads(threads)
+            nkt.set_num_threads(threads)
+            res = {}
 
-                def run(m, key):
-                    def call():
-                        with torch.inference_mode():
-                            res[key] = m(x)
-                    return call
+            def run(m, key):
+                def call():
+                    with torch.inference_mode():
+                        res[key] = m(x)
+                return call
 
-                yield Case("model", name, shape, layout, "float32", threads, run(o, "o"),
-                           lambda: res["o"], [Peer("PyTorch nn.Module", run(a, "t"),
-                                                   lambda: res["t"], style="plain")],
-                           lambda got: ((got.double() - ref).abs().max() / scale).item(),
-                           ours_tol=1e-4, peer_tol=1e-4)
+            yield Case("model", name, shape, layout, "float32", threads, run(ours, "o"),
+                       lambda: res["o"], [Peer("PyTorch nn.Module", run(theirs, "t"),
+                                               lambda: res["t"], style="plain")],
+                       lambda got: ((got.double() - ref).abs().max() / scale).item(),
+                       ours_tol=1e-4, peer_tol=1e-4)
 
 
 def cases(which="half", quick=False, threads_list=(1, 2)):
