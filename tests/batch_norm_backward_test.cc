@@ -3,8 +3,9 @@
 // 001's ranks and layouts (every channels-last path: channel counts that divide a
 // vector, whole vectors, and neither), a mean 1e4 times the spread, every allowed
 // aliasing (dx on x, dx on dy, x == dy), misaligned tensors, values near FLT_MAX, past
-// its square root, subnormal and NaN, bitwise identical across thread counts, and the
-// validation rules with nothing written on a rejected call.
+// its square root, subnormal and NaN, an intermediate past FLT_MAX of finite sums,
+// bitwise identical across thread counts, and the validation rules with nothing written
+// on a rejected call.
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -386,6 +387,35 @@ TEST(BatchNormBackward, EdgesOfFloatInChannelBlocks) {
   for (int64_t c = 0; c < 4; ++c) {
     EXPECT_EQ(std::memcmp(&g.grad_gamma[c], &clean.grad_gamma[c], sizeof(float)), 0) << c;
     EXPECT_EQ(std::memcmp(&g.grad_beta[c], &clean.grad_beta[c], sizeof(float)), 0) << c;
+  }
+}
+
+// Finite sums, an intermediate past FLT_MAX: channel 1 holds one dy of 3.3e38 and the rest
+// equal and negative, so that mean_dy is -6e37 (each lane's float run finite on the vector
+// targets) and dy - mean_dy is 3.9e38; with gamma 1e-3 the true dx (about 1e36) is finite.
+// Only the per-lane maxima of |dy| can send this channel's second pass to double: its means
+// alone stay under FLT_MAX / 4. A plane of 16 values, channels-last rows, and channel blocks
+// (planes of 2 values).
+TEST(BatchNormBackward, IntermediatePastFltMaxOfFiniteSums) {
+  for (const Shape& s : {Shape{{1, 2, 4, 4}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                         Shape{{1, 2, 4, 4}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                         Shape{{16, 2, 1, 2}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {
+    SCOPED_TRACE(Describe(s));
+    const int64_t N = s.dims[0], C = 2, S = Spatial(s), count = N * S;
+    const bool cl = s.layout == NORMKIT_LAYOUT_CHANNELS_LAST;
+    Inputs in = MakeInputs(s, 74, 0.0f, 1.0f);  // |x - mean| <= 1: dy * (x - mean) finite
+    const float rest = static_cast<float>((3.3e38 + 6e37 * static_cast<double>(count)) /
+                                          static_cast<double>(count - 1));
+    for (int64_t k = 0; k < count; ++k) {
+      const size_t at = static_cast<size_t>(Offset(k / S, 1, k % S, C, S, cl));
+      in.dy[at] = k == 5 ? 3.3e38f : -rest;
+    }
+    in.gamma[1] = 1e-3f;
+    const Grads g = RunBackward(s, in, 1);
+    ExpectMatchesReference(s, in, g, true);
+    for (int64_t k = 0; k < count; ++k) {
+      ASSERT_TRUE(std::isfinite(g.dx[static_cast<size_t>(Offset(k / S, 1, k % S, C, S, cl))])) << k;
+    }
   }
 }
 
