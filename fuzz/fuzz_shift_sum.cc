@@ -57,13 +57,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case NORMKIT_MASK_PHI_BCHW: mask_elems = B * C * Hp * Wp; break;
     }
   }
+  // Bytes of `elems` parameters, saturated: a float32 mask beside half tensors can be
+  // twice the bytes the geometry check above allowed for, and one too large skips the input.
+  const auto param_array_bytes = [&](int64_t elems) {
+    int64_t bytes = 0;
+    return __builtin_mul_overflow(elems, param_bytes, &bytes) ? INT64_MAX : bytes;
+  };
   params.mask = in.ConsumeIntegralInRange<int>(0, 7) == 7
                     ? nullptr
-                    : arena.MakeExact(in, mask_elems * param_bytes, &skip);
+                    : arena.MakeExact(in, param_array_bytes(mask_elems), &skip);
   if (params.mask_kind == NORMKIT_MASK_NONE && !in.ConsumeBool()) params.mask = nullptr;
-  const void* normalizer = in.ConsumeBool()
-                               ? arena.MakeExact(in, (sane ? B * Hp * Wp : 4) * param_bytes, &skip)
-                               : nullptr;
+  const void* normalizer =
+      in.ConsumeBool() ? arena.MakeExact(in, param_array_bytes(sane ? B * Hp * Wp : 4), &skip)
+                       : nullptr;
   normkit_shift_sum_params* pp = in.ConsumeIntegralInRange<int>(0, 31) == 31 ? nullptr : &params;
   if (skip) return 0;
   normkit_status st;
@@ -98,7 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return 0;
     }
     case 4: {
-      void* phi_s = arena.MakeExact(in, (sane ? B * Hp * Wp : 4) * param_bytes, &skip);
+      void* phi_s = arena.MakeExact(in, param_array_bytes(sane ? B * Hp * Wp : 4), &skip);
       if (skip) return 0;
       const auto outs = std::vector<Snapshot>{Take(phi_s, arena.SizeOf(phi_s))};
       st = normkit_shift_sum_normalizer(nullptr, &x, pp, phi_s);
