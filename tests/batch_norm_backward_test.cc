@@ -230,7 +230,10 @@ TEST(BatchNormBackward, EveryAllowedAliasing) {
   for (const Shape& s : {Shape{{4, 6, 13, 11}, NORMKIT_LAYOUT_CHANNELS_FIRST},
                          Shape{{4, 6, 13, 11}, NORMKIT_LAYOUT_CHANNELS_LAST},
                          Shape{{4, 2, 13, 11}, NORMKIT_LAYOUT_CHANNELS_LAST},
-                         Shape{{4, 19, 13, 11}, NORMKIT_LAYOUT_CHANNELS_LAST}}) {
+                         Shape{{4, 19, 13, 11}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                         // Channel blocks: planes of 4 values, and rank 2 (planes of one).
+                         Shape{{40, 5, 2, 2}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                         Shape{{64, 37}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {
     SCOPED_TRACE(Describe(s));
     const Inputs in = MakeInputs(s, 40);
     const Grads apart = RunBackward(s, in, 2);
