@@ -31,6 +31,7 @@ Each peer is called the way its best users call it ("best") and the way most use
 Outputs are checked against float64 first.
 """
 import argparse
+import itertools
 import os
 import tempfile
 
@@ -50,6 +51,10 @@ AFFINE_SHAPES = [(64, 256, 64, 64), (16, 256, 64, 64), (32, 256, 64, 64), (1, 64
                  (1, 256, 14, 14), (1, 32, 112, 112), (1, 3, 224, 224)]
 NORM_SHAPES = [((128, 256, 28, 28), 32), ((32, 512, 56, 56), 32), ((1, 64, 56, 56), 32),
                ((1, 256, 14, 14), 32), ((1, 32, 112, 112), 8), ((8, 64, 128, 128), 64)]
+SILU_SHAPES = [((128, 256, 28, 28), 32), ((32, 512, 56, 56), 32), ((1, 64, 56, 56), 32),
+               ((1, 32, 112, 112), 8)]
+CHANNEL_LN_SHAPES = [((128, 256, 28, 28), 1), ((1, 64, 56, 56), 1)]
+GAP_SHAPES = [(16, 28, 256, 256, 2), (16, 31, 256, 256, 1)]
 SHIFT_SHAPES = [(16, 28, 256, 256, 2), (16, 31, 256, 256, 1), (1, 28, 660, 660, 2),
                 (2, 512, 256, 256, 2)]
 
@@ -280,7 +285,7 @@ def affine_case(op, shape, t, threads, sc, sh, psc, psh, mean, var, error):
 
 
 # ------------------------------------------------------------------ group / instance norm
-def norm_cases(shapes, rng, threads_list):
+def norm_cases(shapes, rng, threads_list, act=None):
     for shape, g in shapes:
         n, c, h, w = shape
         x64 = (rng.standard_normal(shape, dtype=np.float32) * 2 + 0.5).astype(np.float32)
@@ -291,21 +296,24 @@ def norm_cases(shapes, rng, threads_list):
         ref = (cen / np.sqrt((cen * cen).mean(-1, keepdims=True) + EPS)).reshape(shape)
         del xd, cen
         ref = ref * gm.reshape(1, c, 1, 1) + bt.reshape(1, c, 1, 1)
+        if act == "silu":
+            ref = ref / (1 + np.exp(-ref))
         error = max_scaled_error(ref)
-        op = "instance_norm" if g == c else f"group_norm G={g}"
+        op = ("instance_norm" if g == c else "channel_layer_norm" if g == 1 else
+              f"group_norm G={g}") + (" + SiLU" if act else "")
         for layout in ("NCHW", "NHWC"):
             t = Tensors(x64, layout)
             for threads in threads_list:
-                yield norm_case(op, shape, g, t, threads, gm, bt, error)
+                yield norm_case(op, shape, g, t, threads, gm, bt, error, act)
 
 
-def norm_case(op, shape, g, t, threads, gm, bt, error):
+def norm_case(op, shape, g, t, threads, gm, bt, error, act=None):
     n, c = shape[:2]
     x, y, xi = t.x, t.empty(), t.fresh()
     ctx = normkit.Context(threads)
 
     def nk(a, o):
-        return lambda: normkit.group_norm(a, g, gm, bt, EPS, out=o, context=ctx)
+        return lambda: normkit.group_norm(a, g, gm, bt, EPS, activation=act, out=o, context=ctx)
 
     peers = []
     if torch is not None:
@@ -318,16 +326,24 @@ def norm_case(op, shape, g, t, threads, gm, bt, error):
         with torch.no_grad():
             mod.weight.copy_(tg), mod.bias.copy_(tb)
 
+        if act:  # the activation in place on the norm's output, as a fused module does
+            mod = torch.nn.Sequential(mod, torch.nn.SiLU(inplace=True))
+
         def module(mod=mod):
             with torch.no_grad():
                 res["m"] = mod(tx)
 
-        peers.append(Peer("PyTorch F.group_norm", lambda: res.__setitem__(
-            "g", F.group_norm(tx, g, tg, tb, EPS)), lambda: res["g"].numpy()))
-        if g == c:
+        def silu(o):
+            return F.silu(o, inplace=True) if act else o
+
+        peers.append(Peer("PyTorch F.group_norm" + (" + F.silu(inplace)" if act else ""),
+                          lambda: res.__setitem__("g", silu(F.group_norm(tx, g, tg, tb, EPS))),
+                          lambda: res["g"].numpy()))
+        if g == c and not act:
             peers.append(Peer("PyTorch F.instance_norm", lambda: res.__setitem__(
                 "i", F.instance_norm(tx, weight=tg, bias=tb, eps=EPS)), lambda: res["i"].numpy()))
-        peers.append(Peer(f"PyTorch nn.{type(mod).__name__}", module, lambda: res["m"].numpy(),
+        names = [type(m).__name__ for m in (mod if act else [mod])]
+        peers.append(Peer("PyTorch nn." + " + nn.".join(names), module, lambda: res["m"].numpy(),
                           style="plain"))
     if ort is not None and t.layout == "NCHW":
         if g == c:
@@ -335,11 +351,16 @@ def norm_case(op, shape, g, t, threads, gm, bt, error):
             guarded(peers, lambda: ort_peers(nodes, x, {"s": gm, "b": bt}, threads, 17,
                                              "InstanceNormalization"), "ORT")
         else:  # GroupNormalization-21: per-channel scale / bias
-            nodes = [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], epsilon=EPS,
+            out = "n" if act else "y"
+            nodes = [helper.make_node("GroupNormalization", ["x", "s", "b"], [out], epsilon=EPS,
                                       num_groups=g)]
+            if act:
+                nodes += [helper.make_node("Sigmoid", ["n"], ["e"]),
+                          helper.make_node("Mul", ["n", "e"], ["y"])]
             guarded(peers, lambda: ort_peers(nodes, x, {"s": gm, "b": bt}, threads, 21,
-                                             "GroupNormalization"), "ORT")
-    if ncnn is not None and t.layout == "NCHW":
+                                             "GroupNormalization" + ("+Sigmoid+Mul" if act else "")),
+                    "ORT")
+    if ncnn is not None and t.layout == "NCHW" and not act:
         if g == c:
             layer, label = f"InstanceNorm 0={c} 1={EPS} 2=1", "InstanceNorm"
         else:
@@ -462,16 +483,91 @@ def shift_case(which, geometry, x, y, mask, threads, error):
                 lambda: out, peers, error)
 
 
+# ------------------------------------------------------------------ GAP step
+def gap_cases(shapes, rng, threads_list, lam=1.0, gamma=0.01):
+    """One GAP / ADMM data-consistency step, in place on x (every contender updates its own
+    copy of x each call): x += lam * A^T((y - A x) / (Phi_s + gamma)), Phi_s = A(1)'s
+    squared-mask sum, precomputed once (normkit: shift_sum_normalizer), as a reconstruction
+    loop holds it."""
+    for b, c, h, w, s in shapes:
+        x = rng.random((b, c, h, w), dtype=np.float32)
+        mask = rng.uniform(0.1, 1.0, (h, w)).astype(np.float32)
+        y = rng.random((b, 1, h, w + (c - 1) * s), dtype=np.float32) * c * 0.5
+        wp = w + (c - 1) * s
+        md, xd = mask.astype(np.float64), x.astype(np.float64)
+        phi = np.zeros(wp)[None, :] + np.zeros((h, 1))
+        for i in range(c):
+            phi[:, i * s:i * s + w] += md * md
+        ax = np.zeros((b, 1, h, wp))
+        for i in range(c):
+            ax[:, 0, :, i * s:i * s + w] += xd[:, i] * md
+        r = (y.astype(np.float64) - ax) / (phi + gamma)
+        ref = xd + lam * np.stack([r[:, 0, :, i * s:i * s + w] for i in range(c)], 1) * md
+        del ax, r, xd
+        error = max_scaled_error(ref)
+        for threads in threads_list:
+            yield gap_case((b, c, h, w, s), x, y, mask, threads, lam, gamma, error)
+
+
+def gap_case(geometry, x0, y, mask, threads, lam, gamma, error):
+    b, c, h, w, s = geometry
+    wp = w + (c - 1) * s
+    ctx = normkit.Context(threads)
+    x = x0.copy()
+    phi = normkit.shift_sum_normalizer(x, s, mask=mask, context=ctx)
+
+    def ours():
+        normkit.shift_sum_gap_step(x, y, s, lam, gamma, mask=mask, normalizer=phi, context=ctx)
+
+    peers = []
+    if torch is not None:
+        tm, ty = torch.from_numpy(mask), torch.from_numpy(y)
+        tphi = torch.from_numpy(phi.reshape(1, 1, h, wp)) + gamma
+        xb, xp = torch.from_numpy(x0.copy()), torch.from_numpy(x0.copy())
+        z, ax, rb = torch.empty(b, c, h, w), torch.empty(b, 1, h, wp), torch.empty(b, 1, h, wp)
+
+        def best():  # the seed's loops, their buffers preallocated, x updated in place
+            torch.mul(xb, tm, out=z)
+            ax.zero_()
+            for i in range(c):
+                ax[..., i * s:i * s + w] += z[:, i:i + 1]
+            torch.sub(ty, ax, out=rb)
+            rb.div_(tphi)
+            for i in range(c):
+                xb[:, i].addcmul_(rb[:, 0, :, i * s:i * s + w], tm, value=lam)
+
+        def plain():  # the seed's form: x = x + lam * At((y - A(x)) / Phi_s)
+            zz = xp * tm
+            a = torch.zeros(b, 1, h, wp)
+            for i in range(c):
+                a[..., i * s:i * s + w] += zz[:, i:i + 1]
+            rr = (ty - a) / tphi
+            xp.copy_(xp + lam * torch.cat([rr[..., i * s:i * s + w] for i in range(c)], 1) * tm)
+
+        peers += [Peer("PyTorch seed loops, preallocated", best, lambda: xb.numpy(),
+                       in_place=True),
+                  Peer("PyTorch seed form", plain, lambda: xp.numpy(), in_place=True,
+                       style="plain")]
+    return Case("channel", "shift_sum GAP step", f"{b}x{c}x{h}x{w} S={s}", "NCHW", "float32",
+                threads, ours, lambda: x, peers, error, ours_in_place=ours)
+
+
 FAMILIES = {"affine": lambda rng, q, th: affine_cases(AFFINE_SHAPES[3:4] if q else AFFINE_SHAPES, rng,
                                                       th),
             "norms": lambda rng, q, th: norm_cases(NORM_SHAPES[2:3] if q else NORM_SHAPES, rng, th),
             "shift_sum": lambda rng, q, th: shift_cases([(2, 28, 64, 64, 2)] if q else SHIFT_SHAPES,
-                                                        rng, th)}
+                                                        rng, th),
+            # Not in the "channel" section: group norm + SiLU, channel layer norm (G = 1)
+            # and the GAP step ("more").
+            "more": lambda rng, q, th: itertools.chain(
+                norm_cases(SILU_SHAPES[2:3] if q else SILU_SHAPES, rng, th, act="silu"),
+                norm_cases([((1, 64, 28, 28), 1)] if q else CHANNEL_LN_SHAPES, rng, th),
+                gap_cases([(2, 28, 64, 64, 2)] if q else GAP_SHAPES, rng, th))}
 
 
 def cases(families=None, quick=False, threads_list=(1, 2)):
     rng = np.random.default_rng(0)
-    for fam in families or FAMILIES:
+    for fam in families or [f for f in FAMILIES if f != "more"]:
         for case in FAMILIES[fam](rng, quick, threads_list):
             if torch is not None:
                 torch.set_num_threads(case.threads)
@@ -486,7 +582,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one small shape a family")
     ap.add_argument("--families", default="", help=f"a subset of {','.join(FAMILIES)}")
     args = ap.parse_args()
-    fams = [f for f in args.families.split(",") if f] or list(FAMILIES)
+    fams = [f for f in args.families.split(",") if f] or [f for f in FAMILIES if f != "more"]
     unknown = [f for f in fams if f not in FAMILIES]
     if unknown:
         ap.error(f"--families: unknown {unknown}")

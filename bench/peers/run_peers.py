@@ -12,7 +12,9 @@ Sections (each also runs alone through its script):
 - half (torch_peer.py --set half): bfloat16 / float16 group, layer and batch norm;
 - train (torch_peer.py --set train): batch norm's training-mode forward and backward;
 - model (torch_peer.py --set model): whole PyTorch networks against the same networks
-  converted with normkit.torch.
+  converted with normkit.torch;
+- more (channel_peer.py --families more, torch_peer.py --set half_more): group norm +
+  SiLU, channel layer norm (G = 1), the GAP step, bfloat16 / float16 affine and RMS norm.
 
 Each peer is called the way its best users call it ("best") and, where that differs, the
 way most users write it ("plain"); normkit in place against a peer in place, out of place
@@ -26,6 +28,7 @@ strongest like-for-like peer).
 """
 import argparse
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -57,12 +60,19 @@ TITLES = {
     "half": "bfloat16 / float16",
     "train": "Batch norm, training mode (forward and backward), float32",
     "model": "Whole networks through normkit.torch.convert",
+    "more": "Fused and remaining ops: group norm + SiLU, channel layer norm (G = 1), the GAP "
+            "step; bfloat16 / float16 affine and RMS norm",
 }
 
 
 def section_cases(name, quick):
     if name == "channel":
         return channel_peer.cases(quick=quick)
+    if name == "more":
+        more = channel_peer.cases(["more"], quick)
+        if torch_peer is None:
+            return more
+        return itertools.chain(more, torch_peer.cases("half_more", quick))
     if name == "rows":
         shapes = [(64, 768), (1, 4096)] if quick else rows_peer.SHAPES
         return rows_peer.cases(shapes)
@@ -210,7 +220,9 @@ def main():
     rows = []
     for sec in sections:
         print(f"\n## {TITLES[sec]}\n\n{TABLE_HEAD}", flush=True)
-        rows += run_cases(section_cases(sec, args.quick), args.rounds)
+        # Rows belong to the section that ran them (a section may run another's cases).
+        rows += [dict(r, section=sec) for r in run_cases(section_cases(sec, args.quick),
+                                                         args.rounds)]
     command = "./bench/peers/run_peers.sh" + ("" if sections == list(TITLES) else
                                                f" --sections {','.join(sections)}")
     if args.quick:

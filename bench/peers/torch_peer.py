@@ -56,13 +56,21 @@ def rows(quick):
         yield "batch_norm", (2, 256, 32, 32) if quick else (64, 256, 64, 64), cl
 
 
+def half_more_rows(quick):
+    """The half rows beyond the "half" set: affine (seed 000's shape) and RMS norm."""
+    for cl in (False, True):
+        yield "affine", (4, 64, 32, 32) if quick else (64, 256, 64, 64), cl
+    for shape in [(256, 768)] if quick else [(4096, 768), (2048, 4096)]:
+        yield "rms_norm", shape, False
+
+
 def make_case(op, shape, cl, dtype, threads):
     gen = torch.Generator().manual_seed(1)
     x = (torch.randn(shape, generator=gen) * 2 + 0.5).to(dtype)
     if cl:
         x = x.contiguous(memory_format=(torch.channels_last if len(shape) == 4 else
                                         torch.channels_last_3d))
-    C = shape[-1] if op == "layer_norm" else shape[1]
+    C = shape[-1] if op in ("layer_norm", "rms_norm") else shape[1]
     w = torch.rand(C, generator=gen) + 0.5
     b = torch.randn(C, generator=gen)
     out = torch.empty_like(x)
@@ -82,6 +90,27 @@ def make_case(op, shape, cl, dtype, threads):
         ours = lambda: normkit.layer_norm(x, w, b, 1e-5, out=out, context=ctx)  # noqa: E731
         ref = F.layer_norm(xd, (C,), wd, bd, 1e-5)
         name = "F.layer_norm"
+    elif op == "rms_norm":
+        # PyTorch's fused RMS norm wants the weight in x's dtype (a float32 one beside a half
+        # x takes its slow path, with a warning); normkit takes the same values in float32.
+        wh = w.to(dtype)
+        w = wh.float()
+        peer = lambda: res.__setitem__("y", F.rms_norm(x, (C,), wh, 1e-5))  # noqa: E731
+        ours = lambda: normkit.rms_norm(x, w, 1e-5, out=out, context=ctx)  # noqa: E731
+        ref = F.rms_norm(xd, (C,), wd, 1e-5)
+        name = "F.rms_norm"
+    elif op == "affine":
+        # PyTorch's half addcmul takes half parameters; normkit float32 ones (the same
+        # values: half-exact).
+        wh, bh = w.to(dtype), b.to(dtype)
+        w, b = wh.float(), bh.float()
+        wv, bv = wh.view(1, C, 1, 1), bh.view(1, C, 1, 1)
+        peer = lambda: torch.addcmul(bv, x, wv, out=out_peer)  # noqa: E731
+        out_peer = torch.empty_like(x)
+        res["y"] = out_peer
+        ours = lambda: normkit.affine(x, w, b, out=out, context=ctx)  # noqa: E731
+        ref = xd * w.double().view(1, C, 1, 1) + b.double().view(1, C, 1, 1)
+        name = "torch.addcmul(out=)"
     elif op == "batch_norm_training":
         # Each updates its own running statistics (momentum 0.1) every call.
         mean2, var2 = mean.clone(), var.clone()
@@ -128,7 +157,7 @@ def make_case(op, shape, cl, dtype, threads):
         got = torch.as_tensor(got).double()
         return ((got - ref).abs() / (ref.abs() + 1)).max().item()
 
-    layout = "NHWC" if cl else ("rows" if op == "layer_norm" else "NCHW")
+    layout = "NHWC" if cl else ("rows" if op in ("layer_norm", "rms_norm") else "NCHW")
     return Case("half" if dtype != torch.float32 else "train", op, shape, layout,
                 str(dtype).replace("torch.", ""), threads, ours, lambda: out,
                 [Peer(f"PyTorch {name}", peer, lambda: res["y"])], error,
@@ -178,8 +207,10 @@ def cases(which="half", quick=False, threads_list=(1, 2)):
     if which == "model":
         yield from model_cases(quick, threads_list)
         return
-    dtypes = (torch.bfloat16, torch.float16) if which == "half" else (torch.float32,)
-    for op, shape, cl in (rows if which == "half" else train_rows)(quick):
+    half = which in ("half", "half_more")
+    dtypes = (torch.bfloat16, torch.float16) if half else (torch.float32,)
+    row_set = {"half": rows, "half_more": half_more_rows, "train": train_rows}[which]
+    for op, shape, cl in row_set(quick):
         for dtype in dtypes:
             for threads in threads_list:
                 torch.set_num_threads(threads)
@@ -190,7 +221,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
-    ap.add_argument("--set", choices=("half", "train", "model"), default="half")
+    ap.add_argument("--set", choices=("half", "half_more", "train", "model"), default="half")
     args = ap.parse_args()
     print(f"normkit {normkit.version()} ({normkit.simd_target()}), torch {torch.__version__}, "
           f"{args.rounds} rounds; ratio = torch / normkit time")
