@@ -2,7 +2,10 @@
 // Outputs large enough for streaming (non-temporal) stores, at misaligned addresses:
 // the peel, body and tail of every streaming path against the double references.
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -141,6 +144,17 @@ TEST(Streaming, GroupNormChannelsLastWholeVectorRowsMisaligned) {
   }
 }
 
+// The divide-by-mask pinv's x element of window column v = w + c * S of y row `yrow`: z =
+// y / (s * count of channels covering v), then z / m (0 where m is 0), the kernels' two
+// roundings.
+float DivideByMaskPinv(const float* yrow, int64_t v, int64_t C, int64_t S, int64_t W, float s,
+                       float m) {
+  int64_t count = 0;
+  for (int64_t k = 0; k < C; ++k) count += v - k * S >= 0 && v - k * S < W;
+  const float z = yrow[v] / (s * static_cast<float>(count));
+  return m == 0.0f ? 0.0f : z / m;
+}
+
 // Shift-sum adjoint and pseudo-inverses into a channels-last x of 25+ MB: streamed
 // 128-bit tile rows when x is aligned and C a multiple of 4, plain stores otherwise.
 // x[b, h, w, c] = (s * y[b, h, w + c*S]) * M[h, w] exactly (the kernels' two roundings).
@@ -181,12 +195,9 @@ TEST(Streaming, ShiftSumChannelsLastAdjoint) {
       for (int64_t h = 0; h < H; ++h)
         for (int64_t w = 0; w < W; ++w)
           for (int64_t c = 0; c < C; ++c) {
-            const int64_t v = w + c * S;
-            int64_t count = 0;  // channels covering column v
-            for (int64_t k = 0; k < C; ++k) count += v - k * S >= 0 && v - k * S < W;
-            const float z = y[(b * H + h) * Wo + v] / (0.25f * static_cast<float>(count));
-            const float mv = m[h * W + w];
-            wrong += x[((b * H + h) * W + w) * C + c] != (mv == 0.0f ? 0.0f : z / mv);
+            wrong +=
+                x[((b * H + h) * W + w) * C + c] !=
+                DivideByMaskPinv(&y[(b * H + h) * Wo], w + c * S, C, S, W, 0.25f, m[h * W + w]);
           }
     EXPECT_EQ(wrong, 0);
   }
@@ -194,14 +205,19 @@ TEST(Streaming, ShiftSumChannelsLastAdjoint) {
 
 // Divide-by-mask pinv into a channels-first x of 24+ MB: x's rows streamed straight from
 // z = y / (s * count) (aligned, and one float off alignment: peeled to the next vector),
-// with the mask and without it. x[b, c, h, w] = m != 0 ? z / m : 0 exactly, the same bits
-// for either alignment.
+// with the mask and without it, y holding NaN and +-FLT_MAX and the mask 1e-30 in places
+// (the quotient overflows to Inf). x[b, c, h, w] = m != 0 ? z / m : 0 exactly (NaN where
+// that is NaN), the same bits for either alignment.
 TEST(Streaming, ShiftSumChannelsFirstDivideByMaskPinv) {
   const int64_t B = 2, C = 12, H = 130, W = 2053, S = 3, Wo = W + (C - 1) * S;
   ASSERT_GE(B * C * H * W * 4, int64_t{24} << 20);
-  const std::vector<float> y = RandomVector(B * H * Wo, 43);
+  std::vector<float> y = RandomVector(B * H * Wo, 43);
   std::vector<float> m = RandomVector(H * W, 44);
   for (int64_t i = 0; i < H * W; i += 7) m[i] = 0.0f;  // pixels no channel's mask covers
+  // Edges: NaN and +-FLT_MAX in y, and a mask of 1e-30 whose quotient overflows to Inf.
+  for (int64_t i = 5; i < B * H * Wo; i += 997) y[i] = NAN;
+  for (int64_t i = 11; i < B * H * Wo; i += 1009) y[i] = (i & 1) ? FLT_MAX : -FLT_MAX;
+  for (int64_t i = 3; i < H * W; i += 101) m[i] = 1e-30f;
   for (const bool masked : {true, false}) {
     std::vector<float> aligned;
     for (const int64_t offset : {0, 1}) {
@@ -226,13 +242,11 @@ TEST(Streaming, ShiftSumChannelsFirstDivideByMaskPinv) {
         for (int64_t c = 0; c < C; ++c)
           for (int64_t h = 0; h < H; ++h)
             for (int64_t w = 0; w < W; ++w) {
-              const int64_t v = w + c * S;
-              int64_t count = 0;  // channels covering column v
-              for (int64_t k = 0; k < C; ++k) count += v - k * S >= 0 && v - k * S < W;
-              const float z = y[(b * H + h) * Wo + v] / (0.25f * static_cast<float>(count));
-              const float mv = masked ? m[h * W + w] : 1.0f;
-              const float want = mv == 0.0f ? 0.0f : (masked ? z / mv : z);
-              wrong += x[((b * C + c) * H + h) * W + w] != want;
+              // Without a mask x is z itself (z / 1: the same bits).
+              const float want = DivideByMaskPinv(&y[(b * H + h) * Wo], w + c * S, C, S, W, 0.25f,
+                                                  masked ? m[h * W + w] : 1.0f);
+              const float got = x[((b * C + c) * H + h) * W + w];
+              wrong += !(got == want || (std::isnan(got) && std::isnan(want)));
             }
       EXPECT_EQ(wrong, 0);
       EXPECT_EQ(xbuf[B * C * H * W + offset], -9.0f) << "written past x";
@@ -240,7 +254,8 @@ TEST(Streaming, ShiftSumChannelsFirstDivideByMaskPinv) {
       if (offset == 0) {
         aligned = got;
       } else {
-        EXPECT_TRUE(got == aligned) << "output bits depend on x's alignment";
+        EXPECT_EQ(std::memcmp(got.data(), aligned.data(), got.size() * sizeof(float)), 0)
+            << "output bits depend on x's alignment";
       }
     }
   }
