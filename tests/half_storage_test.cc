@@ -573,8 +573,9 @@ struct GroupNormCase {
 
 // Group norm of x in `pair`'s dtypes (and in place where they agree) against the double
 // definition, and bitwise against the float32 run on x's values, stored as y's dtype:
-// a half x is widened into the float plan's scratch, a half y is the float result
-// rounded. check_every: compare with the double reference every this many elements.
+// the kernels load a half x widened exactly (the float32 plan's bits for its values),
+// a half y is the float result rounded. check_every: compare with the double reference
+// every this many elements.
 void RunGroupNormCase(const Pair& pair, const GroupNormCase& c, bool in_place, int threads,
                       int64_t check_every = 1) {
   const int64_t n = Numel(c.shape), N = c.shape[0], C = c.shape[1], G = c.groups;
@@ -645,12 +646,15 @@ void RunGroupNormCase(const Pair& pair, const GroupNormCase& c, bool in_place, i
 
 // Group norm, instance norm (G = C) and channel layer norm (G = 1) in every dtype pair,
 // both layouts, in place, data off a vector boundary, with each activation, on shapes
-// that take each of the plans (batched small groups, fused groups or samples, blocks
-// split across threads, channels-last rows longer than the output chunk).
-TEST(HalfStorage, GroupNormEveryPairAndPlan) {
+// that take each of the plans (batched small groups, chained groups, fused groups or
+// samples, blocks split across threads, channels-last rows longer than the output chunk,
+// instance norm of channels-last samples). `every`: run every this many cases (the
+// per-target run takes a share of them).
+void RunGroupNormPlans(int every) {
   const std::vector<std::pair<std::vector<int64_t>, int64_t>> shapes = {
-      {{2, 32, 7, 7}, 8},  {{1, 64, 28, 28}, 4}, {{1, 2, 400, 400}, 1},
-      {{2, 16, 9, 9}, 16}, {{1, 3000, 2, 2}, 3}, {{3, 6, 5}, 2}};
+      {{2, 32, 7, 7}, 8},   {{1, 64, 28, 28}, 4},  {{1, 2, 400, 400}, 1},
+      {{2, 16, 9, 9}, 16},  {{1, 3000, 2, 2}, 3},  {{3, 6, 5}, 2},
+      {{2, 32, 20, 20}, 8}, {{2, 48, 10, 10}, 48}, {{2, 37, 11, 13}, 37}};
   const int32_t acts[] = {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_RELU,
                           NORMKIT_ACTIVATION_SILU};
   int k = 0;
@@ -661,7 +665,7 @@ TEST(HalfStorage, GroupNormEveryPairAndPlan) {
           if (in_place && pair.x != pair.y) continue;
           const int32_t act = acts[k % 3];
           const bool shifted = k % 2 == 1;
-          ++k;
+          if (k++ % every != 0) continue;
           SCOPED_TRACE(std::string(DtypeLabel(pair.x)) + " -> " + DtypeLabel(pair.y) +
                        " C=" + std::to_string(shape[1]) + " G=" + std::to_string(groups) +
                        (layout ? " NHWC" : " NCHW") + " act " + std::to_string(act) +
@@ -671,6 +675,21 @@ TEST(HalfStorage, GroupNormEveryPairAndPlan) {
       }
     }
   }
+}
+
+TEST(HalfStorage, GroupNormEveryPairAndPlan) {
+  RunGroupNormPlans(1);
+}
+
+// The kernels load half storage per SIMD target (F16C or NEON conversions, or the
+// integer ones): a share of the cases on every target this CPU supports.
+TEST(HalfStorage, GroupNormPlansOnEveryTarget) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    RunGroupNormPlans(5);  // prime to the 2 and 3 that pick alignment and activation
+  }
+  hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
 }
 
 // From memory, streaming half outputs (25.7 MB of bfloat16), on three threads.

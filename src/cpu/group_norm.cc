@@ -23,11 +23,12 @@ using kernels::Moments;
 // the group itself (channels-first, contiguous) or the whole sample (channels-last,
 // where a group is strided across every row). Units split into statistics blocks.
 struct GroupNormPlan {
-  const float* x;  // float32 x; null when x is half (read through x_data)
-  const void* x_data;
+  // x and y in their storage (float32, bfloat16, float16): the kernels load x's elements
+  // widened to float and store y's rounded, so a half x gets the float32 plan's bits for
+  // its values without a float copy of it.
+  const char* x;
   char* y;
   kernels::Storage x_storage, y_storage;
-  bool widen;  // half x: what a run works on is widened into its float scratch first
   int64_t N, C, S, G, Cg;
   bool channels_last;
   bool stream;
@@ -58,22 +59,11 @@ struct GroupNormPlan {
   // OpenMP region).
   AlignedArray<float> scratch_floats;
   AlignedArray<double> scratch_doubles;
-  // Half x: each run's float values of what it works on (a unit, a batch of units or a
-  // statistics block), wide_stride floats a run; the float kernels then run on them, so
-  // a half x gets the float32 plan's bits for its values.
-  AlignedArray<float> wide;
-  int64_t wide_stride = 0;
 };
 
-// Float values of x's elements [at, at + count): x itself, or (half x) widened into
-// run `run`'s scratch.
-const float* ValuesOf(const GroupNormPlan& p, int64_t at, int64_t count, int64_t run) {
-  if (!p.widen) return p.x + at;
-  float* out = p.wide.get() + run * p.wide_stride;
-  kernels::WidenToFloat(
-      static_cast<const char*>(p.x_data) + at * kernels::StorageBytes(p.x_storage), p.x_storage,
-      count, out);
-  return out;
+// Element `at` of x, and of y.
+const void* InputAt(const GroupNormPlan& p, int64_t at) {
+  return p.x + at * kernels::StorageBytes(p.x_storage);
 }
 
 void* OutputAt(const GroupNormPlan& p, int64_t at) {
@@ -103,40 +93,32 @@ ChannelScratch ScratchOfRun(GroupNormPlan& p, int64_t run, float* stack_floats,
   return ScratchIn(p.scratch_floats.get() + 3 * at, p.scratch_doubles.get() + 2 * at, p.C);
 }
 
-// Half x: `runs` runs' float scratch of `floats` each, made before any output is written.
-void AllocateWide(GroupNormPlan& p, int64_t runs, int64_t floats) {
-  if (!p.widen) return;
-  p.wide_stride = static_cast<int64_t>(AlignedCount<float>(static_cast<size_t>(floats)));
-  p.wide = AllocateAligned<float>(static_cast<size_t>(runs * p.wide_stride));
-}
-
 Moments* PartialOf(GroupNormPlan& p, int64_t unit, int64_t block) {
   return &p.partial[static_cast<size_t>((unit * p.blocks + block) * p.unit_groups)];
 }
 
 // Moments of block `k` of unit `u` into its own partial slots; `run`: the scratch
-// of the run of blocks it is part of. unit: the float values of unit u, or null (the
-// block's are read from x).
-void BlockStats(GroupNormPlan& p, int64_t u, int64_t k, int64_t run, const float* unit) {
+// of the run of blocks it is part of.
+void BlockStats(GroupNormPlan& p, int64_t u, int64_t k, int64_t run) {
   Moments* out = PartialOf(p, u, k);
   const int64_t begin = k * p.block_elems;
   const int64_t len = std::min(p.block_elems, p.unit_elems - begin);
-  const float* xb = unit ? unit + begin : ValuesOf(p, u * p.unit_elems + begin, len, run);
+  const void* xb = InputAt(p, u * p.unit_elems + begin);
   if (!p.channels_last) {
-    out[0] = kernels::SpanMoments(xb, len);
+    out[0] = kernels::SpanMoments(xb, p.x_storage, len);
     return;
   }
   const int64_t r0 = k * p.block_rows;
   const int64_t rows = std::min(p.block_rows, p.S - r0);
   if (p.G == 1) {
-    out[0] = kernels::SpanMoments(xb, rows * p.C);
+    out[0] = kernels::SpanMoments(xb, p.x_storage, rows * p.C);
     return;
   }
   alignas(64) float stack_floats[3 * kStackScratchChannels];
   alignas(64) double stack_doubles[2 * kStackScratchChannels];
   const ChannelScratch s = ScratchOfRun(p, run, stack_floats, stack_doubles);
-  kernels::ColumnBlockMoments(xb, rows, p.C, p.G, PivotSamples(rows, p.Cg, p.from_memory),
-                              p.from_memory, s, out);
+  kernels::ColumnBlockMoments(xb, p.x_storage, rows, p.C, p.G,
+                              PivotSamples(rows, p.Cg, p.from_memory), p.from_memory, s, out);
 }
 
 // From a group's mean and reciprocal standard deviation: the optional mean / rstd
@@ -171,9 +153,7 @@ inline void ChannelParameters(double group_mean, double rstd, const GroupNormArg
 MeanRstd GroupMeanRstd(const GroupNormPlan& p, int64_t n, int64_t g, double mean, double rstd) {
   if (FastStatisticsHold(mean, rstd)) return {mean, rstd};
   const int64_t first = p.channels_last ? n * p.S * p.C + g * p.Cg : (n * p.C + g * p.Cg) * p.S;
-  const auto value = [&](int64_t i) {
-    return kernels::ElementAt(p.x_data, p.x_storage, first + i);
-  };
+  const auto value = [&](int64_t i) { return kernels::ElementAt(p.x, p.x_storage, first + i); };
   if (p.channels_last) return ExactMeanRstdOf(value, p.S, p.Cg, p.C, p.args.eps, false);
   return ExactMeanRstdOf(value, 1, p.Cg * p.S, 0, p.args.eps, false);
 }
@@ -217,14 +197,15 @@ void InstanceNormParameters(GroupNormPlan& p, int64_t nc, int64_t count, const d
 // statistics and parameters, vectorized across channels (BlockStats' and FinishUnit's
 // per-group loops, a division or a square root a channel each, took over 40% of
 // 1x1024x7x7 NHWC). The same bits as those loops.
-void InstanceNormSampleRows(GroupNormPlan& p, int64_t u, int64_t run, const float* unit) {
+void InstanceNormSampleRows(GroupNormPlan& p, int64_t u, int64_t run) {
   alignas(64) float stack_floats[3 * kStackScratchChannels];
   alignas(64) double stack_doubles[2 * kStackScratchChannels];
   const ChannelScratch s = ScratchOfRun(p, run, stack_floats, stack_doubles);
   double* mean = p.unit_stats.get() + u * p.C;
   double* rstd = mean + p.N * p.C;
-  kernels::ColumnMeanRstd(unit, p.S, p.C, PivotSamples(p.S, 1, p.from_memory), p.args.eps,
-                          p.from_memory, s.pivot, s.s1, s.s2, s.run, mean, rstd);
+  kernels::ColumnMeanRstd(InputAt(p, u * p.unit_elems), p.x_storage, p.S, p.C,
+                          PivotSamples(p.S, 1, p.from_memory), p.args.eps, p.from_memory, s.pivot,
+                          s.s1, s.s2, s.run, mean, rstd);
   CheckChannelStats(p, u * p.C, p.C, mean, rstd);
   InstanceNormParameters(p, u * p.C, p.C, mean, rstd);
 }
@@ -247,46 +228,33 @@ void FinishUnit(GroupNormPlan& p, int64_t u) {
   }
 }
 
-// Normalizes elements [begin, end) of unit u (channels-last: whole rows) from their
-// float values xf.
-void ApplyValues(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end, const float* xf) {
+// Normalizes elements [begin, end) of unit u (channels-last: whole rows).
+void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end) {
   const int64_t off = u * p.unit_elems + begin;
   const auto act = static_cast<Activation>(p.args.activation);
   if (p.channels_last) {
     const size_t nc = static_cast<size_t>(u * p.C);
     const kernels::NormRows rows{&p.mean[nc], &p.scale[nc], &p.shift[nc]};
-    kernels::ApplyNormRows(xf, OutputAt(p, off), p.y_storage, (end - begin) / p.C, p.C, rows, act,
-                           p.stream, p.from_memory);
+    kernels::ApplyNormRows(InputAt(p, off), p.x_storage, OutputAt(p, off), p.y_storage,
+                           (end - begin) / p.C, p.C, rows, act, p.stream, p.from_memory);
     return;
   }
   // Channels-first: unit u is group g of sample n, channels g * Cg.. contiguous.
   const int64_t n = u / p.G, g = u % p.G;
   const size_t nc = static_cast<size_t>(n * p.C + g * p.Cg + begin / p.S);
-  kernels::ApplyNormGroupPlanes(xf, OutputAt(p, off), p.y_storage, end - begin, p.S, begin % p.S,
-                                p.mean[nc], &p.scale[nc], &p.shift[nc], act, p.stream);
-}
-
-// Normalizes elements [begin, end) of unit u (channels-last: whole rows). unit: the float
-// values of unit u, or null: x's, widened (half x) a statistics block at a time into
-// run `run`'s scratch.
-void ApplyRange(const GroupNormPlan& p, int64_t u, int64_t begin, int64_t end, int64_t run,
-                const float* unit) {
-  if (unit != nullptr || !p.widen) {
-    return ApplyValues(p, u, begin, end, unit ? unit + begin : p.x + u * p.unit_elems + begin);
-  }
-  for (int64_t b = begin; b < end; b += p.block_elems) {
-    const int64_t len = std::min(p.block_elems, end - b);
-    ApplyValues(p, u, b, b + len, ValuesOf(p, u * p.unit_elems + b, len, run));
-  }
+  kernels::ApplyNormGroupPlanes(InputAt(p, off), p.x_storage, OutputAt(p, off), p.y_storage,
+                                end - begin, p.S, begin % p.S, p.mean[nc], &p.scale[nc],
+                                &p.shift[nc], act, p.stream);
 }
 
 // Channels-first: units [u0, u1) (contiguous, as are their channels' parameters) in
 // three steps: the statistics of each, the parameters of each, one output pass.
-void BatchOfUnits(GroupNormPlan& p, int64_t u0, int64_t u1, int64_t run) {
+void BatchOfUnits(GroupNormPlan& p, int64_t u0, int64_t u1) {
   double* group_mean = p.unit_stats.get() + u0;
   double* group_rstd = group_mean + p.units;
-  const float* xf = ValuesOf(p, u0 * p.unit_elems, (u1 - u0) * p.unit_elems, run);
-  kernels::SpanMeanRstdEach(xf, p.unit_elems, u1 - u0, p.args.eps, group_mean, group_rstd);
+  const void* xb = InputAt(p, u0 * p.unit_elems);
+  kernels::SpanMeanRstdEach(xb, p.x_storage, p.unit_elems, u1 - u0, p.args.eps, group_mean,
+                            group_rstd);
   if (p.Cg == 1) {
     CheckChannelStats(p, u0, u1 - u0, group_mean, group_rstd);
   } else {
@@ -317,13 +285,13 @@ void BatchOfUnits(GroupNormPlan& p, int64_t u0, int64_t u1, int64_t run) {
     }
   }
   const int64_t off = u0 * p.unit_elems, nc = u0 * Cg;  // units' channels are consecutive
-  kernels::ApplyNormPlanes(xf, OutputAt(p, off), p.y_storage, (u1 - u0) * p.unit_elems, p.S, 0,
-                           mean + nc, scale + nc, shift + nc,
+  kernels::ApplyNormPlanes(xb, p.x_storage, OutputAt(p, off), p.y_storage, (u1 - u0) * p.unit_elems,
+                           p.S, 0, mean + nc, scale + nc, shift + nc,
                            static_cast<Activation>(args.activation), p.stream);
 }
 
-// Channels-first, float32 x and y: normalizes block k of unit u and returns the moments
-// of block k of unit u + 1 (BlockStats' bits).
+// Channels-first, float32 y: normalizes block k of unit u and returns the moments of
+// block k of unit u + 1 (BlockStats' bits).
 Moments ApplyBlockThenNextMoments(const GroupNormPlan& p, int64_t u, int64_t k) {
   const int64_t n = u / p.G, g = u % p.G;
   const int64_t begin = k * p.block_elems;
@@ -331,9 +299,9 @@ Moments ApplyBlockThenNextMoments(const GroupNormPlan& p, int64_t u, int64_t k) 
   const int64_t off = u * p.unit_elems + begin;
   const size_t nc = static_cast<size_t>(n * p.C + g * p.Cg + begin / p.S);
   return kernels::ApplyNormPlanesThenMoments(
-      p.x + off, reinterpret_cast<float*>(p.y) + off, len, p.S, begin % p.S, p.mean[nc],
-      &p.scale[nc], &p.shift[nc], static_cast<Activation>(p.args.activation), p.stream,
-      p.x + off + p.unit_elems);
+      InputAt(p, off), p.x_storage, reinterpret_cast<float*>(p.y) + off, len, p.S, begin % p.S,
+      p.mean[nc], &p.scale[nc], &p.shift[nc], static_cast<Activation>(p.args.activation), p.stream,
+      InputAt(p, off + p.unit_elems));
 }
 
 }  // namespace
@@ -343,9 +311,7 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   GroupNormPlan p;
   p.x_storage = kernels::StorageOf(x.dtype);
   p.y_storage = kernels::StorageOf(y.dtype);
-  p.widen = p.x_storage != kernels::Storage::kFloat32;
-  p.x_data = x.data;
-  p.x = p.widen ? nullptr : static_cast<const float*>(x.data);
+  p.x = static_cast<const char*>(x.data);
   p.y = static_cast<char*>(y.data);
   p.N = x.batch;
   p.C = x.channels;
@@ -402,11 +368,10 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
     const int64_t batches = (p.units + per_batch - 1) / per_batch;
     const int64_t batch_runs = std::min<int64_t>(ctx.num_threads, batches);
     p.unit_stats.reset(new double[static_cast<size_t>(2 * p.units)]);
-    AllocateWide(p, batch_runs, per_batch * p.unit_elems);
     ParallelFor(ctx, batch_runs, [&](int64_t t) {
       const int64_t end = (t + 1) * batches / batch_runs;
       for (int64_t b = t * batches / batch_runs; b < end; ++b) {
-        BatchOfUnits(p, b * per_batch, std::min(p.units, (b + 1) * per_batch), t);
+        BatchOfUnits(p, b * per_batch, std::min(p.units, (b + 1) * per_batch));
       }
     });
     return;
@@ -417,9 +382,9 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   const bool chained_from_memory = p.stream && x.bytes >= kChainedFromMemoryBytes &&
                                    args.activation != NORMKIT_ACTIVATION_SILU &&
                                    unit_bytes <= kChainedFromMemoryUnitBytes;
-  // Chains read the next group while writing float32 y from float32 x.
-  const bool float32 = !p.widen && p.y_storage == kernels::Storage::kFloat32;
-  const bool chained = float32 && !p.channels_last && p.units >= 2 * ctx.num_threads &&
+  // Chains read the next group while writing a float32 y.
+  const bool float_y = p.y_storage == kernels::Storage::kFloat32;
+  const bool chained = float_y && !p.channels_last && p.units >= 2 * ctx.num_threads &&
                        (unit_bytes <= kChainedUnitBytes || chained_from_memory);
   const bool fused =
       !chained && unit_bytes <= kFusedUnitBytes && (p.units >= ctx.num_threads || p.blocks == 1);
@@ -436,7 +401,6 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
     p.scratch_floats = AllocateAligned<float>(3 * floats);
     p.scratch_doubles = AllocateAligned<double>(2 * floats);
   }
-  AllocateWide(p, runs, fused ? p.unit_elems : p.block_elems);
   if (chained) {
     // A chain's first group has statistics of its own; each other group's come from
     // the output pass of the one before it, block by block, to the same bits.
@@ -445,13 +409,13 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
     const int64_t chains = ctx.num_threads;
     ParallelFor(ctx, chains, [&](int64_t t) {
       const int64_t first = t * p.units / chains, end = (t + 1) * p.units / chains;
-      for (int64_t k = 0; k < p.blocks; ++k) BlockStats(p, first, k, 0, nullptr);
+      for (int64_t k = 0; k < p.blocks; ++k) BlockStats(p, first, k, 0);
       for (int64_t u = first, n = first / p.G, g = first % p.G; u < end; ++u) {
         const size_t row = static_cast<size_t>(n * p.C);
         GroupParameters(p, MergedBlocks(p, u, 0), n, g, &p.mean[row], &p.scale[row], &p.shift[row]);
         if (++g == p.G) g = 0, ++n;
         if (u + 1 == end) {
-          ApplyRange(p, u, 0, p.unit_elems, 0, nullptr);
+          ApplyRange(p, u, 0, p.unit_elems);
         } else {
           for (int64_t k = 0; k < p.blocks; ++k) {
             *PartialOf(p, u + 1, k) = ApplyBlockThenNextMoments(p, u, k);
@@ -465,9 +429,8 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
     p.unit_stats.reset(new double[static_cast<size_t>(2 * p.N * p.C)]);
     ParallelFor(ctx, runs, [&](int64_t t) {
       for (int64_t u = run_start(p.units, t); u < run_start(p.units, t + 1); ++u) {
-        const float* unit = ValuesOf(p, u * p.unit_elems, p.unit_elems, t);
-        InstanceNormSampleRows(p, u, t, unit);
-        ApplyRange(p, u, 0, p.unit_elems, t, unit);
+        InstanceNormSampleRows(p, u, t);
+        ApplyRange(p, u, 0, p.unit_elems);
       }
     });
     return;
@@ -475,11 +438,10 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   if (fused) {
     ParallelFor(ctx, runs, [&](int64_t t) {
       for (int64_t u = run_start(p.units, t); u < run_start(p.units, t + 1); ++u) {
-        // A fused unit is read (widened) once, then normalized from cache.
-        const float* unit = ValuesOf(p, u * p.unit_elems, p.unit_elems, t);
-        for (int64_t k = 0; k < p.blocks; ++k) BlockStats(p, u, k, t, unit);
+        // A fused unit is read from memory once, then normalized from cache.
+        for (int64_t k = 0; k < p.blocks; ++k) BlockStats(p, u, k, t);
         FinishUnit(p, u);
-        ApplyRange(p, u, 0, p.unit_elems, t, unit);
+        ApplyRange(p, u, 0, p.unit_elems);
       }
     });
     return;
@@ -487,7 +449,7 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
   for (int64_t u = 0; u < p.units; ++u) {
     ParallelFor(ctx, runs, [&](int64_t t) {
       for (int64_t k = run_start(p.blocks, t); k < run_start(p.blocks, t + 1); ++k) {
-        BlockStats(p, u, k, t, nullptr);
+        BlockStats(p, u, k, t);
       }
     });
     FinishUnit(p, u);
@@ -497,7 +459,7 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
       // (A ceil split may leave the last runs empty.)
       const int64_t begin = std::min(p.unit_elems, run_start(p.blocks, t) * p.block_elems);
       const int64_t end = std::min(p.unit_elems, run_start(p.blocks, t + 1) * p.block_elems);
-      if (begin < end) ApplyRange(p, u, begin, end, t, nullptr);
+      if (begin < end) ApplyRange(p, u, begin, end);
     });
   }
 }

@@ -16,6 +16,7 @@
 
 #include "cpu/kernels/float_tags-inl.h"
 #include "cpu/kernels/moments-inl.h"
+#include "cpu/kernels/storage-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
@@ -29,7 +30,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // a time down all rows of the block (a walk that stays within a few KiB), with the
 // accumulators in registers; wider rows go through ShiftedSumsRowStreams. Channels
 // past the last whole vector go one at a time: shifted sums of one channel, in double.
-HWY_INLINE void ShiftedSumsChannel(const float* HWY_RESTRICT x, size_t R, size_t C, size_t c,
+template <typename T>
+HWY_INLINE void ShiftedSumsChannel(const T* HWY_RESTRICT x, size_t R, size_t C, size_t c,
                                    const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
                                    double* HWY_RESTRICT s2) {
   const hn::CappedTag<float, 1> d;
@@ -37,7 +39,7 @@ HWY_INLINE void ShiftedSumsChannel(const float* HWY_RESTRICT x, size_t R, size_t
   const auto vp = hn::LoadU(d, pivot + c);
   auto w1 = hn::Zero(dw), w2 = hn::Zero(dw);
   for (size_t r = 0; r < R; ++r) {
-    const auto dev = hn::PromoteTo(dw, hn::Sub(hn::LoadU(d, x + r * C + c), vp));
+    const auto dev = hn::PromoteTo(dw, hn::Sub(LoadF(d, x + r * C + c), vp));
     w1 = hn::Add(w1, dev);
     w2 = hn::MulAdd(dev, dev, w2);
   }
@@ -47,15 +49,15 @@ HWY_INLINE void ShiftedSumsChannel(const float* HWY_RESTRICT x, size_t R, size_t
 
 // Adds the four vectors at `row` minus their pivots p0..p3 to a0..a3 and the squares
 // of those differences to b0..b3.
-template <class V>
-HWY_INLINE void AddShiftedFour(const float* HWY_RESTRICT row, V p0, V p1, V p2, V p3, V& a0, V& a1,
+template <class V, typename T>
+HWY_INLINE void AddShiftedFour(const T* HWY_RESTRICT row, V p0, V p1, V p2, V p3, V& a0, V& a1,
                                V& a2, V& a3, V& b0, V& b1, V& b2, V& b3) {
   const DF d;
   const size_t N = hn::Lanes(d);
-  const auto d0 = hn::Sub(hn::LoadU(d, row), p0);
-  const auto d1 = hn::Sub(hn::LoadU(d, row + N), p1);
-  const auto d2 = hn::Sub(hn::LoadU(d, row + 2 * N), p2);
-  const auto d3 = hn::Sub(hn::LoadU(d, row + 3 * N), p3);
+  const auto d0 = hn::Sub(LoadF(d, row), p0);
+  const auto d1 = hn::Sub(LoadF(d, row + N), p1);
+  const auto d2 = hn::Sub(LoadF(d, row + 2 * N), p2);
+  const auto d3 = hn::Sub(LoadF(d, row + 3 * N), p3);
   a0 = hn::Add(a0, d0);
   a1 = hn::Add(a1, d1);
   a2 = hn::Add(a2, d2);
@@ -71,8 +73,8 @@ HWY_INLINE void AddShiftedFour(const float* HWY_RESTRICT row, V p0, V p1, V p2, 
 // chains (summed in a fixed order at each flush), so that the adds do not wait on one
 // another: walked one chain a column, 1x32x112x112 G=8 channels-last statistics took
 // 0.7 of a same-size memcpy, latency-bound. Four vectors are four chains already.
-template <size_t kVectors>
-HWY_INLINE void ShiftedSumsColumns(const float* HWY_RESTRICT x, size_t R, size_t C, size_t c,
+template <size_t kVectors, typename T>
+HWY_INLINE void ShiftedSumsColumns(const T* HWY_RESTRICT x, size_t R, size_t C, size_t c,
                                    const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
                                    double* HWY_RESTRICT s2) {
   const DF d;
@@ -93,7 +95,7 @@ HWY_INLINE void ShiftedSumsColumns(const float* HWY_RESTRICT x, size_t R, size_t
   const auto add_row = [&](size_t row, size_t u) {
     HWY_UNROLL(4)
     for (size_t v = 0; v < K; ++v) {
-      const auto dev = hn::Sub(hn::LoadU(d, x + row * C + c + v * N), p.Get(v));
+      const auto dev = hn::Sub(LoadF(d, x + row * C + c + v * N), p.Get(v));
       a.Set(u * K + v, hn::Add(a.Get(u * K + v), dev));
       b.Set(u * K + v, hn::MulAdd(dev, dev, b.Get(u * K + v)));
     }
@@ -165,10 +167,9 @@ HWY_INLINE void FlushRunSums(const float* HWY_RESTRICT run, size_t C4, double* H
 
 // Adds rows[0..kRows) (each C4 channels: a multiple of four vectors) minus the pivot,
 // and their squares, to the float run sums run1 / run2.
-template <size_t kRows>
-HWY_INLINE void AddRowsToRunSums(const float* const* rows, size_t C4,
-                                 const float* HWY_RESTRICT pivot, float* HWY_RESTRICT run1,
-                                 float* HWY_RESTRICT run2) {
+template <size_t kRows, typename T>
+HWY_INLINE void AddRowsToRunSums(const T* const* rows, size_t C4, const float* HWY_RESTRICT pivot,
+                                 float* HWY_RESTRICT run1, float* HWY_RESTRICT run2) {
   const DF d;
   const size_t N = hn::Lanes(d);
   for (size_t c = 0; c < C4; c += 4 * N) {
@@ -196,7 +197,8 @@ HWY_INLINE void AddRowsToRunSums(const float* const* rows, size_t C4,
 // carried in double, like the column walk's. run1 / run2: 2 * C4 floats of scratch.
 constexpr size_t kRowStreams = 4;
 
-HWY_INLINE void ShiftedSumsRowStreams(const float* HWY_RESTRICT x, size_t R, size_t C, size_t C4,
+template <typename T>
+HWY_INLINE void ShiftedSumsRowStreams(const T* HWY_RESTRICT x, size_t R, size_t C, size_t C4,
                                       const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
                                       double* HWY_RESTRICT s2, float* HWY_RESTRICT run1,
                                       float* HWY_RESTRICT run2) {
@@ -225,13 +227,13 @@ HWY_INLINE void ShiftedSumsRowStreams(const float* HWY_RESTRICT x, size_t R, siz
   };
   const size_t D = R / kRowStreams;
   for (size_t i = 0; i < D; ++i) {
-    const float* rows[kRowStreams];
+    const T* rows[kRowStreams];
     for (size_t k = 0; k < kRowStreams; ++k) rows[k] = x + (k * D + i) * C;
     AddRowsToRunSums<kRowStreams>(rows, C4, pivot, run1, run2);
     added(kRowStreams);
   }
   for (size_t r = kRowStreams * D; r < R; ++r) {
-    const float* row = x + r * C;
+    const T* row = x + r * C;
     AddRowsToRunSums<1>(&row, C4, pivot, run1, run2);
     added(1);
   }
@@ -249,10 +251,11 @@ HWY_INLINE void ShiftedSumsRowStreams(const float* HWY_RESTRICT x, size_t R, siz
 // 1x96x28x28 1.08-1.10.
 constexpr size_t kCachedRowStreamsMinFloats = 192;
 
-inline void ChannelShiftedSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
-                                   const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
-                                   double* HWY_RESTRICT s2, float* HWY_RESTRICT scratch,
-                                   bool from_memory) {
+template <typename T>
+inline void ChannelShiftedSums(const T* HWY_RESTRICT x, int64_t rows, int64_t channels,
+                               const float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
+                               double* HWY_RESTRICT s2, float* HWY_RESTRICT scratch,
+                               bool from_memory) {
   const size_t R = static_cast<size_t>(rows), C = static_cast<size_t>(channels);
   const size_t N = hn::Lanes(DF());
   size_t c = 0;
@@ -272,8 +275,9 @@ inline void ChannelShiftedSumsImpl(const float* HWY_RESTRICT x, int64_t rows, in
   for (; c < C; ++c) ShiftedSumsChannel(x, R, C, c, pivot, s1, s2);
 }
 
-inline void SampledRowSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
-                               int64_t samples, float* HWY_RESTRICT out) {
+template <typename T>
+inline void SampledRowSums(const T* HWY_RESTRICT x, int64_t rows, int64_t channels, int64_t samples,
+                           float* HWY_RESTRICT out) {
   const DF d;
   const size_t N = hn::Lanes(d);
   const size_t C = static_cast<size_t>(channels);
@@ -281,15 +285,14 @@ inline void SampledRowSumsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_
   for (; c + N <= C; c += N) {
     auto acc = hn::Zero(d);
     for (int64_t j = 0; j < samples; ++j) {
-      acc =
-          hn::Add(acc, hn::LoadU(d, x + static_cast<size_t>(SampledRow(j, samples, rows)) * C + c));
+      acc = hn::Add(acc, LoadF(d, x + static_cast<size_t>(SampledRow(j, samples, rows)) * C + c));
     }
     hn::StoreU(acc, d, out + c);
   }
   for (; c < C; ++c) {
     float acc = 0.0f;
     for (int64_t j = 0; j < samples; ++j) {
-      acc += x[static_cast<size_t>(SampledRow(j, samples, rows)) * C + c];
+      acc += FloatAt(x + static_cast<size_t>(SampledRow(j, samples, rows)) * C + c);
     }
     out[c] = acc;
   }
@@ -314,21 +317,22 @@ HWY_INLINE double SumOfChannels(const T* a, int64_t n) {
 
 // ColumnBlockMoments: groups strided across rows; per-channel shifted sums about a pivot
 // per group add up to the group's.
-inline void ColumnBlockMomentsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
-                                   int64_t groups, int64_t samples, bool from_memory,
-                                   const ColumnScratch& s, Moments* HWY_RESTRICT out) {
+template <typename T>
+inline void ColumnBlockMomentsT(const T* HWY_RESTRICT x, int64_t rows, int64_t channels,
+                                int64_t groups, int64_t samples, bool from_memory,
+                                const ColumnScratch& s, Moments* HWY_RESTRICT out) {
   const int64_t Cg = channels / groups;
   const double count = static_cast<double>(rows * Cg);
   // s.pivot holds the per-channel sample sums first; each group's are read, then
   // overwritten by the group's pivot (groups own disjoint channels).
-  SampledRowSumsImpl(x, rows, channels, samples, s.pivot);
+  SampledRowSums(x, rows, channels, samples, s.pivot);
   for (int64_t g = 0; g < groups; ++g) {
     const double sum = SumOfChannels(s.pivot + g * Cg, Cg);
     const float pivot = static_cast<float>(sum / static_cast<double>(samples * Cg));
     for (int64_t c = g * Cg; c < (g + 1) * Cg; ++c) s.pivot[c] = pivot;
   }
   for (int pass = 0; pass < 2; ++pass) {
-    ChannelShiftedSumsImpl(x, rows, channels, s.pivot, s.s1, s.s2, s.run, from_memory);
+    ChannelShiftedSums(x, rows, channels, s.pivot, s.s1, s.s2, s.run, from_memory);
     bool again = false;
     for (int64_t g = 0; g < groups; ++g) {
       const double s1 = SumOfChannels(s.s1 + g * Cg, Cg);
@@ -371,14 +375,15 @@ HWY_INLINE bool ColumnsMeanRstd(size_t C, double count, const float* HWY_RESTRIC
   return any_far;
 }
 
-inline void ColumnMeanRstdImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
-                               int64_t samples, float eps, bool from_memory,
-                               float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
-                               double* HWY_RESTRICT s2, float* HWY_RESTRICT scratch,
-                               double* HWY_RESTRICT mean, double* HWY_RESTRICT rstd) {
+template <typename T>
+inline void ColumnMeanRstdT(const T* HWY_RESTRICT x, int64_t rows, int64_t channels,
+                            int64_t samples, float eps, bool from_memory, float* HWY_RESTRICT pivot,
+                            double* HWY_RESTRICT s1, double* HWY_RESTRICT s2,
+                            float* HWY_RESTRICT scratch, double* HWY_RESTRICT mean,
+                            double* HWY_RESTRICT rstd) {
   const size_t C = static_cast<size_t>(channels);
   const double count = static_cast<double>(rows);
-  SampledRowSumsImpl(x, rows, channels, samples, pivot);
+  SampledRowSums(x, rows, channels, samples, pivot);
   // The pivot of a group of one channel, as group norm's channels-last statistics
   // take it (the same bits): the double mean of its sampled values, rounded.
   const double dsamples = static_cast<double>(samples);
@@ -394,15 +399,34 @@ inline void ColumnMeanRstdImpl(const float* HWY_RESTRICT x, int64_t rows, int64_
   }
 #endif
   for (; c < C; ++c) pivot[c] = static_cast<float>(static_cast<double>(pivot[c]) / dsamples);
-  ChannelShiftedSumsImpl(x, rows, channels, pivot, s1, s2, scratch, from_memory);
+  ChannelShiftedSums(x, rows, channels, pivot, s1, s2, scratch, from_memory);
   if (!ColumnsMeanRstd(C, count, pivot, s1, s2, eps, mean, rstd)) return;
   // A second pass about the means the first found, for the channels that need it
   // (the others keep their pivots, so their sums and results do not change).
   for (c = 0; c < C; ++c) {
     if (PivotTooFar(count, s1[c], s2[c])) pivot[c] = static_cast<float>(mean[c]);
   }
-  ChannelShiftedSumsImpl(x, rows, channels, pivot, s1, s2, scratch, from_memory);
+  ChannelShiftedSums(x, rows, channels, pivot, s1, s2, scratch, from_memory);
   ColumnsMeanRstd(C, count, pivot, s1, s2, eps, mean, rstd);
+}
+
+inline void ColumnBlockMomentsImpl(const void* x, Storage storage, int64_t rows, int64_t channels,
+                                   int64_t groups, int64_t samples, bool from_memory,
+                                   const ColumnScratch& s, Moments* HWY_RESTRICT out) {
+  WithStorage(x, storage, [&](const auto* xs) {
+    ColumnBlockMomentsT(xs, rows, channels, groups, samples, from_memory, s, out);
+  });
+}
+
+inline void ColumnMeanRstdImpl(const void* x, Storage storage, int64_t rows, int64_t channels,
+                               int64_t samples, float eps, bool from_memory,
+                               float* HWY_RESTRICT pivot, double* HWY_RESTRICT s1,
+                               double* HWY_RESTRICT s2, float* HWY_RESTRICT scratch,
+                               double* HWY_RESTRICT mean, double* HWY_RESTRICT rstd) {
+  WithStorage(x, storage, [&](const auto* xs) {
+    ColumnMeanRstdT(xs, rows, channels, samples, eps, from_memory, pivot, s1, s2, scratch, mean,
+                    rstd);
+  });
 }
 
 }  // namespace HWY_NAMESPACE

@@ -36,17 +36,17 @@ HWY_EXPORT(WidenToFloatImpl);
 HWY_EXPORT(NarrowFromFloatImpl);
 HWY_EXPORT(ResidualAddImpl);
 
-Moments SpanMoments(const float* x, int64_t n) {
-  return HWY_DYNAMIC_DISPATCH(SpanMomentsImpl)(x, n);
+Moments SpanMoments(const void* x, Storage x_storage, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(SpanMomentsImpl)(x, x_storage, n);
 }
 
 Moments RowMoments(const float* x, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(RowMomentsImpl)(x, n);
 }
 
-void SpanMeanRstdEach(const float* x, int64_t n, int64_t count, float eps, double* mean,
-                      double* rstd) {
-  HWY_DYNAMIC_DISPATCH(SpanMeanRstdEachImpl)(x, n, count, eps, mean, rstd);
+void SpanMeanRstdEach(const void* x, Storage x_storage, int64_t n, int64_t count, float eps,
+                      double* mean, double* rstd) {
+  HWY_DYNAMIC_DISPATCH(SpanMeanRstdEachImpl)(x, x_storage, n, count, eps, mean, rstd);
 }
 
 void SpanRmsEach(const float* x, int64_t n, int64_t count, float eps, double* rstd) {
@@ -64,46 +64,47 @@ double SpanSumSquares(const float* x, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(SpanSumSquaresImpl)(x, n);
 }
 
-void ColumnBlockMoments(const float* x, int64_t rows, int64_t channels, int64_t groups,
-                        int64_t samples, bool from_memory, const ColumnScratch& scratch,
-                        Moments* out) {
+void ColumnBlockMoments(const void* x, Storage x_storage, int64_t rows, int64_t channels,
+                        int64_t groups, int64_t samples, bool from_memory,
+                        const ColumnScratch& scratch, Moments* out) {
   HWY_DYNAMIC_DISPATCH(ColumnBlockMomentsImpl)
-  (x, rows, channels, groups, samples, from_memory, scratch, out);
+  (x, x_storage, rows, channels, groups, samples, from_memory, scratch, out);
 }
 
-void ColumnMeanRstd(const float* x, int64_t rows, int64_t channels, int64_t samples, float eps,
-                    bool from_memory, float* pivot, double* s1, double* s2, float* scratch,
-                    double* mean, double* rstd) {
+void ColumnMeanRstd(const void* x, Storage x_storage, int64_t rows, int64_t channels,
+                    int64_t samples, float eps, bool from_memory, float* pivot, double* s1,
+                    double* s2, float* scratch, double* mean, double* rstd) {
   HWY_DYNAMIC_DISPATCH(ColumnMeanRstdImpl)
-  (x, rows, channels, samples, eps, from_memory, pivot, s1, s2, scratch, mean, rstd);
+  (x, x_storage, rows, channels, samples, eps, from_memory, pivot, s1, s2, scratch, mean, rstd);
 }
 
-void ApplyNormPlanes(const float* x, void* y, Storage y_storage, int64_t n, int64_t plane,
-                     int64_t offset, const float* mean, const float* scale, const float* shift,
-                     Activation act, bool stream) {
+void ApplyNormPlanes(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t n,
+                     int64_t plane, int64_t offset, const float* mean, const float* scale,
+                     const float* shift, Activation act, bool stream) {
   HWY_DYNAMIC_DISPATCH(ApplyNormPlanesImpl)
-  (x, y, y_storage, n, plane, offset, mean, scale, shift, act, stream);
+  (x, x_storage, y, y_storage, n, plane, offset, mean, scale, shift, act, stream);
 }
 
-void ApplyNormGroupPlanes(const float* x, void* y, Storage y_storage, int64_t n, int64_t plane,
-                          int64_t offset, float mean, const float* scale, const float* shift,
-                          Activation act, bool stream) {
+void ApplyNormGroupPlanes(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t n,
+                          int64_t plane, int64_t offset, float mean, const float* scale,
+                          const float* shift, Activation act, bool stream) {
   HWY_DYNAMIC_DISPATCH(ApplyNormGroupPlanesImpl)
-  (x, y, y_storage, n, plane, offset, mean, scale, shift, act, stream);
+  (x, x_storage, y, y_storage, n, plane, offset, mean, scale, shift, act, stream);
 }
 
-Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane,
-                                   int64_t offset, float mean, const float* scale,
+Moments ApplyNormPlanesThenMoments(const void* x, Storage x_storage, float* y, int64_t n,
+                                   int64_t plane, int64_t offset, float mean, const float* scale,
                                    const float* shift, Activation act, bool stream,
-                                   const float* next) {
-  return HWY_DYNAMIC_DISPATCH(ApplyNormPlanesThenMomentsImpl)(x, y, n, plane, offset, mean, scale,
-                                                              shift, act, stream, next);
+                                   const void* next) {
+  return HWY_DYNAMIC_DISPATCH(ApplyNormPlanesThenMomentsImpl)(
+      x, x_storage, y, n, plane, offset, mean, scale, shift, act, stream, next);
 }
 
-void ApplyNormRows(const float* x, void* y, Storage y_storage, int64_t rows, int64_t channels,
-                   const NormRows& p, Activation act, bool stream, bool from_memory) {
+void ApplyNormRows(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t rows,
+                   int64_t channels, const NormRows& p, Activation act, bool stream,
+                   bool from_memory) {
   HWY_DYNAMIC_DISPATCH(ApplyNormRowsImpl)
-  (x, y, y_storage, rows, channels, p, act, stream, from_memory);
+  (x, x_storage, y, y_storage, rows, channels, p, act, stream, from_memory);
 }
 
 void ApplyRowNorm(const float* x, void* y, Storage y_storage, int64_t n, float mean, float rstd,

@@ -35,7 +35,15 @@ inline int64_t SampledSpanOffset(size_t j, int64_t n) {
 // float within short runs and carried in double; a second pass about the mean the
 // first found when the pivot was too far from it (PivotTooFar). The order of every
 // sum depends only on n, the data and the SIMD target.
-Moments SpanMoments(const float* x, int64_t n);
+//
+// The group-norm kernels read x in its storage (x_storage: float32, bfloat16 or float16),
+// each element widened exactly to float as it is loaded: a half x gets the bits of the
+// float32 call on its values, with no float copy of it made. Their `const float*`
+// overloads are the float32 calls.
+Moments SpanMoments(const void* x, Storage x_storage, int64_t n);
+inline Moments SpanMoments(const float* x, int64_t n) {
+  return SpanMoments(x, Storage::kFloat32, n);
+}
 
 // As exact as SpanMoments but not its bits (four float chains where it has two): the
 // statistics of a [rows, D] layer norm row. Its bits depend only on n, the data and
@@ -53,8 +61,12 @@ inline double ReciprocalStd(const Moments& m, float eps) {
 // j in lane j, about a pivot at their mean: as exact as SpanMoments but not its bits.
 // Other lengths: SpanMoments and ReciprocalStd. A span's bits depend only on its data,
 // n and the SIMD target, not on count or on where the span is in x.
-void SpanMeanRstdEach(const float* x, int64_t n, int64_t count, float eps, double* mean,
-                      double* rstd);
+void SpanMeanRstdEach(const void* x, Storage x_storage, int64_t n, int64_t count, float eps,
+                      double* mean, double* rstd);
+inline void SpanMeanRstdEach(const float* x, int64_t n, int64_t count, float eps, double* mean,
+                             double* rstd) {
+  SpanMeanRstdEach(x, Storage::kFloat32, n, count, eps, mean, rstd);
+}
 
 // 1 / sqrt(mean(x^2) + eps) of span k = x[k * n, (k + 1) * n), for k < count (RMS
 // norm of short rows): spans of one to 32 vectors a vector's worth at a time, span j
@@ -98,9 +110,15 @@ struct ColumnScratch {
 // about it. from_memory: x comes from DRAM rather than cache, which picks the order rows
 // are read in (the sums are the same either way only up to rounding: the choice must
 // depend on the shape alone). One call does the whole block.
-void ColumnBlockMoments(const float* x, int64_t rows, int64_t channels, int64_t groups,
-                        int64_t samples, bool from_memory, const ColumnScratch& scratch,
-                        Moments* out);
+void ColumnBlockMoments(const void* x, Storage x_storage, int64_t rows, int64_t channels,
+                        int64_t groups, int64_t samples, bool from_memory,
+                        const ColumnScratch& scratch, Moments* out);
+inline void ColumnBlockMoments(const float* x, int64_t rows, int64_t channels, int64_t groups,
+                               int64_t samples, bool from_memory, const ColumnScratch& scratch,
+                               Moments* out) {
+  ColumnBlockMoments(x, Storage::kFloat32, rows, channels, groups, samples, from_memory, scratch,
+                     out);
+}
 
 // Channels-last instance norm of a block of `rows` rows of `channels` floats: mean[c]
 // and rstd[c] (ReciprocalStd) of each channel's column, from shifted sums about the
@@ -108,9 +126,9 @@ void ColumnBlockMoments(const float* x, int64_t rows, int64_t channels, int64_t 
 // the channels whose pivot was too far from their mean. The same bits as
 // ColumnBlockMoments with one channel a group. Scratch: pivot (channels floats), s1 and s2
 // (channels doubles each), scratch (2 * channels floats).
-void ColumnMeanRstd(const float* x, int64_t rows, int64_t channels, int64_t samples, float eps,
-                    bool from_memory, float* pivot, double* s1, double* s2, float* scratch,
-                    double* mean, double* rstd);
+void ColumnMeanRstd(const void* x, Storage x_storage, int64_t rows, int64_t channels,
+                    int64_t samples, float eps, bool from_memory, float* pivot, double* s1,
+                    double* s2, float* scratch, double* mean, double* rstd);
 
 // `stream`: non-temporal stores (outputs larger than the last-level cache); each call
 // ends with the fence that orders them. y is stored as y_storage: half outputs are the
@@ -123,16 +141,28 @@ void ColumnMeanRstd(const float* x, int64_t rows, int64_t channels, int64_t samp
 // shift[j] = beta - (m - mean[j]) * scale[j]. Subtracting the mean first keeps the result
 // exact when the mean is large next to the standard deviation; the folded form
 // x * scale + (beta - m * scale) would lose those digits.
-void ApplyNormPlanes(const float* x, void* y, Storage y_storage, int64_t n, int64_t plane,
-                     int64_t offset, const float* mean, const float* scale, const float* shift,
-                     Activation act, bool stream);
+void ApplyNormPlanes(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t n,
+                     int64_t plane, int64_t offset, const float* mean, const float* scale,
+                     const float* shift, Activation act, bool stream);
+inline void ApplyNormPlanes(const float* x, void* y, Storage y_storage, int64_t n, int64_t plane,
+                            int64_t offset, const float* mean, const float* scale,
+                            const float* shift, Activation act, bool stream) {
+  ApplyNormPlanes(x, Storage::kFloat32, y, y_storage, n, plane, offset, mean, scale, shift, act,
+                  stream);
+}
 
 // ApplyNormPlanes over planes of one group: one mean for all of them (the same bits as
 // a mean array of copies). The per-plane mean's loads and splices measured 1-2% of
 // a fused group norm (1x64x56x56 G=32, one thread).
-void ApplyNormGroupPlanes(const float* x, void* y, Storage y_storage, int64_t n, int64_t plane,
-                          int64_t offset, float mean, const float* scale, const float* shift,
-                          Activation act, bool stream);
+void ApplyNormGroupPlanes(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t n,
+                          int64_t plane, int64_t offset, float mean, const float* scale,
+                          const float* shift, Activation act, bool stream);
+inline void ApplyNormGroupPlanes(const float* x, void* y, Storage y_storage, int64_t n,
+                                 int64_t plane, int64_t offset, float mean, const float* scale,
+                                 const float* shift, Activation act, bool stream) {
+  ApplyNormGroupPlanes(x, Storage::kFloat32, y, y_storage, n, plane, offset, mean, scale, shift,
+                       act, stream);
+}
 
 // ApplyNormGroupPlanes (the same output bits) over n elements of one group, and the
 // moments of the n elements at `next` (the same part of the next group, not
@@ -140,10 +170,17 @@ void ApplyNormGroupPlanes(const float* x, void* y, Storage y_storage, int64_t n,
 // SIMD target. Any alignment of y; `stream` takes effect only where y is on a vector
 // boundary (streaming stores from elsewhere would need a peel, which would move the
 // vectors of `next` off SpanMoments' grid).
-Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane,
-                                   int64_t offset, float mean, const float* scale,
+Moments ApplyNormPlanesThenMoments(const void* x, Storage x_storage, float* y, int64_t n,
+                                   int64_t plane, int64_t offset, float mean, const float* scale,
                                    const float* shift, Activation act, bool stream,
-                                   const float* next);
+                                   const void* next);
+inline Moments ApplyNormPlanesThenMoments(const float* x, float* y, int64_t n, int64_t plane,
+                                          int64_t offset, float mean, const float* scale,
+                                          const float* shift, Activation act, bool stream,
+                                          const float* next) {
+  return ApplyNormPlanesThenMoments(x, Storage::kFloat32, y, n, plane, offset, mean, scale, shift,
+                                    act, stream, next);
+}
 
 // Channels-last rows of `channels` floats, parameters per channel (rows of `channels`).
 struct NormRows {
@@ -152,8 +189,14 @@ struct NormRows {
   const float* shift;
 };
 // from_memory: x comes from DRAM rather than cache (picks the order rows are read in).
-void ApplyNormRows(const float* x, void* y, Storage y_storage, int64_t rows, int64_t channels,
-                   const NormRows& p, Activation act, bool stream, bool from_memory);
+void ApplyNormRows(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t rows,
+                   int64_t channels, const NormRows& p, Activation act, bool stream,
+                   bool from_memory);
+inline void ApplyNormRows(const float* x, void* y, Storage y_storage, int64_t rows,
+                          int64_t channels, const NormRows& p, Activation act, bool stream,
+                          bool from_memory) {
+  ApplyNormRows(x, Storage::kFloat32, y, y_storage, rows, channels, p, act, stream, from_memory);
+}
 
 // One row of a [rows, D] layer / RMS norm:
 //   y[d] = ((x[d] - mean) * rstd + offset) * gamma[d] + beta[d]

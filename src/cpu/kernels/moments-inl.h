@@ -19,6 +19,7 @@
 #include "core/moments.h"
 #include "cpu/kernels/float_tags-inl.h"
 #include "cpu/kernels/group_norm.h"
+#include "cpu/kernels/storage-inl.h"
 #include "cpu/kernels/vec_slots-inl.h"
 #include "hwy/highway.h"
 
@@ -73,23 +74,24 @@ constexpr size_t kFlushVectors = 64;
 // spread) matters, and SpanMoments checks it; spread rather than the first values,
 // which in an image plane are its top border. Vector loads: a chain of 64 scalar
 // adds cost more than the statistics of a 1.5K-element group.
-HWY_INLINE float SamplePivot(const float* x, size_t n) {
+template <typename T>
+HWY_INLINE float SamplePivot(const T* x, size_t n) {
   const DF d;
   const size_t N = hn::Lanes(d);
   if (n < kPivotVectors * N) {  // short spans: their first whole vectors, then lanes
     size_t i = 0;
     float sum = 0.0f;
     if (n >= N) {
-      auto acc = hn::LoadU(d, x);
-      for (i = N; i + N <= n; i += N) acc = hn::Add(acc, hn::LoadU(d, x + i));
+      auto acc = LoadF(d, x);
+      for (i = N; i + N <= n; i += N) acc = hn::Add(acc, LoadF(d, x + i));
       sum = hn::GetLane(hn::SumOfLanes(d, acc));
     }
-    for (; i < n; ++i) sum += x[i];
+    for (; i < n; ++i) sum += FloatAt(x + i);
     return sum / static_cast<float>(n);
   }
   auto acc = hn::Zero(d);
   for (size_t j = 0; j < kPivotVectors; ++j) {
-    acc = hn::Add(acc, hn::LoadU(d, x + SampledSpanOffset(j, static_cast<int64_t>(n))));
+    acc = hn::Add(acc, LoadF(d, x + SampledSpanOffset(j, static_cast<int64_t>(n))));
   }
   return hn::GetLane(hn::SumOfLanes(d, acc)) / static_cast<float>(kPivotVectors * N);
 }
@@ -139,19 +141,20 @@ class ShiftedSumsAcc {
   // with the lanes already counted set to zero; then the run's flush. Spans shorter
   // than a vector go one element at a time in double. (One at a time, the 17 left of
   // a 7x7 plane cost instance norm on 1x1024x7x7 four tenths of its time.)
-  HWY_INLINE void Finish(const float* HWY_RESTRICT x, size_t n, size_t i, double* s1_out,
+  template <typename T>
+  HWY_INLINE void Finish(const T* HWY_RESTRICT x, size_t n, size_t i, double* s1_out,
                          double* s2_out) {
     const DF d;
     const size_t N = hn::Lanes(d);
     if (n >= N && i < n) {
       if (n - i >= N) {
-        AddDeviation(hn::Sub(hn::LoadU(d, x + i), f_.Get(kPivot)), kA1, kA2);
+        AddDeviation(hn::Sub(LoadF(d, x + i), f_.Get(kPivot)), kA1, kA2);
         i += N;
       }
       if (i < n) {
         const auto fresh = hn::Not(hn::FirstN(d, N - (n - i)));
-        AddDeviation(hn::IfThenElseZero(fresh, hn::Sub(hn::LoadU(d, x + n - N), f_.Get(kPivot))),
-                     kB1, kB2);
+        AddDeviation(hn::IfThenElseZero(fresh, hn::Sub(LoadF(d, x + n - N), f_.Get(kPivot))), kB1,
+                     kB2);
         i = n;
       }
     }
@@ -159,7 +162,7 @@ class ShiftedSumsAcc {
     double s1 = SumLanes(hn::Add(w_.Get(kS1Lo), w_.Get(kS1Hi)));
     double s2 = SumLanes(hn::Add(w_.Get(kS2Lo), w_.Get(kS2Hi)));
     for (; i < n; ++i) {
-      const double dev = static_cast<double>(x[i] - p_);
+      const double dev = static_cast<double>(FloatAt(x + i) - p_);
       s1 += dev;
       s2 += dev * dev;
     }
@@ -196,8 +199,8 @@ class ShiftedSumsAcc {
 
 // kQuads: the span fed four vectors at a time to four chains (then its last pair), the
 // layer-norm rows' walk; otherwise in pairs, the walk every group-norm statistic takes.
-template <bool kQuads = false>
-HWY_INLINE void SpanShiftedSums(const float* HWY_RESTRICT x, size_t n, float p, double* s1_out,
+template <bool kQuads = false, typename T>
+HWY_INLINE void SpanShiftedSums(const T* HWY_RESTRICT x, size_t n, float p, double* s1_out,
                                 double* s2_out) {
   const DF d;
   const size_t N = hn::Lanes(d);
@@ -206,10 +209,10 @@ HWY_INLINE void SpanShiftedSums(const float* HWY_RESTRICT x, size_t n, float p, 
   const auto add_steps = [&](size_t i, size_t end) {
     for (; i < end; i += kStep * N) {
       if constexpr (kQuads) {
-        acc.AddQuad(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N), hn::LoadU(d, x + i + 2 * N),
-                    hn::LoadU(d, x + i + 3 * N));
+        acc.AddQuad(LoadF(d, x + i), LoadF(d, x + i + N), LoadF(d, x + i + 2 * N),
+                    LoadF(d, x + i + 3 * N));
       } else {
-        acc.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N));
+        acc.Add(LoadF(d, x + i), LoadF(d, x + i + N));
       }
     }
   };
@@ -226,7 +229,7 @@ HWY_INLINE void SpanShiftedSums(const float* HWY_RESTRICT x, size_t n, float p, 
   add_steps(i, steps_end);
   i = steps_end;
   if (kQuads && i + 2 * N <= n) {
-    acc.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N));
+    acc.Add(LoadF(d, x + i), LoadF(d, x + i + N));
     i += 2 * N;
   }
   acc.Finish(x, n, i, s1_out, s2_out);
@@ -235,15 +238,16 @@ HWY_INLINE void SpanShiftedSums(const float* HWY_RESTRICT x, size_t n, float p, 
 // The rare second pass, out of line: inlined, it changed the code of every kernel
 // that ends in MomentsAbout; the chained one ran 10% slower for it (1x256x14x14 G=32,
 // one thread).
-inline HWY_NOINLINE void SecondPassShiftedSums(const float* HWY_RESTRICT x, size_t n, float p,
+template <typename T>
+inline HWY_NOINLINE void SecondPassShiftedSums(const T* HWY_RESTRICT x, size_t n, float p,
                                                double* s1_out, double* s2_out) {
   SpanShiftedSums(x, n, p, s1_out, s2_out);
 }
 
 // Moments of x[0, n) from its shifted sums about p, with a second pass about the
 // mean they found when p was too far from it to keep the digits.
-HWY_INLINE Moments MomentsAbout(const float* HWY_RESTRICT x, size_t n, float p, double s1,
-                                double s2) {
+template <typename T>
+HWY_INLINE Moments MomentsAbout(const T* HWY_RESTRICT x, size_t n, float p, double s1, double s2) {
   const double dn = static_cast<double>(n);
   if (PivotTooFar(dn, s1, s2)) {
     p = static_cast<float>(static_cast<double>(p) + s1 / dn);
@@ -253,8 +257,8 @@ HWY_INLINE Moments MomentsAbout(const float* HWY_RESTRICT x, size_t n, float p, 
 }
 
 // One pass of shifted sums about a sampled pivot (and the second when needed).
-template <bool kQuads>
-HWY_INLINE Moments SpanMomentsT(const float* HWY_RESTRICT x, int64_t count) {
+template <bool kQuads, typename T>
+HWY_INLINE Moments SpanMomentsT(const T* HWY_RESTRICT x, int64_t count) {
   if (count <= 0) return Moments();
   const size_t n = static_cast<size_t>(count);
   const float p = SamplePivot(x, n);
@@ -263,8 +267,9 @@ HWY_INLINE Moments SpanMomentsT(const float* HWY_RESTRICT x, int64_t count) {
   return MomentsAbout(x, n, p, s1, s2);
 }
 
-inline Moments SpanMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
-  return SpanMomentsT<false>(x, count);
+inline Moments SpanMomentsImpl(const void* x, Storage storage, int64_t count) {
+  return WithStorage(x, storage,
+                     [count](const auto* xs) { return SpanMomentsT<false>(xs, count); });
 }
 
 // SpanMoments with the span fed in quads to four chains (then its last pair, if any):
@@ -281,16 +286,17 @@ inline Moments RowMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
 // long for the core to overlap with the next span's on its own (1x256x14x14
 // instance norm, one thread: 10.5 -> 9.9 us; 1x1024x7x7: 29.8 -> 26.2 us). Written
 // out for two: an array of accumulators left registers for memory (20.5 us).
-HWY_INLINE void TwoSpansMoments(const float* HWY_RESTRICT x, size_t n, Moments* out) {
+template <typename T>
+HWY_INLINE void TwoSpansMoments(const T* HWY_RESTRICT x, size_t n, Moments* out) {
   const DF d;
   const size_t N = hn::Lanes(d);
-  const float* HWY_RESTRICT x1 = x + n;
+  const T* HWY_RESTRICT x1 = x + n;
   const float p0 = SamplePivot(x, n), p1 = SamplePivot(x1, n);
   ShiftedSumsAcc acc0(p0), acc1(p1);
   size_t i = 0, pairs = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
-    acc0.Add(hn::LoadU(d, x + i), hn::LoadU(d, x + i + N));
-    acc1.Add(hn::LoadU(d, x1 + i), hn::LoadU(d, x1 + i + N));
+    acc0.Add(LoadF(d, x + i), LoadF(d, x + i + N));
+    acc1.Add(LoadF(d, x1 + i), LoadF(d, x1 + i + N));
     if (++pairs == ShiftedSumsAcc::kPairsPerRun) acc0.Flush(), acc1.Flush(), pairs = 0;
   }
   double s1[2], s2[2];
@@ -376,7 +382,8 @@ HWY_INLINE bool LaneParallelSpans(size_t n) {
 // its whole vectors when it has fewer than kPivotVectors); the shifted sums about it,
 // the moments and rstd follow, in double lanes side by side. Spans whose pivot was
 // too far from their mean (PivotTooFar) get a second pass.
-inline void ShortSpansMeanRstd(const float* HWY_RESTRICT x, size_t n, size_t spans, float eps,
+template <typename T>
+inline void ShortSpansMeanRstd(const T* HWY_RESTRICT x, size_t n, size_t spans, float eps,
                                double* HWY_RESTRICT mean_out, double* HWY_RESTRICT rstd_out) {
   const DF d;
   const DD dd;
@@ -392,10 +399,10 @@ inline void ShortSpansMeanRstd(const float* HWY_RESTRICT x, size_t n, size_t spa
   const size_t samples = std::min(whole, kPivotVectors);
   const auto sampled_sum = [&](size_t j) {
     if (j >= spans) return hn::Zero(d);  // absent: their lanes are not stored
-    const float* HWY_RESTRICT xs = x + j * n;
-    V acc = hn::LoadU(d, xs);
+    const T* HWY_RESTRICT xs = x + j * n;
+    V acc = LoadF(d, xs);
     for (size_t k = 1; k < samples; ++k) {
-      acc = acc + hn::LoadU(d, xs + (whole > kPivotVectors ? SampledSpanOffset(k, n) : k * N));
+      acc = acc + LoadF(d, xs + (whole > kPivotVectors ? SampledSpanOffset(k, n) : k * N));
     }
     return acc;
   };
@@ -412,25 +419,25 @@ inline void ShortSpansMeanRstd(const float* HWY_RESTRICT x, size_t n, size_t spa
   const auto shifted_sums = [&](size_t j, V& a1, V& a2) {
     a1 = a2 = hn::Zero(d);
     if (j >= spans) return;
-    const float* HWY_RESTRICT xs = x + j * n;
+    const T* HWY_RESTRICT xs = x + j * n;
     const V p = hn::Set(d, pivots[j]);
     V b1 = hn::Zero(d), b2 = hn::Zero(d);  // odd vectors' chains
     size_t i = 0;
     for (; i + 2 <= whole; i += 2) {
-      const V dev0 = hn::LoadU(d, xs + i * N) - p;
-      const V dev1 = hn::LoadU(d, xs + i * N + N) - p;
+      const V dev0 = LoadF(d, xs + i * N) - p;
+      const V dev1 = LoadF(d, xs + i * N + N) - p;
       a1 = a1 + dev0;
       a2 = hn::MulAdd(dev0, dev0, a2);
       b1 = b1 + dev1;
       b2 = hn::MulAdd(dev1, dev1, b2);
     }
     if (i < whole) {
-      const V dev = hn::LoadU(d, xs + i * N) - p;
+      const V dev = LoadF(d, xs + i * N) - p;
       a1 = a1 + dev;
       a2 = hn::MulAdd(dev, dev, a2);
     }
     if (tail) {
-      const V dev = hn::IfThenElseZero(fresh, hn::LoadU(d, xs + n - N) - p);
+      const V dev = hn::IfThenElseZero(fresh, LoadF(d, xs + n - N) - p);
       b1 = b1 + dev;
       b2 = hn::MulAdd(dev, dev, b2);
     }
@@ -502,16 +509,16 @@ inline void ShortSpansRms(const float* HWY_RESTRICT x, size_t n, size_t spans, f
     V a = hn::Zero(d), b = hn::Zero(d);  // even and odd vectors' chains
     size_t i = 0;
     for (; i + 2 <= whole; i += 2) {
-      const V v0 = hn::LoadU(d, xs + i * N), v1 = hn::LoadU(d, xs + i * N + N);
+      const V v0 = LoadF(d, xs + i * N), v1 = LoadF(d, xs + i * N + N);
       a = hn::MulAdd(v0, v0, a);
       b = hn::MulAdd(v1, v1, b);
     }
     if (i < whole) {
-      const V v = hn::LoadU(d, xs + i * N);
+      const V v = LoadF(d, xs + i * N);
       a = hn::MulAdd(v, v, a);
     }
     if (tail) {
-      const V v = hn::IfThenElseZero(fresh, hn::LoadU(d, xs + n - N));
+      const V v = hn::IfThenElseZero(fresh, LoadF(d, xs + n - N));
       b = hn::MulAdd(v, v, b);
     }
     return a + b;
@@ -534,8 +541,9 @@ inline void ShortSpansRms(const float* HWY_RESTRICT x, size_t n, size_t spans, f
 }
 #endif  // NORMKIT_FIXED_BLOCKS
 
-inline void SpanMeanRstdEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t count, float eps,
-                                 double* mean, double* rstd) {
+template <typename T>
+inline void SpanMeanRstdEachT(const T* HWY_RESTRICT x, int64_t n, int64_t count, float eps,
+                              double* mean, double* rstd) {
   const size_t un = n > 0 ? static_cast<size_t>(n) : 0;
   int64_t k = 0;
 #if NORMKIT_FIXED_BLOCKS
@@ -555,10 +563,16 @@ inline void SpanMeanRstdEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t
     for (int j = 0; j < 2; ++j) mean[k + j] = m[j].mean, rstd[k + j] = ReciprocalStd(m[j], eps);
   }
   for (; k < count; ++k) {
-    m[0] = SpanMomentsImpl(x + k * n, n);
+    m[0] = SpanMomentsT<false>(x + k * n, n);
     mean[k] = m[0].mean;
     rstd[k] = ReciprocalStd(m[0], eps);
   }
+}
+
+inline void SpanMeanRstdEachImpl(const void* x, Storage storage, int64_t n, int64_t count,
+                                 float eps, double* mean, double* rstd) {
+  WithStorage(x, storage,
+              [&](const auto* xs) { SpanMeanRstdEachT(xs, n, count, eps, mean, rstd); });
 }
 
 inline void ChannelParametersEachImpl(const double* HWY_RESTRICT mean,
@@ -612,15 +626,15 @@ inline double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
     auto a = hn::Zero(d), b = hn::Zero(d), c = hn::Zero(d), e = hn::Zero(d);
     const size_t run_end = std::min(n, i + kFlushVectors * N);
     for (; i + 4 * N <= run_end; i += 4 * N) {
-      const auto v0 = hn::LoadU(d, x + i), v1 = hn::LoadU(d, x + i + N);
-      const auto v2 = hn::LoadU(d, x + i + 2 * N), v3 = hn::LoadU(d, x + i + 3 * N);
+      const auto v0 = LoadF(d, x + i), v1 = LoadF(d, x + i + N);
+      const auto v2 = LoadF(d, x + i + 2 * N), v3 = LoadF(d, x + i + 3 * N);
       a = hn::MulAdd(v0, v0, a);
       b = hn::MulAdd(v1, v1, b);
       c = hn::MulAdd(v2, v2, c);
       e = hn::MulAdd(v3, v3, e);
     }
     if (i + 2 * N <= run_end) {
-      const auto v0 = hn::LoadU(d, x + i), v1 = hn::LoadU(d, x + i + N);
+      const auto v0 = LoadF(d, x + i), v1 = LoadF(d, x + i + N);
       a = hn::MulAdd(v0, v0, a);
       b = hn::MulAdd(v1, v1, b);
       i += 2 * N;

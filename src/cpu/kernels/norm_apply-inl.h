@@ -63,17 +63,17 @@ HWY_INLINE void MapSpan(const TX* x, TY* y, size_t n, const F& f) {
 }
 
 // act((x - mean) * scale + shift) for one vector.
-template <Activation kAct>
-HWY_INLINE hn::Vec<DF> NormOf(const float* HWY_RESTRICT x, hn::Vec<DF> mean, hn::Vec<DF> scale,
+template <Activation kAct, typename TX>
+HWY_INLINE hn::Vec<DF> NormOf(const TX* HWY_RESTRICT x, hn::Vec<DF> mean, hn::Vec<DF> scale,
                               hn::Vec<DF> shift) {
   const DF d;
-  return Activate<kAct>(d, hn::MulAdd(hn::Sub(hn::LoadU(d, x), mean), scale, shift));
+  return Activate<kAct>(d, hn::MulAdd(hn::Sub(LoadF(d, x), mean), scale, shift));
 }
 
 // y[i] = act((x[i] - mean[i]) * scale[i] + shift[i]) for i < n (MapSpan: NormOf's
 // operations, so the same bits as the vector walks).
-template <Activation kAct, bool kStream>
-HWY_INLINE void NormSpan(const float* x, float* y, size_t n, const float* mean, const float* scale,
+template <Activation kAct, bool kStream, typename TX>
+HWY_INLINE void NormSpan(const TX* x, float* y, size_t n, const float* mean, const float* scale,
                          const float* shift) {
   MapSpan<kStream>(x, y, n, [&](auto d, size_t c, auto v) {
     const auto dev = hn::Sub(v, hn::LoadU(d, mean + c));
@@ -96,8 +96,8 @@ struct OneMean {
   HWY_INLINE float operator[](size_t) const { return value; }
 };
 template <Activation kAct, bool kStream, class OnVector = NoVectorHook, bool kAlignStores = true,
-          class Means = const float*>
-HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, size_t offset,
+          class Means = const float*, typename TX = float>
+HWY_INLINE void NormPlanesT(const TX* x, float* y, size_t n, size_t plane, size_t offset,
                             Means mean, const float* scale, const float* shift,
                             OnVector&& on_vector = OnVector()) {
   const DF d;
@@ -107,7 +107,7 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
   size_t off = offset;  // its offset in that plane
   size_t i = 0;
   const auto one = [&] {
-    const auto v = hn::Sub(hn::LoadU(d1, x + i), hn::Set(d1, mean[j]));
+    const auto v = hn::Sub(LoadF(d1, x + i), hn::Set(d1, mean[j]));
     hn::StoreU(Activate<kAct>(d1, hn::MulAdd(v, hn::Set(d1, scale[j]), hn::Set(d1, shift[j]))), d1,
                y + i);
     ++i;
@@ -131,8 +131,8 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
         // few vectors in flight one at a time.
         for (; k + 2 * N <= run; k += 2 * N) {
           // Both loads first: through NormOf each sat inside its chain (4% slower).
-          const auto v0 = hn::MulAdd(hn::Sub(hn::LoadU(d, x + i + k), vmean), vs, vb);
-          const auto v1 = hn::MulAdd(hn::Sub(hn::LoadU(d, x + i + k + N), vmean), vs, vb);
+          const auto v0 = hn::MulAdd(hn::Sub(LoadF(d, x + i + k), vmean), vs, vb);
+          const auto v1 = hn::MulAdd(hn::Sub(LoadF(d, x + i + k + N), vmean), vs, vb);
           const auto a0 = Activate<kAct>(d, v0);
           const auto a1 = Activate<kAct>(d, v1);
           put(a0, i + k);
@@ -184,10 +184,10 @@ HWY_INLINE void NormPlanesT(const float* x, float* y, size_t n, size_t plane, si
 // 6.5 us chained against 7.0 us in separate passes (aligned: 5.9 us). One mean: a
 // pointer to a mean per plane took this loop a register it needed (spills; 1x256x14x14
 // G=32, one thread: 5.72-5.88 us against 5.19-5.29 us).
-template <Activation kAct, bool kStream>
-inline Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t plane,
-                                      size_t offset, float mean, const float* scale,
-                                      const float* shift, const float* next) {
+template <Activation kAct, bool kStream, typename TX>
+inline Moments NormPlanesThenMomentsT(const TX* x, float* y, size_t n, size_t plane, size_t offset,
+                                      float mean, const float* scale, const float* shift,
+                                      const TX* next) {
   const DF d;
   const size_t N = hn::Lanes(d);
   const size_t paired = n / (2 * N) * (2 * N);  // elements the pairs cover
@@ -197,7 +197,7 @@ inline Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t
   size_t pairs = 0;
   const auto hook = [&](size_t i) {
     if (i >= paired) return;
-    const auto v = hn::LoadU(d, next + i);
+    const auto v = LoadF(d, next + i);
     if ((i / N) % 2 == 0) {
       first = v;
       return;
@@ -206,7 +206,7 @@ inline Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t
     if (++pairs == ShiftedSumsAcc::kPairsPerRun) acc.Flush(), pairs = 0;
   };
   // Streaming only into an aligned y (the dispatch checks): no peel, the grid holds.
-  NormPlanesT<kAct, kStream, const decltype(hook)&, false, OneMean>(
+  NormPlanesT<kAct, kStream, const decltype(hook)&, false, OneMean, TX>(
       x, y, n, plane, offset, OneMean{mean}, scale, shift, hook);
   double s1, s2;
   acc.Finish(next, n, paired, &s1, &s2);
@@ -214,8 +214,8 @@ inline Moments NormPlanesThenMomentsT(const float* x, float* y, size_t n, size_t
 }
 
 // y = act((x - mean) * scale + shift) for one vector.
-template <Activation kAct, bool kStream>
-HWY_INLINE void NormVector(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, hn::Vec<DF> mean,
+template <Activation kAct, bool kStream, typename TX>
+HWY_INLINE void NormVector(const TX* HWY_RESTRICT x, float* HWY_RESTRICT y, hn::Vec<DF> mean,
                            hn::Vec<DF> scale, hn::Vec<DF> shift) {
   PutVector<kStream>(DF(), NormOf<kAct>(x, mean, scale, shift), y);
 }
@@ -225,8 +225,8 @@ HWY_INLINE void NormVector(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, h
 // vectors a vector column at a time, strided: 1x32x112x112 G=8 channels-last spent
 // 1.3 times a same-size memcpy in its apply pass that way (and 1x64x56x56 G=32, rows
 // of four vectors, went from 0.55 to 0.57 of memcpy here, C driver).
-template <Activation kAct, bool kStream, size_t kVectors>
-HWY_INLINE void NormNarrowRowsT(const float* x, float* y, size_t rows, const NormRows& p) {
+template <Activation kAct, bool kStream, size_t kVectors, typename TX>
+HWY_INLINE void NormNarrowRowsT(const TX* x, float* y, size_t rows, const NormRows& p) {
   const DF d;
   const size_t N = hn::Lanes(d);
   constexpr size_t K = kVectors;
@@ -245,7 +245,7 @@ HWY_INLINE void NormNarrowRowsT(const float* x, float* y, size_t rows, const Nor
   for (; i + step <= n; i += step) {
     VecSlots<DF, kStepVectors> v;
     HWY_UNROLL(12)
-    for (size_t j = 0; j < kStepVectors; ++j) v.Set(j, hn::LoadU(d, x + i + j * N));
+    for (size_t j = 0; j < kStepVectors; ++j) v.Set(j, LoadF(d, x + i + j * N));
     HWY_UNROLL(12)
     for (size_t j = 0; j < kStepVectors; ++j) {
       const size_t c = j % K;
@@ -260,12 +260,12 @@ HWY_INLINE void NormNarrowRowsT(const float* x, float* y, size_t rows, const Nor
   }
 }
 
-template <Activation kAct>
-inline void NormRowsShiftedT(const float* x, float* y, size_t rows, size_t C, const NormRows& p,
+template <Activation kAct, typename TX>
+inline void NormRowsShiftedT(const TX* x, float* y, size_t rows, size_t C, const NormRows& p,
                              bool from_memory);
 
-template <Activation kAct, bool kStream>
-inline void NormRowsT(const float* x, float* y, size_t rows, size_t C, const NormRows& p,
+template <Activation kAct, bool kStream, typename TX>
+inline void NormRowsT(const TX* x, float* y, size_t rows, size_t C, const NormRows& p,
                       bool from_memory) {
   const DF d;
   const size_t N = hn::Lanes(d);
@@ -295,7 +295,7 @@ inline void NormRowsT(const float* x, float* y, size_t rows, size_t C, const Nor
     const float* HWY_RESTRICT scale = p.scale;
     const float* HWY_RESTRICT shift = p.shift;
     for (size_t r = 0; r < rows; ++r) {
-      const float* HWY_RESTRICT xr = x + r * C;
+      const TX* HWY_RESTRICT xr = x + r * C;
       float* HWY_RESTRICT yr = y + r * C;
       size_t c = 0;
       for (; c + 4 * N <= C; c += 4 * N) {
@@ -385,8 +385,8 @@ inline void NormRowsT(const float* x, float* y, size_t rows, size_t C, const Nor
 // the aligned walk: the same bits wherever y is.
 constexpr size_t kMaxRotatedChannels = 1024;
 
-template <Activation kAct>
-inline void NormRowsShiftedT(const float* x, float* y, size_t rows, size_t C, const NormRows& p,
+template <Activation kAct, typename TX>
+inline void NormRowsShiftedT(const TX* x, float* y, size_t rows, size_t C, const NormRows& p,
                              bool from_memory) {
   const size_t vector_bytes = hn::Lanes(DF()) * sizeof(float);
   const size_t misalign = reinterpret_cast<uintptr_t>(y) % vector_bytes;
@@ -445,9 +445,10 @@ template <class Means>
 struct NormPlanesOf {
   template <Activation kAct, bool kStream>
   struct Fn {
-    static void Run(const float* x, float* y, int64_t n, int64_t plane, int64_t offset, Means mean,
+    template <typename TX>
+    static void Run(const TX* x, float* y, int64_t n, int64_t plane, int64_t offset, Means mean,
                     const float* scale, const float* shift) {
-      NormPlanesT<kAct, kStream, NoVectorHook, true, Means>(
+      NormPlanesT<kAct, kStream, NoVectorHook, true, Means, TX>(
           x, y, static_cast<size_t>(n), static_cast<size_t>(plane), static_cast<size_t>(offset),
           mean, scale, shift);
     }
@@ -455,7 +456,8 @@ struct NormPlanesOf {
 };
 template <Activation kAct, bool kStream>
 struct NormRowsFn {
-  static void Run(const float* x, float* y, int64_t rows, int64_t C, const NormRows& p,
+  template <typename TX>
+  static void Run(const TX* x, float* y, int64_t rows, int64_t C, const NormRows& p,
                   bool from_memory) {
     NormRowsT<kAct, kStream>(x, y, static_cast<size_t>(rows), static_cast<size_t>(C), p,
                              from_memory);
@@ -495,84 +497,99 @@ inline void ThroughFloatChunks(void* y, Storage y_storage, size_t n, bool stream
   narrow(static_cast<hwy::float16_t*>(y));
 }
 
-inline void ApplyNormPlanesImpl(const float* x, void* y, Storage y_storage, int64_t n,
-                                int64_t plane, int64_t offset, const float* mean,
+// The apply passes: x of `x_storage`, loaded widened (exactly) into float vectors; a
+// float32 y stored directly, a half y through ThroughFloatChunks.
+inline void ApplyNormPlanesImpl(const void* x, Storage x_storage, void* y, Storage y_storage,
+                                int64_t n, int64_t plane, int64_t offset, const float* mean,
                                 const float* scale, const float* shift, Activation act,
                                 bool stream) {
-  if (y_storage == Storage::kFloat32) {
-    return DispatchActivation<NormPlanesOf<const float*>::Fn>(
-        act, stream, x, static_cast<float*>(y), n, plane, offset, mean, scale, shift);
-  }
-  // Chunk at `begin` starts (offset + begin) % plane into plane (offset + begin) / plane.
-  const auto to = static_cast<size_t>(n);
-  const auto chunk = [to](size_t begin) { return std::min(kNarrowChunk, to - begin); };
-  ThroughFloatChunks(y, y_storage, to, stream, chunk, [&](float* out, size_t begin, size_t count) {
-    const int64_t at = offset + static_cast<int64_t>(begin);
-    const int64_t j = at / plane;
-    DispatchActivation<NormPlanesOf<const float*>::Fn>(act, false, x + begin, out,
-                                                       static_cast<int64_t>(count), plane,
-                                                       at % plane, mean + j, scale + j, shift + j);
+  WithStorage(x, x_storage, [&](const auto* xs) {
+    if (y_storage == Storage::kFloat32) {
+      return DispatchActivation<NormPlanesOf<const float*>::Fn>(
+          act, stream, xs, static_cast<float*>(y), n, plane, offset, mean, scale, shift);
+    }
+    // Chunk at `begin` starts (offset + begin) % plane into plane (offset + begin) / plane.
+    const auto to = static_cast<size_t>(n);
+    const auto chunk = [to](size_t begin) { return std::min(kNarrowChunk, to - begin); };
+    ThroughFloatChunks(y, y_storage, to, stream, chunk,
+                       [&](float* out, size_t begin, size_t count) {
+                         const int64_t at = offset + static_cast<int64_t>(begin);
+                         const int64_t j = at / plane;
+                         DispatchActivation<NormPlanesOf<const float*>::Fn>(
+                             act, false, xs + begin, out, static_cast<int64_t>(count), plane,
+                             at % plane, mean + j, scale + j, shift + j);
+                       });
   });
 }
 
-inline void ApplyNormGroupPlanesImpl(const float* x, void* y, Storage y_storage, int64_t n,
-                                     int64_t plane, int64_t offset, float mean, const float* scale,
-                                     const float* shift, Activation act, bool stream) {
-  if (y_storage == Storage::kFloat32) {
-    return DispatchActivation<NormPlanesOf<OneMean>::Fn>(
-        act, stream, x, static_cast<float*>(y), n, plane, offset, OneMean{mean}, scale, shift);
-  }
-  const auto to = static_cast<size_t>(n);
-  const auto chunk = [to](size_t begin) { return std::min(kNarrowChunk, to - begin); };
-  ThroughFloatChunks(y, y_storage, to, stream, chunk, [&](float* out, size_t begin, size_t count) {
-    const int64_t at = offset + static_cast<int64_t>(begin);
-    const int64_t j = at / plane;
-    DispatchActivation<NormPlanesOf<OneMean>::Fn>(act, false, x + begin, out,
-                                                  static_cast<int64_t>(count), plane, at % plane,
-                                                  OneMean{mean}, scale + j, shift + j);
+inline void ApplyNormGroupPlanesImpl(const void* x, Storage x_storage, void* y, Storage y_storage,
+                                     int64_t n, int64_t plane, int64_t offset, float mean,
+                                     const float* scale, const float* shift, Activation act,
+                                     bool stream) {
+  WithStorage(x, x_storage, [&](const auto* xs) {
+    if (y_storage == Storage::kFloat32) {
+      return DispatchActivation<NormPlanesOf<OneMean>::Fn>(
+          act, stream, xs, static_cast<float*>(y), n, plane, offset, OneMean{mean}, scale, shift);
+    }
+    const auto to = static_cast<size_t>(n);
+    const auto chunk = [to](size_t begin) { return std::min(kNarrowChunk, to - begin); };
+    ThroughFloatChunks(y, y_storage, to, stream, chunk,
+                       [&](float* out, size_t begin, size_t count) {
+                         const int64_t at = offset + static_cast<int64_t>(begin);
+                         const int64_t j = at / plane;
+                         DispatchActivation<NormPlanesOf<OneMean>::Fn>(
+                             act, false, xs + begin, out, static_cast<int64_t>(count), plane,
+                             at % plane, OneMean{mean}, scale + j, shift + j);
+                       });
   });
 }
 
 template <Activation kAct, bool kStream>
 struct NormPlanesThenMomentsFn {
-  static Moments Run(const float* x, float* y, size_t n, size_t plane, size_t offset, float mean,
-                     const float* scale, const float* shift, const float* next) {
+  template <typename TX>
+  static Moments Run(const TX* x, float* y, size_t n, size_t plane, size_t offset, float mean,
+                     const float* scale, const float* shift, const TX* next) {
     return NormPlanesThenMomentsT<kAct, kStream>(x, y, n, plane, offset, mean, scale, shift, next);
   }
 };
 
-inline Moments ApplyNormPlanesThenMomentsImpl(const float* x, float* y, int64_t n, int64_t plane,
-                                              int64_t offset, float mean, const float* scale,
-                                              const float* shift, Activation act, bool stream,
-                                              const float* next) {
+inline Moments ApplyNormPlanesThenMomentsImpl(const void* x, Storage x_storage, float* y, int64_t n,
+                                              int64_t plane, int64_t offset, float mean,
+                                              const float* scale, const float* shift,
+                                              Activation act, bool stream, const void* next) {
   if (n <= 0) return Moments();
-  return DispatchActivation<NormPlanesThenMomentsFn>(
-      act, stream && IsVectorAligned(DF(), y), x, y, static_cast<size_t>(n),
-      static_cast<size_t>(plane), static_cast<size_t>(offset), mean, scale, shift, next);
+  return WithStorage(x, x_storage, [&](const auto* xs) {
+    return DispatchActivation<NormPlanesThenMomentsFn>(
+        act, stream && IsVectorAligned(DF(), y), xs, y, static_cast<size_t>(n),
+        static_cast<size_t>(plane), static_cast<size_t>(offset), mean, scale, shift,
+        static_cast<decltype(xs)>(next));
+  });
 }
 
-inline void ApplyNormRowsImpl(const float* x, void* y, Storage y_storage, int64_t rows,
-                              int64_t channels, const NormRows& p, Activation act, bool stream,
-                              bool from_memory) {
-  if (y_storage == Storage::kFloat32) {
-    return DispatchActivation<NormRowsFn>(act, stream, x, static_cast<float*>(y), rows, channels, p,
-                                          from_memory);
-  }
-  // Chunks of whole rows, or of one row's channels where a row is longer than a chunk.
-  const auto C = static_cast<size_t>(channels);
-  const size_t n = static_cast<size_t>(rows) * C;
-  const size_t chunk_rows = kNarrowChunk / C;
-  const auto chunk = [&](size_t begin) {
-    if (chunk_rows > 0) return std::min(chunk_rows * C, n - begin);
-    return std::min(kNarrowChunk, C - begin % C);
-  };
-  ThroughFloatChunks(y, y_storage, n, stream, chunk, [&](float* out, size_t begin, size_t count) {
-    const size_t c = begin % C;  // 0 for whole rows
-    const NormRows piece{p.mean + c, p.scale + c, p.shift + c};
-    const bool whole = chunk_rows > 0;
-    DispatchActivation<NormRowsFn>(act, false, x + begin, out,
-                                   static_cast<int64_t>(whole ? count / C : 1),
-                                   static_cast<int64_t>(whole ? C : count), piece, from_memory);
+inline void ApplyNormRowsImpl(const void* x, Storage x_storage, void* y, Storage y_storage,
+                              int64_t rows, int64_t channels, const NormRows& p, Activation act,
+                              bool stream, bool from_memory) {
+  WithStorage(x, x_storage, [&](const auto* xs) {
+    if (y_storage == Storage::kFloat32) {
+      return DispatchActivation<NormRowsFn>(act, stream, xs, static_cast<float*>(y), rows, channels,
+                                            p, from_memory);
+    }
+    // Chunks of whole rows, or of one row's channels where a row is longer than a chunk.
+    const auto C = static_cast<size_t>(channels);
+    const size_t n = static_cast<size_t>(rows) * C;
+    const size_t chunk_rows = kNarrowChunk / C;
+    const auto chunk = [&](size_t begin) {
+      if (chunk_rows > 0) return std::min(chunk_rows * C, n - begin);
+      return std::min(kNarrowChunk, C - begin % C);
+    };
+    ThroughFloatChunks(y, y_storage, n, stream, chunk, [&](float* out, size_t begin, size_t count) {
+      const size_t c = begin % C;  // 0 for whole rows
+      const NormRows piece{p.mean + c, p.scale + c, p.shift + c};
+      const bool whole = chunk_rows > 0;
+      DispatchActivation<NormRowsFn>(act, false, xs + begin, out,
+                                     static_cast<int64_t>(whole ? count / C : 1),
+                                     static_cast<int64_t>(whole ? C : count), piece, from_memory);
+    });
   });
 }
 
@@ -645,7 +662,7 @@ inline void ResidualAddImpl(const float* x, const float* r, const float* bias, i
                             float* h) {
   const size_t n = static_cast<size_t>(count);
   const auto add = [&](auto d, size_t i) {
-    auto v = hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, r + i));
+    auto v = hn::Add(LoadF(d, x + i), hn::LoadU(d, r + i));
     if (bias != nullptr) v = hn::Add(v, hn::LoadU(d, bias + i));
     hn::StoreU(v, d, h + i);
   };

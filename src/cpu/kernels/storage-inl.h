@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "cpu/kernels/storage.h"
 #include "cpu/kernels/store-inl.h"
 #include "hwy/highway.h"
 
@@ -127,6 +128,27 @@ HWY_INLINE hn::Vec<D> LoadF(D d, const float16_t* p) {
   return FloatFromF16Bits(d,
                           hn::PromoteTo(du, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p))));
 #endif
+}
+
+// Element 0 at p widened to float: the scalar paths of the kernels templated on storage.
+HWY_INLINE float FloatAt(const float* p) {
+  return *p;
+}
+template <typename T>
+HWY_INLINE float FloatAt(const T* p) {
+  return hn::GetLane(LoadF(hn::CappedTag<float, 1>(), p));
+}
+
+// fn(x), x cast to a pointer to its storage type: a kernel templated on the storage of
+// its input, called for a run-time Storage.
+template <class Fn>
+HWY_INLINE decltype(auto) WithStorage(const void* x, Storage s, const Fn& fn) {
+  switch (s) {
+    case Storage::kBFloat16: return fn(static_cast<const bfloat16_t*>(x));
+    case Storage::kFloat16: return fn(static_cast<const float16_t*>(x));
+    case Storage::kFloat32:
+    default: return fn(static_cast<const float*>(x));
+  }
 }
 
 // ---- Stores: float lanes of d to storage of T.
