@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "cpu/kernels/group_norm.h"
 #include "half_reference.h"
+#include "hwy/cache_control.h"
 #include "hwy/targets.h"
 #include "normkit/normkit.h"
 #include "test_util.h"
@@ -145,6 +147,51 @@ TEST_F(HalfConversions, NarrowingRoundsToNearestEvenOnEveryTarget) {
           ADD_FAILURE() << "x = " << v << " (0x" << std::hex << BitsOf(v) << "): got 0x"
                         << y.Bits(i) << ", want 0x" << want << std::dec;
           ++wrong;
+        }
+      }
+    });
+  }
+}
+
+// The norms' and shift-sum's chunked rounding (kernels::NarrowFromFloat: AVX512_BF16's
+// instruction for bfloat16 on the AVX-512 target where the CPU has it, with float
+// subnormals rounded apart): bitwise the plain rounding on every probe and target, plain
+// and streaming stores, y on and off a 32-byte boundary, short spans (peel and tail only).
+TEST_F(HalfConversions, ChunkNarrowingRoundsToNearestEvenOnEveryTarget) {
+  for (int32_t dtype : {kBF16, kF16}) {
+    SCOPED_TRACE(DtypeLabel(dtype));
+    const HalfFormat f = FormatOf(dtype);
+    const std::vector<float> probes = RoundingProbes(f);
+    const size_t n = probes.size();
+    const normkit::kernels::Storage storage = normkit::kernels::StorageOf(dtype);
+    ForEachTarget([&] {
+      std::vector<uint16_t> y(n + 64);
+      // 64-byte aligned storage for the y offsets below.
+      auto* base = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(y.data()) + 63) &
+                                               ~uintptr_t{63});
+      const size_t room = n + 64 - static_cast<size_t>(base - y.data());
+      int64_t wrong = 0;
+      for (bool stream : {false, true}) {
+        for (size_t offset : {size_t{0}, size_t{1}, size_t{7}, size_t{15}}) {
+          for (size_t len :
+               {n - 64, size_t{0}, size_t{1}, size_t{5}, size_t{16}, size_t{17}, size_t{33}}) {
+            const size_t first = (len * 7 + offset) % 97;  // which probes: not always the same
+            if (offset + len > room || first + len > n) continue;
+            std::fill(base, base + room, uint16_t{0xABCD});
+            normkit::kernels::NarrowFromFloat(probes.data() + first, static_cast<int64_t>(len),
+                                              base + offset, storage, stream);
+            hwy::FlushStream();
+            for (size_t i = 0; i < room && wrong < 5; ++i) {
+              const bool inside = i >= offset && i < offset + len;
+              const uint16_t want = inside ? Narrow(probes[first + i - offset], f) : 0xABCD;
+              if (base[i] != want) {
+                ADD_FAILURE() << "stream " << stream << " offset " << offset << " length " << len
+                              << " element " << i << ": got 0x" << std::hex << base[i]
+                              << ", want 0x" << want << std::dec;
+                ++wrong;
+              }
+            }
+          }
         }
       }
     });
