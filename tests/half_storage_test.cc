@@ -459,76 +459,105 @@ TEST(HalfStorage, BitwiseIdenticalForAnyThreadCount) {
 namespace normkit_test {
 namespace {
 
-// Layer norm and RMS norm of [rows, D] in every pair: against the double definition, and
-// a half x gives bitwise what its float32 values give (rows are widened, then the float
-// kernels run).
+// Layer norm and RMS norm of [rows, D] in a dtype pair: against the double definition, and
+// a half x gives bitwise what its float32 values give (the kernels widen x exactly as they
+// load it). magnitude scales the values (past sqrt(FLT_MAX) their float sums overflow and
+// the exact statistics take over).
+void RunRowNormCase(bool rms, const Pair& pair, int64_t D, bool in_place, float magnitude = 1.0f) {
+  const int64_t rows = D >= 768 ? 9 : 37;
+  SCOPED_TRACE(std::string(rms ? "rms_norm " : "layer_norm ") + DtypeLabel(pair.x) + " -> " +
+               DtypeLabel(pair.y) + " D=" + std::to_string(D) + (in_place ? " in place" : "") +
+               " magnitude " + std::to_string(magnitude));
+  const int64_t n = rows * D;
+  std::vector<float> values = RandomVector(n, 21, -3.0f, 5.0f);
+  for (float& v : values) v *= magnitude;
+  const std::vector<float> gamma = RandomVector(D, 22, 0.5f, 1.5f);
+  const std::vector<float> beta = RandomVector(D, 23);
+  Storage x(pair.x, n), y_own(pair.y, n), wide(kF32, n), wide_y(kF32, n);
+  for (int64_t i = 0; i < n; ++i) x.Set(i, values[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < n; ++i) wide.Set(i, static_cast<float>(x.Get(i)));
+  std::vector<double> xs(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) xs[static_cast<size_t>(i)] = x.Get(i);
+  Storage& y = in_place ? x : y_own;
+  const normkit_tensor xt = Tensor(&x, {rows, D}, NORMKIT_LAYOUT_CHANNELS_FIRST);
+  const normkit_tensor yt = Tensor(&y, {rows, D}, NORMKIT_LAYOUT_CHANNELS_FIRST);
+  const normkit_tensor wt = Tensor(&wide, {rows, D}, NORMKIT_LAYOUT_CHANNELS_FIRST);
+  const normkit_tensor wyt = Tensor(&wide_y, {rows, D}, NORMKIT_LAYOUT_CHANNELS_FIRST);
+  std::vector<float> rstd(static_cast<size_t>(rows)), rstd_wide(rstd.size());
+  Context ctx(2);
+  const float eps = 1e-5f;
+  const auto run = [&](const normkit_tensor* a, const normkit_tensor* b, float* r) {
+    return rms ? normkit_rms_norm(ctx.ctx, a, gamma.data(), eps, b, r)
+               : normkit_layer_norm(ctx.ctx, a, gamma.data(), beta.data(), eps, b, nullptr, r);
+  };
+  ASSERT_EQ(run(&wt, &wyt, rstd_wide.data()), NORMKIT_SUCCESS) << normkit_last_error();
+  ASSERT_EQ(run(&xt, &yt, rstd.data()), NORMKIT_SUCCESS) << normkit_last_error();
+  EXPECT_EQ(rstd, rstd_wide) << "the statistics of the widened values";
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, ms = 0;
+    for (int64_t d = 0; d < D; ++d) mean += xs[static_cast<size_t>(r * D + d)];
+    mean = rms ? 0.0 : mean / static_cast<double>(D);
+    for (int64_t d = 0; d < D; ++d) {
+      const double dev = xs[static_cast<size_t>(r * D + d)] - mean;
+      ms += dev * dev;
+    }
+    const double inv = 1.0 / std::sqrt(ms / static_cast<double>(D) + eps);
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t i = r * D + d;
+      const double t = (xs[static_cast<size_t>(i)] - mean) * inv;
+      const double g = gamma[static_cast<size_t>(d)];
+      const double b = rms ? 0.0 : beta[static_cast<size_t>(d)];
+      // float32 outputs: the row norms' own bound (a few float ulps of the output's
+      // scale); half outputs: one unit of the format.
+      ExpectOutput(y, i, t * g + b, 8 * (std::fabs(t * g) + std::fabs(b) + 1), false, &wrong);
+      // The float32 result of the same values, stored as y's dtype: bitwise.
+      const float w = static_cast<float>(wide_y.Get(i));
+      const uint32_t same = y.dtype == kF32 ? BitsOf(w) : Narrow(w, FormatOf(y.dtype));
+      if (y.Bits(i) != same && wrong < 5) {
+        ADD_FAILURE() << "element " << i << " is not the float32 input's result";
+        ++wrong;
+      }
+    }
+  }
+}
+
+// Every pair; rows taken in lane-parallel batches (D up to 32 vectors), in batches of
+// spans, and one by one (768, 5000).
 TEST(HalfStorage, RowNormsEveryPair) {
   for (bool rms : {false, true}) {
     for (const Pair& pair : kPairs) {
       for (int64_t D : {1, 7, 64, 100, 768, 5000}) {
         for (bool in_place : {false, true}) {
           if (in_place && pair.x != pair.y) continue;
-          const int64_t rows = D >= 768 ? 9 : 37;
-          SCOPED_TRACE(std::string(rms ? "rms_norm " : "layer_norm ") + DtypeLabel(pair.x) +
-                       " -> " + DtypeLabel(pair.y) + " D=" + std::to_string(D) +
-                       (in_place ? " in place" : ""));
-          const int64_t n = rows * D;
-          const std::vector<float> values = RandomVector(n, 21, -3.0f, 5.0f);
-          const std::vector<float> gamma = RandomVector(D, 22, 0.5f, 1.5f);
-          const std::vector<float> beta = RandomVector(D, 23);
-          Storage x(pair.x, n), y_own(pair.y, n), wide(kF32, n), wide_y(kF32, n);
-          for (int64_t i = 0; i < n; ++i) x.Set(i, values[static_cast<size_t>(i)]);
-          for (int64_t i = 0; i < n; ++i) wide.Set(i, static_cast<float>(x.Get(i)));
-          std::vector<double> xs(static_cast<size_t>(n));
-          for (int64_t i = 0; i < n; ++i) xs[static_cast<size_t>(i)] = x.Get(i);
-          Storage& y = in_place ? x : y_own;
-          const normkit_tensor xt = Tensor(&x, {rows, D}, NORMKIT_LAYOUT_CHANNELS_FIRST);
-          const normkit_tensor yt = Tensor(&y, {rows, D}, NORMKIT_LAYOUT_CHANNELS_FIRST);
-          const normkit_tensor wt = Tensor(&wide, {rows, D}, NORMKIT_LAYOUT_CHANNELS_FIRST);
-          const normkit_tensor wyt = Tensor(&wide_y, {rows, D}, NORMKIT_LAYOUT_CHANNELS_FIRST);
-          std::vector<float> rstd(static_cast<size_t>(rows)), rstd_wide(rstd.size());
-          Context ctx(2);
-          const float eps = 1e-5f;
-          const auto run = [&](const normkit_tensor* a, const normkit_tensor* b, float* r) {
-            return rms ? normkit_rms_norm(ctx.ctx, a, gamma.data(), eps, b, r)
-                       : normkit_layer_norm(ctx.ctx, a, gamma.data(), beta.data(), eps, b, nullptr,
-                                            r);
-          };
-          ASSERT_EQ(run(&wt, &wyt, rstd_wide.data()), NORMKIT_SUCCESS) << normkit_last_error();
-          ASSERT_EQ(run(&xt, &yt, rstd.data()), NORMKIT_SUCCESS) << normkit_last_error();
-          EXPECT_EQ(rstd, rstd_wide) << "the statistics of the widened values";
-          int64_t wrong = 0;
-          for (int64_t r = 0; r < rows; ++r) {
-            double mean = 0, ms = 0;
-            for (int64_t d = 0; d < D; ++d) mean += xs[static_cast<size_t>(r * D + d)];
-            mean = rms ? 0.0 : mean / static_cast<double>(D);
-            for (int64_t d = 0; d < D; ++d) {
-              const double dev = xs[static_cast<size_t>(r * D + d)] - mean;
-              ms += dev * dev;
-            }
-            const double inv = 1.0 / std::sqrt(ms / static_cast<double>(D) + eps);
-            for (int64_t d = 0; d < D; ++d) {
-              const int64_t i = r * D + d;
-              const double t = (xs[static_cast<size_t>(i)] - mean) * inv;
-              const double g = gamma[static_cast<size_t>(d)];
-              const double b = rms ? 0.0 : beta[static_cast<size_t>(d)];
-              // float32 outputs: the row norms' own bound (a few float ulps of the output's
-              // scale); half outputs: one unit of the format.
-              ExpectOutput(y, i, t * g + b, 8 * (std::fabs(t * g) + std::fabs(b) + 1), false,
-                           &wrong);
-              // The float32 result of the same values, stored as y's dtype: bitwise.
-              const float w = static_cast<float>(wide_y.Get(i));
-              const uint32_t same = y.dtype == kF32 ? BitsOf(w) : Narrow(w, FormatOf(y.dtype));
-              if (y.Bits(i) != same && wrong < 5) {
-                ADD_FAILURE() << "element " << i << " is not the float32 input's result";
-                ++wrong;
-              }
-            }
-          }
+          RunRowNormCase(rms, pair, D, in_place);
         }
       }
     }
   }
+}
+
+// bfloat16 rows near FLT_MAX (float sums overflow: the exact statistics read the half
+// values), and a share of the cases on every SIMD target.
+TEST(HalfStorage, RowNormsHugeValuesAndEveryTarget) {
+  for (bool rms : {false, true}) {
+    for (int64_t D : {64, 768}) {
+      RunRowNormCase(rms, {kBF16, kBF16}, D, false, 6e37f);
+      RunRowNormCase(rms, {kBF16, kF32}, D, false, 6e37f);
+    }
+  }
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    int k = 0;
+    for (const Pair& pair : kPairs) {
+      for (int64_t D : {7, 100, 768}) {
+        const bool rms = k++ % 2 == 1;
+        RunRowNormCase(rms, pair, D, pair.x == pair.y && D == 100);
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
 }
 
 }  // namespace

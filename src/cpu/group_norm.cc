@@ -501,7 +501,7 @@ RowParameters AlignedRowParameters(const float* gamma, const float* beta, int64_
 void RowNorm(const normkit_context& context, const TensorView& x, const TensorView& y,
              const RowNormArgs& args, const RowResidual* residual) {
   const kernels::Storage xs = kernels::StorageOf(x.dtype), ys = kernels::StorageOf(y.dtype);
-  const int64_t x_elem = kernels::StorageBytes(xs), y_elem = kernels::StorageBytes(ys);
+  const int64_t y_elem = kernels::StorageBytes(ys);
   const auto* xd = static_cast<const char*>(x.data);
   auto* yd = static_cast<char*>(y.data);
   const int64_t rows = x.batch;
@@ -526,11 +526,20 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   // The fused add reads residual and may write h: twice the bytes of x and y.
   const normkit_context& ctx =
       ContextForBytes(context, (residual != nullptr ? 2 : 1) * (x.bytes + y.bytes));
-  // Row r's outputs (and optional mean / rstd) from its float values xr, its mean (0 for
-  // RMS norm) and rstd.
-  const auto apply_row = [&](int64_t r, const float* xr, double mean, double rstd) {
+  // The rows the statistics and outputs are made from: x in its storage (the kernels
+  // widen a half x as they load it), or with the fused residual add h = x + residual,
+  // float32, made into h itself when the caller wants it, else into the worker's L1
+  // scratch (also where a streamed h is made): x and residual read once, h normalized
+  // from cache.
+  const kernels::Storage rs = add ? kernels::Storage::kFloat32 : xs;
+  const int64_t row_bytes = D * kernels::StorageBytes(rs);
+  const auto* rows_base = static_cast<const char*>(x.data);
+  // Row r's outputs (and optional mean / rstd) from its values xr (stored as rs), its
+  // mean (0 for RMS norm) and rstd.
+  const auto apply_row = [&](int64_t r, const char* xr, double mean, double rstd) {
     if (!FastStatisticsHold(mean, rstd)) {
-      const MeanRstd exact = ExactMeanRstd(xr, 1, D, 0, args.eps, args.rms);
+      const auto value = [xr, rs](int64_t i) { return kernels::ElementAt(xr, rs, i); };
+      const MeanRstd exact = ExactMeanRstdOf(value, 1, D, 0, args.eps, args.rms);
       mean = exact.mean;
       rstd = exact.rstd;
     }
@@ -541,7 +550,7 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
     const float mean_f = static_cast<float>(mean);
     const float rstd_f = static_cast<float>(rstd);
     const float offset = static_cast<float>(-(mean - static_cast<double>(mean_f)) * rstd_f);
-    kernels::ApplyRowNorm(xr, yd + r * D * y_elem, ys, D, mean_f, rstd_f, offset, params.gamma,
+    kernels::ApplyRowNorm(xr, rs, yd + r * D * y_elem, ys, D, mean_f, rstd_f, offset, params.gamma,
                           params.beta, stream);
   };
   // A cache-resident tensor of short rows: the statistics of a batch of rows side by
@@ -552,38 +561,25 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   const int64_t D_bytes = D * static_cast<int64_t>(sizeof(float));
   int64_t batch_rows = std::clamp<int64_t>(kUnitBatchBytes / D_bytes, 1, kMaxRowBatch);
   if (batch_rows > kUnitBatchMultiple) batch_rows -= batch_rows % kUnitBatchMultiple;
-  // Half x: each batch (or row) is widened into a float scratch of its worker, made
-  // before the loop, and normalized from there: the float kernels' statistics and bits,
-  // x read from memory once.
-  // With the fused residual add, h = x + residual is made the same way, into h itself
-  // when the caller wants it, else into the scratch: x and residual read once, h
-  // normalized from cache.
-  const bool widen = xs != kernels::Storage::kFloat32;
-  const bool use_scratch = widen || (add && (residual->h == nullptr || stream_h));
+  const bool use_scratch = add && (residual->h == nullptr || stream_h);
   const int64_t scratch_floats = use_scratch ? (batched ? batch_rows : 1) * D : 0;
   const int64_t workers = use_scratch ? ParallelWorkers(ctx, tasks) : 0;
   std::vector<AlignedArray<float>> scratch(static_cast<size_t>(workers));
   for (auto& s : scratch) s = AllocateAligned<float>(static_cast<size_t>(scratch_floats));
-  // The float values of rows [r, r + count): x itself, widened into the scratch, or h.
-  const auto rows_of = [&](int64_t r, int64_t count, int64_t worker) -> const float* {
-    if (add) {
-      const auto* x_rows = reinterpret_cast<const float*>(xd) + r * D;
-      const float* r_rows = residual->residual + r * D;
-      float* h = residual->h != nullptr && !stream_h ? residual->h + r * D
-                                                     : scratch[static_cast<size_t>(worker)].get();
-      for (int64_t k = 0; k < count; ++k) {
-        kernels::ResidualAdd(x_rows + k * D, r_rows + k * D, residual->bias, D, h + k * D);
-      }
-      if (stream_h) {  // fenced at the end of the task
-        kernels::NarrowFromFloat(h, count * D, residual->h + r * D, kernels::Storage::kFloat32,
-                                 true);
-      }
-      return h;
+  // The values of rows [r, r + count): x's, or h made from them.
+  const auto rows_of = [&](int64_t r, int64_t count, int64_t worker) -> const char* {
+    if (!add) return rows_base + r * row_bytes;
+    const auto* x_rows = reinterpret_cast<const float*>(xd) + r * D;
+    const float* r_rows = residual->residual + r * D;
+    float* h = residual->h != nullptr && !stream_h ? residual->h + r * D
+                                                   : scratch[static_cast<size_t>(worker)].get();
+    for (int64_t k = 0; k < count; ++k) {
+      kernels::ResidualAdd(x_rows + k * D, r_rows + k * D, residual->bias, D, h + k * D);
     }
-    if (!widen) return reinterpret_cast<const float*>(xd) + r * D;
-    float* out = scratch[static_cast<size_t>(worker)].get();
-    kernels::WidenToFloat(xd + r * D * x_elem, xs, count * D, out);
-    return out;
+    if (stream_h) {  // fenced at the end of the task
+      kernels::NarrowFromFloat(h, count * D, residual->h + r * D, kernels::Storage::kFloat32, true);
+    }
+    return reinterpret_cast<const char*>(h);
   };
   const auto run_rows = [&](int64_t task, int64_t worker) {
     const int64_t r0 = task * rows_per_task;
@@ -592,32 +588,33 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
       double mean[kMaxRowBatch], rstd[kMaxRowBatch];
       for (int64_t b0 = r0; b0 < r_end; b0 += batch_rows) {
         const int64_t b1 = std::min(r_end, b0 + batch_rows);
-        const float* xb = rows_of(b0, b1 - b0, worker);
+        const char* xb = rows_of(b0, b1 - b0, worker);
         if (args.rms) {
-          kernels::SpanRmsEach(xb, D, b1 - b0, args.eps, rstd);
+          kernels::SpanRmsEach(xb, rs, D, b1 - b0, args.eps, rstd);
         } else {
-          kernels::SpanMeanRstdEach(xb, D, b1 - b0, args.eps, mean, rstd);
+          kernels::SpanMeanRstdEach(xb, rs, D, b1 - b0, args.eps, mean, rstd);
         }
         for (int64_t r = b0; r < b1; ++r) {
-          apply_row(r, xb + (r - b0) * D, args.rms ? 0.0 : mean[r - b0], rstd[r - b0]);
+          apply_row(r, xb + (r - b0) * row_bytes, args.rms ? 0.0 : mean[r - b0], rstd[r - b0]);
         }
       }
       return;
     }
+    const int64_t elem = kernels::StorageBytes(rs);
     for (int64_t r = r0; r < r_end; ++r) {
-      const float* xr = rows_of(r, 1, worker);
+      const char* xr = rows_of(r, 1, worker);
       double mean = 0.0, ms;
       if (args.rms) {
         double sum = 0.0;
         for (int64_t b = 0; b < D; b += kStatsBlockElems) {
-          sum += kernels::SpanSumSquares(xr + b, std::min(kStatsBlockElems, D - b));
+          sum += kernels::SpanSumSquares(xr + b * elem, rs, std::min(kStatsBlockElems, D - b));
         }
         ms = sum / static_cast<double>(D);
       } else {
         Moments m;
         for (int64_t b = 0; b < D; b += kStatsBlockElems) {
-          m = kernels::MergeMoments(m,
-                                    kernels::RowMoments(xr + b, std::min(kStatsBlockElems, D - b)));
+          m = kernels::MergeMoments(
+              m, kernels::RowMoments(xr + b * elem, rs, std::min(kStatsBlockElems, D - b)));
         }
         ms = m.m2 / m.count;
         mean = m.mean;

@@ -40,8 +40,8 @@ Moments SpanMoments(const void* x, Storage x_storage, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(SpanMomentsImpl)(x, x_storage, n);
 }
 
-Moments RowMoments(const float* x, int64_t n) {
-  return HWY_DYNAMIC_DISPATCH(RowMomentsImpl)(x, n);
+Moments RowMoments(const void* x, Storage x_storage, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(RowMomentsImpl)(x, x_storage, n);
 }
 
 void SpanMeanRstdEach(const void* x, Storage x_storage, int64_t n, int64_t count, float eps,
@@ -49,8 +49,9 @@ void SpanMeanRstdEach(const void* x, Storage x_storage, int64_t n, int64_t count
   HWY_DYNAMIC_DISPATCH(SpanMeanRstdEachImpl)(x, x_storage, n, count, eps, mean, rstd);
 }
 
-void SpanRmsEach(const float* x, int64_t n, int64_t count, float eps, double* rstd) {
-  HWY_DYNAMIC_DISPATCH(SpanRmsEachImpl)(x, n, count, eps, rstd);
+void SpanRmsEach(const void* x, Storage x_storage, int64_t n, int64_t count, float eps,
+                 double* rstd) {
+  HWY_DYNAMIC_DISPATCH(SpanRmsEachImpl)(x, x_storage, n, count, eps, rstd);
 }
 
 void ChannelParametersEach(const double* mean, const double* rstd, const float* gamma,
@@ -60,8 +61,8 @@ void ChannelParametersEach(const double* mean, const double* rstd, const float* 
   (mean, rstd, gamma, beta, count, mean_f, scale, shift);
 }
 
-double SpanSumSquares(const float* x, int64_t n) {
-  return HWY_DYNAMIC_DISPATCH(SpanSumSquaresImpl)(x, n);
+double SpanSumSquares(const void* x, Storage x_storage, int64_t n) {
+  return HWY_DYNAMIC_DISPATCH(SpanSumSquaresImpl)(x, x_storage, n);
 }
 
 void ColumnBlockMoments(const void* x, Storage x_storage, int64_t rows, int64_t channels,
@@ -107,10 +108,11 @@ void ApplyNormRows(const void* x, Storage x_storage, void* y, Storage y_storage,
   (x, x_storage, y, y_storage, rows, channels, p, act, stream, from_memory);
 }
 
-void ApplyRowNorm(const float* x, void* y, Storage y_storage, int64_t n, float mean, float rstd,
-                  float offset, const float* gamma, const float* beta, bool stream) {
+void ApplyRowNorm(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t n,
+                  float mean, float rstd, float offset, const float* gamma, const float* beta,
+                  bool stream) {
   HWY_DYNAMIC_DISPATCH(ApplyRowNormImpl)
-  (x, y, y_storage, n, mean, rstd, offset, gamma, beta, stream);
+  (x, x_storage, y, y_storage, n, mean, rstd, offset, gamma, beta, stream);
 }
 
 void WidenToFloat(const void* x, Storage storage, int64_t n, float* out) {

@@ -48,7 +48,10 @@ inline Moments SpanMoments(const float* x, int64_t n) {
 // As exact as SpanMoments but not its bits (four float chains where it has two): the
 // statistics of a [rows, D] layer norm row. Its bits depend only on n, the data and
 // the SIMD target.
-Moments RowMoments(const float* x, int64_t n);
+Moments RowMoments(const void* x, Storage x_storage, int64_t n);
+inline Moments RowMoments(const float* x, int64_t n) {
+  return RowMoments(x, Storage::kFloat32, n);
+}
 
 // 1 / sqrt(variance + eps) of a normalization, the variance biased (m2 / count).
 inline double ReciprocalStd(const Moments& m, float eps) {
@@ -72,7 +75,11 @@ inline void SpanMeanRstdEach(const float* x, int64_t n, int64_t count, float eps
 // norm of short rows): spans of one to 32 vectors a vector's worth at a time, span j
 // in lane j (float sums, then double; not SpanSumSquares' bits); other lengths from
 // SpanSumSquares. A span's bits depend only on its data, n and the SIMD target.
-void SpanRmsEach(const float* x, int64_t n, int64_t count, float eps, double* rstd);
+void SpanRmsEach(const void* x, Storage x_storage, int64_t n, int64_t count, float eps,
+                 double* rstd);
+inline void SpanRmsEach(const float* x, int64_t n, int64_t count, float eps, double* rstd) {
+  SpanRmsEach(x, Storage::kFloat32, n, count, eps, rstd);
+}
 
 // The apply pass's parameters of channels that are groups of their own (instance
 // norm), for c < count: mean_f[c] = the float nearest mean[c],
@@ -84,7 +91,10 @@ void ChannelParametersEach(const double* mean, const double* rstd, const float* 
                            float* shift);
 
 // Sum of x[i]^2 over x[0, n), carried in double (RMS norm).
-double SpanSumSquares(const float* x, int64_t n);
+double SpanSumSquares(const void* x, Storage x_storage, int64_t n);
+inline double SpanSumSquares(const float* x, int64_t n) {
+  return SpanSumSquares(x, Storage::kFloat32, n);
+}
 
 // The rows a block's statistics pivots are sampled from: `samples` rows spread evenly
 // over the block, the first one included. Spread rather than consecutive: neighbouring
@@ -203,8 +213,14 @@ inline void ApplyNormRows(const float* x, void* y, Storage y_storage, int64_t ro
 // where mean is the float nearest the row's mean m and offset = -(m - mean) * rstd.
 // gamma and beta may be null (1 and 0); RMS norm passes mean = offset = 0. y is stored as
 // y_storage (half: the float result rounded to nearest even).
-void ApplyRowNorm(const float* x, void* y, Storage y_storage, int64_t n, float mean, float rstd,
-                  float offset, const float* gamma, const float* beta, bool stream);
+void ApplyRowNorm(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t n,
+                  float mean, float rstd, float offset, const float* gamma, const float* beta,
+                  bool stream);
+inline void ApplyRowNorm(const float* x, void* y, Storage y_storage, int64_t n, float mean,
+                         float rstd, float offset, const float* gamma, const float* beta,
+                         bool stream) {
+  ApplyRowNorm(x, Storage::kFloat32, y, y_storage, n, mean, rstd, offset, gamma, beta, stream);
+}
 
 // out[i] = x[i] widened to float for i < n, x stored as `storage`: half rows are widened
 // into a cache-resident float scratch and normalized from there, which gives them the

@@ -277,8 +277,8 @@ inline Moments SpanMomentsImpl(const void* x, Storage storage, int64_t count) {
 // other walk. A row's sums, from L1, were bound by the latency of two chains: against
 // SpanMoments, one thread, same-process A/B, [4096, 768] took 0.89-0.90 of the time,
 // [256, 768] 0.94-0.95.
-inline Moments RowMomentsImpl(const float* HWY_RESTRICT x, int64_t count) {
-  return SpanMomentsT<true>(x, count);
+inline Moments RowMomentsImpl(const void* x, Storage storage, int64_t count) {
+  return WithStorage(x, storage, [count](const auto* xs) { return SpanMomentsT<true>(xs, count); });
 }
 
 // SpanMoments of the two spans x[0, n) and x[n, 2n), their instructions
@@ -492,7 +492,8 @@ inline void ShortSpansMeanRstd(const T* HWY_RESTRICT x, size_t n, size_t spans, 
 // squares summed lane-wise on two float chains (its last vector loaded whole, ending
 // at the span's end, the lanes already counted set to zero), one transposed reduction,
 // then the mean square and rstd in double lanes side by side.
-inline void ShortSpansRms(const float* HWY_RESTRICT x, size_t n, size_t spans, float eps,
+template <typename T>
+inline void ShortSpansRms(const T* HWY_RESTRICT x, size_t n, size_t spans, float eps,
                           double* HWY_RESTRICT rstd_out) {
   const DF d;
   const DD dd;
@@ -505,7 +506,7 @@ inline void ShortSpansRms(const float* HWY_RESTRICT x, size_t n, size_t spans, f
   const auto fresh = hn::Not(hn::FirstN(d, N - (n - whole * N)));  // of the last vector
   const auto sum_squares = [&](size_t j) {
     if (j >= spans) return hn::Zero(d);  // absent: their lanes are not stored
-    const float* HWY_RESTRICT xs = x + j * n;
+    const T* HWY_RESTRICT xs = x + j * n;
     V a = hn::Zero(d), b = hn::Zero(d);  // even and odd vectors' chains
     size_t i = 0;
     for (; i + 2 <= whole; i += 2) {
@@ -612,7 +613,8 @@ inline void ChannelParametersEachImpl(const double* HWY_RESTRICT mean,
   }
 }
 
-inline double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
+template <typename T>
+inline double SpanSumSquaresT(const T* HWY_RESTRICT x, int64_t count) {
   const DF d;
   const DD dd;
   const size_t N = hn::Lanes(d);
@@ -642,12 +644,20 @@ inline double SpanSumSquaresImpl(const float* HWY_RESTRICT x, int64_t count) {
     AccumulateWide(hn::Add(hn::Add(a, b), hn::Add(c, e)), lo, hi);
   }
   double sum = SumLanes(hn::Add(lo, hi));
-  for (; i < n; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  for (; i < n; ++i) {
+    const auto v = static_cast<double>(FloatAt(x + i));
+    sum += v * v;
+  }
   return sum;
 }
 
-inline void SpanRmsEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t count, float eps,
-                            double* rstd) {
+inline double SpanSumSquaresImpl(const void* x, Storage storage, int64_t count) {
+  return WithStorage(x, storage, [count](const auto* xs) { return SpanSumSquaresT(xs, count); });
+}
+
+template <typename T>
+inline void SpanRmsEachT(const T* HWY_RESTRICT x, int64_t n, int64_t count, float eps,
+                         double* rstd) {
   int64_t k = 0;
 #if NORMKIT_FIXED_BLOCKS
   const size_t un = n > 0 ? static_cast<size_t>(n) : 0;
@@ -660,9 +670,14 @@ inline void SpanRmsEachImpl(const float* HWY_RESTRICT x, int64_t n, int64_t coun
   }
 #endif
   for (; k < count; ++k) {
-    const double ms = SpanSumSquaresImpl(x + k * n, n) / static_cast<double>(n);
+    const double ms = SpanSumSquaresT(x + k * n, n) / static_cast<double>(n);
     rstd[k] = 1.0 / std::sqrt(ms + static_cast<double>(eps));
   }
+}
+
+inline void SpanRmsEachImpl(const void* x, Storage storage, int64_t n, int64_t count, float eps,
+                            double* rstd) {
+  WithStorage(x, storage, [&](const auto* xs) { SpanRmsEachT(xs, n, count, eps, rstd); });
 }
 
 }  // namespace HWY_NAMESPACE

@@ -408,8 +408,8 @@ inline void NormRowsShiftedT(const TX* x, float* y, size_t rows, size_t C, const
   NormSpan<kAct, false>(x + last, y + last, C - peel, mean, scale, shift);
 }
 
-template <bool kGamma, bool kBeta, bool kStream, class TY>
-inline void RowNormT(const float* x, TY* y, size_t n, float mean, float rstd, float offset,
+template <bool kGamma, bool kBeta, bool kStream, class TX, class TY>
+inline void RowNormT(const TX* x, TY* y, size_t n, float mean, float rstd, float offset,
                      const float* gamma, const float* beta) {
   MapSpan<kStream>(x, y, n, [&](auto d, size_t c, auto v) {
     const auto t = hn::MulAdd(hn::Sub(v, hn::Set(d, mean)), hn::Set(d, rstd), hn::Set(d, offset));
@@ -605,9 +605,29 @@ inline void ApplyNormRowsImpl(const void* x, Storage x_storage, void* y, Storage
   });
 }
 
-template <class TY>
-inline void RowNormDispatch(const float* x, TY* y, size_t n, float mean, float rstd, float offset,
+template <class TX, class TY>
+inline void RowNormDispatch(const TX* x, TY* y, size_t n, float mean, float rstd, float offset,
                             const float* gamma, const float* beta, bool stream) {
+#if HWY_TARGET == HWY_AVX3
+  if constexpr (std::is_same_v<TY, hwy::bfloat16_t>) {
+    // bfloat16 y: float chunks rounded by AVX512_BF16 (NarrowSpan), where the CPU has it.
+    if (HaveBF16Hardware()) {
+      alignas(64) float out[kNarrowChunk];
+      for (size_t i = 0; i < n; i += kNarrowChunk) {
+        const size_t count = std::min(kNarrowChunk, n - i);
+        RowNormDispatch(x + i, out, count, mean, rstd, offset, gamma ? gamma + i : nullptr,
+                        beta ? beta + i : nullptr, false);
+        if (stream) {
+          NarrowSpan<true>(out, y + i, count);
+        } else {
+          NarrowSpan<false>(out, y + i, count);
+        }
+      }
+      if (stream) hwy::FlushStream();
+      return;
+    }
+  }
+#endif
   const int which = (gamma ? 2 : 0) + (beta ? 1 : 0);
   switch (which * 2 + (stream ? 1 : 0)) {
     case 0: return RowNormT<false, false, false>(x, y, n, mean, rstd, offset, gamma, beta);
@@ -621,21 +641,27 @@ inline void RowNormDispatch(const float* x, TY* y, size_t n, float mean, float r
   }
 }
 
-inline void ApplyRowNormImpl(const float* x, void* y, Storage y_storage, int64_t count, float mean,
-                             float rstd, float offset, const float* gamma, const float* beta,
-                             bool stream) {
+inline void ApplyRowNormImpl(const void* x, Storage x_storage, void* y, Storage y_storage,
+                             int64_t count, float mean, float rstd, float offset,
+                             const float* gamma, const float* beta, bool stream) {
   const size_t n = static_cast<size_t>(count);
-  switch (y_storage) {
-    case Storage::kBFloat16:
-      return RowNormDispatch(x, static_cast<hwy::bfloat16_t*>(y), n, mean, rstd, offset, gamma,
-                             beta, stream);
-    case Storage::kFloat16:
-      return RowNormDispatch(x, static_cast<hwy::float16_t*>(y), n, mean, rstd, offset, gamma, beta,
-                             stream);
-    case Storage::kFloat32:
-    default:
-      return RowNormDispatch(x, static_cast<float*>(y), n, mean, rstd, offset, gamma, beta, stream);
-  }
+  WithStorage(x, x_storage, [&](const auto* xs) {
+    using TX = std::remove_cv_t<std::remove_pointer_t<decltype(xs)>>;
+    // The pairs the API takes: a half y with float32 x or the same half x.
+    if constexpr (!std::is_same_v<TX, hwy::float16_t>) {
+      if (y_storage == Storage::kBFloat16) {
+        return RowNormDispatch(xs, static_cast<hwy::bfloat16_t*>(y), n, mean, rstd, offset, gamma,
+                               beta, stream);
+      }
+    }
+    if constexpr (!std::is_same_v<TX, hwy::bfloat16_t>) {
+      if (y_storage == Storage::kFloat16) {
+        return RowNormDispatch(xs, static_cast<hwy::float16_t*>(y), n, mean, rstd, offset, gamma,
+                               beta, stream);
+      }
+    }
+    RowNormDispatch(xs, static_cast<float*>(y), n, mean, rstd, offset, gamma, beta, stream);
+  });
 }
 
 // out[i] = x[i] widened to float, for i < count (x of `storage`).
