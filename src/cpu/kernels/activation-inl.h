@@ -12,6 +12,7 @@
 #endif
 
 #include "cpu/kernels/group_norm.h"
+#include "cpu/kernels/float_tags-inl.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();

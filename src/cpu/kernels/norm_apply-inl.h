@@ -19,6 +19,7 @@
 
 #include "cpu/kernels/activation-inl.h"
 #include "cpu/kernels/bf16_hardware.h"
+#include "cpu/kernels/column_moments-inl.h"  // kRowStreams
 #include "cpu/kernels/float_tags-inl.h"
 #include "cpu/kernels/moments-inl.h"
 #include "cpu/kernels/storage-inl.h"
