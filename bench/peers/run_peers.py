@@ -108,6 +108,7 @@ def cpu_name():
 
 
 def write_report(machine, sections, rows, rounds, command, output):
+    os.makedirs(output, exist_ok=True)
     base = os.path.join(output, machine)
     with open(base + ".json", "w") as f:
         json.dump(rows, f, indent=0)

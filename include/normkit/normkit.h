@@ -419,8 +419,8 @@ typedef enum normkit_activation {
  *   channels and all spatial positions, rstd = 1 / sqrt(var + eps).
  * x, y: float32, rank 2..5, either layout, same layout / shape; y may be x (in place),
  *   no other overlap. Also bfloat16 / float16 (CPU), in normkit_affine's pairs: a half x
- *   gives exactly the float32 result of its values (they are widened, then normalized by
- *   the float32 plan), a half y that result rounded to nearest even. Parameters and
+ *   gives exactly the float32 result of its values (each widened exactly as it is loaded,
+ *   the float32 plan's arithmetic), a half y that result rounded to nearest even. Parameters and
  *   mean_out / rstd_out stay float32.
  * groups: >= 1 and divides C. gamma, beta: C floats or NULL (1 / 0).
  * eps: finite and > 0. activation: a normkit_activation.
@@ -463,7 +463,7 @@ NORMKIT_API normkit_status normkit_channel_layer_norm(const normkit_context* con
  *   y[r, d] = (x[r, d] - mean[r]) * rstd[r] * gamma[d] + beta[d].
  * gamma, beta: D floats or NULL. mean_out, rstd_out: `rows` floats or NULL.
  * x, y: also bfloat16 / float16 (CPU), in normkit_affine's pairs: a half x gives exactly
- *   the float32 result of its values (rows are widened, then normalized), a half y that
+ *   the float32 result of its values (widened exactly as they are loaded), a half y that
  *   result rounded to nearest even.
  * Other rules as for normkit_group_norm (rank must be 2). */
 NORMKIT_API normkit_status normkit_layer_norm(const normkit_context* context,
