@@ -510,51 +510,52 @@ inline void ThroughFloatChunks(void* y, Storage y_storage, size_t n, bool stream
   narrow(static_cast<hwy::float16_t*>(y));
 }
 
-// The apply passes: x of `x_storage`, loaded widened (exactly) into float vectors; a
-// float32 y stored directly, a half y through ThroughFloatChunks.
-inline void ApplyNormPlanesImpl(const void* x, Storage x_storage, void* y, Storage y_storage,
-                                int64_t n, int64_t plane, int64_t offset, const float* mean,
-                                const float* scale, const float* shift, Activation act,
-                                bool stream) {
+// The means from plane j on: a pointer's suffix, or the one mean of a group's planes.
+inline const float* MeansFrom(const float* mean, int64_t j) {
+  return mean + j;
+}
+inline OneMean MeansFrom(OneMean mean, int64_t) {
+  return mean;
+}
+
+// The apply passes over planes: x of `x_storage`, loaded widened (exactly) into float
+// vectors; a float32 y stored directly, a half y through ThroughFloatChunks (a chunk at
+// `begin` starts (offset + begin) % plane into plane (offset + begin) / plane).
+template <class Means>
+inline void ApplyPlanes(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t n,
+                        int64_t plane, int64_t offset, Means mean, const float* scale,
+                        const float* shift, Activation act, bool stream) {
   WithStorage(x, x_storage, [&](const auto* xs) {
     if (y_storage == Storage::kFloat32) {
-      return DispatchActivation<NormPlanesOf<const float*>::Fn>(
+      return DispatchActivation<NormPlanesOf<Means>::template Fn>(
           act, stream, xs, static_cast<float*>(y), n, plane, offset, mean, scale, shift);
     }
-    // Chunk at `begin` starts (offset + begin) % plane into plane (offset + begin) / plane.
     const auto to = static_cast<size_t>(n);
     const auto chunk = [to](size_t begin) { return std::min(kNarrowChunk, to - begin); };
     ThroughFloatChunks(y, y_storage, to, stream, chunk,
                        [&](float* out, size_t begin, size_t count) {
                          const int64_t at = offset + static_cast<int64_t>(begin);
                          const int64_t j = at / plane;
-                         DispatchActivation<NormPlanesOf<const float*>::Fn>(
+                         DispatchActivation<NormPlanesOf<Means>::template Fn>(
                              act, false, xs + begin, out, static_cast<int64_t>(count), plane,
-                             at % plane, mean + j, scale + j, shift + j);
+                             at % plane, MeansFrom(mean, j), scale + j, shift + j);
                        });
   });
+}
+
+inline void ApplyNormPlanesImpl(const void* x, Storage x_storage, void* y, Storage y_storage,
+                                int64_t n, int64_t plane, int64_t offset, const float* mean,
+                                const float* scale, const float* shift, Activation act,
+                                bool stream) {
+  ApplyPlanes(x, x_storage, y, y_storage, n, plane, offset, mean, scale, shift, act, stream);
 }
 
 inline void ApplyNormGroupPlanesImpl(const void* x, Storage x_storage, void* y, Storage y_storage,
                                      int64_t n, int64_t plane, int64_t offset, float mean,
                                      const float* scale, const float* shift, Activation act,
                                      bool stream) {
-  WithStorage(x, x_storage, [&](const auto* xs) {
-    if (y_storage == Storage::kFloat32) {
-      return DispatchActivation<NormPlanesOf<OneMean>::Fn>(
-          act, stream, xs, static_cast<float*>(y), n, plane, offset, OneMean{mean}, scale, shift);
-    }
-    const auto to = static_cast<size_t>(n);
-    const auto chunk = [to](size_t begin) { return std::min(kNarrowChunk, to - begin); };
-    ThroughFloatChunks(y, y_storage, to, stream, chunk,
-                       [&](float* out, size_t begin, size_t count) {
-                         const int64_t at = offset + static_cast<int64_t>(begin);
-                         const int64_t j = at / plane;
-                         DispatchActivation<NormPlanesOf<OneMean>::Fn>(
-                             act, false, xs + begin, out, static_cast<int64_t>(count), plane,
-                             at % plane, OneMean{mean}, scale + j, shift + j);
-                       });
-  });
+  ApplyPlanes(x, x_storage, y, y_storage, n, plane, offset, OneMean{mean}, scale, shift, act,
+              stream);
 }
 
 template <Activation kAct, bool kStream>
