@@ -222,9 +222,9 @@ inline void ApplyRowNorm(const float* x, void* y, Storage y_storage, int64_t n, 
   ApplyRowNorm(x, Storage::kFloat32, y, y_storage, n, mean, rstd, offset, gamma, beta, stream);
 }
 
-// out[i] = x[i] widened to float for i < n, x stored as `storage`: half rows are widened
-// into a cache-resident float scratch and normalized from there, which gives them the
-// float kernels' statistics and bits.
+// out[i] = x[i] widened to float for i < n, x stored as `storage`: the shift-sum family's
+// half chunks (its row kernels compute in their stored type). The norms load half x
+// themselves.
 void WidenToFloat(const void* x, Storage storage, int64_t n, float* out);
 
 // y[i] = x[i] stored as `storage` for i < n (half: rounded to nearest even); `stream`:
