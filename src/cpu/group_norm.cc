@@ -533,7 +533,6 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   // from cache.
   const kernels::Storage rs = add ? kernels::Storage::kFloat32 : xs;
   const int64_t row_bytes = D * kernels::StorageBytes(rs);
-  const auto* rows_base = static_cast<const char*>(x.data);
   // Row r's outputs (and optional mean / rstd) from its values xr (stored as rs), its
   // mean (0 for RMS norm) and rstd.
   const auto apply_row = [&](int64_t r, const char* xr, double mean, double rstd) {
@@ -568,7 +567,7 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   for (auto& s : scratch) s = AllocateAligned<float>(static_cast<size_t>(scratch_floats));
   // The values of rows [r, r + count): x's, or h made from them.
   const auto rows_of = [&](int64_t r, int64_t count, int64_t worker) -> const char* {
-    if (!add) return rows_base + r * row_bytes;
+    if (!add) return xd + r * row_bytes;
     const auto* x_rows = reinterpret_cast<const float*>(xd) + r * D;
     const float* r_rows = residual->residual + r * D;
     float* h = residual->h != nullptr && !stream_h ? residual->h + r * D
