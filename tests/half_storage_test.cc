@@ -653,11 +653,12 @@ struct GroupNormCase {
 // a half y is the float result rounded. check_every: compare with the double reference
 // every this many elements.
 void RunGroupNormCase(const Pair& pair, const GroupNormCase& c, bool in_place, int threads,
-                      int64_t check_every = 1) {
+                      int64_t check_every = 1, float magnitude = 1.0f) {
   const int64_t n = Numel(c.shape), N = c.shape[0], C = c.shape[1], G = c.groups;
   const int64_t S = n / (N * C), Cg = C / G;
   const bool last = c.layout == NORMKIT_LAYOUT_CHANNELS_LAST;
-  const std::vector<float> values = RandomVector(n, 31, -3.0f, 5.0f);
+  std::vector<float> values = RandomVector(n, 31, -3.0f, 5.0f);
+  for (float& v : values) v *= magnitude;
   const std::vector<float> gamma = RandomVector(C, 32, 0.5f, 1.5f);
   const std::vector<float> beta = RandomVector(C, 33);
   Storage x(pair.x, n), y_own(pair.y, n), wide(kF32, n), wide_y(kF32, n);
@@ -766,6 +767,27 @@ TEST(HalfStorage, GroupNormPlansOnEveryTarget) {
     RunGroupNormPlans(5);  // prime to the 2 and 3 that pick alignment and activation
   }
   hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
+}
+
+// bfloat16 x near FLT_MAX (values to 3e38): the groups' float sums overflow, and the exact
+// statistics read the half values; every plan the half-x kernels take (batched, chained
+// into float32 y, fused, channels-last instance norm and blocks), x off a vector boundary.
+TEST(HalfStorage, GroupNormNearFltMax) {
+  const std::vector<std::pair<std::vector<int64_t>, int64_t>> shapes = {{{2, 32, 7, 7}, 8},
+                                                                        {{2, 32, 20, 20}, 8},
+                                                                        {{1, 64, 28, 28}, 4},
+                                                                        {{2, 48, 10, 10}, 48},
+                                                                        {{1, 2, 400, 400}, 1}};
+  for (const Pair& pair : {Pair{kBF16, kBF16}, Pair{kBF16, kF32}}) {
+    for (const auto& [shape, groups] : shapes) {
+      for (normkit_layout layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+        SCOPED_TRACE(std::string(DtypeLabel(pair.y)) + " C=" + std::to_string(shape[1]) +
+                     (layout ? " NHWC" : " NCHW"));
+        RunGroupNormCase(pair, {shape, groups, layout, NORMKIT_ACTIVATION_NONE, true}, false, 2, 1,
+                         6e37f);
+      }
+    }
+  }
 }
 
 // From memory, streaming half outputs (25.7 MB of bfloat16), on three threads.
