@@ -2,7 +2,8 @@
 // The shift-sum family on bfloat16 / float16 tensors, in every dtype pair: bitwise the
 // float32 call on the widened values, rounded to the output's format, and (forward,
 // adjoint, shift, unshift) against the double references of shift_sum_reference.h on
-// the paths each geometry takes, including calls split into chunks of samples.
+// the paths each geometry takes, including calls split into slices of rows and chunks
+// of samples.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -274,18 +275,31 @@ TEST(HalfShiftSum, EveryOpPairAndPath) {
   }
 }
 
-// Calls larger than a chunk of the float scratch (8 MB): three samples of 2.8 MB of
-// float x each run as chunks of two samples and one (per-sample masks and normalizers
-// offset to each), a shared Phi_s computed once, three threads; and float16 sums past
-// its largest finite value.
-TEST(HalfShiftSum, ChunksOfSamplesAndOverflow) {
+// Calls of several pieces. Along W, calls over 8 MiB of float (these 3x28x96x256 x and
+// their y: 8.6 MB) run as slices of rows (1 MiB of float: 35 of these rows, so three
+// slices a sample, the last shorter; channels-last in-register planes at C = 28, phases
+// at 72 (past the skewed rows' four vectors), plane slices at 80) with every mask kind
+// (the per-channel planes of a mask keep the whole call's stride, the per-sample ones
+// and a given Phi_s are offset to the slice's sample and rows, a shared Phi_s is
+// computed once). Along H, chunks of whole samples (8 MB of float: 2.8 MB samples run
+// as chunks of two and one). Three threads. Then float16 sums past its largest value.
+TEST(HalfShiftSum, SlicesChunksAndOverflow) {
   const Geometry big_hw{3, 28, 96, 256, 2, false, NORMKIT_MASK_HW, 1.0};
+  const Geometry big_chw{3, 28, 96, 256, 2, false, NORMKIT_MASK_CHW, 1.0};
   const Geometry big_bchw{3, 28, 96, 256, -1, false, NORMKIT_MASK_BCHW, 1.0};
-  const Geometry big_phi{3, 28, 96, 256, 1, false, NORMKIT_MASK_PHI_BCHW, 1.0};
+  const Geometry big_phi{3, 28, 96, 256, -2, false, NORMKIT_MASK_PHI_CHW, 1.0};
+  const Geometry big_phi_b{3, 28, 96, 256, 1, false, NORMKIT_MASK_PHI_BCHW, 1.0};
+  const Geometry big_along_h{3, 28, 96, 256, 2, true, NORMKIT_MASK_CHW, 1.0};
+  const Geometry big_phases{3, 72, 40, 256, -2, false, NORMKIT_MASK_NONE, 1.0};
+  const Geometry big_plane_slices{3, 80, 40, 256, 3, false, NORMKIT_MASK_BCHW, 0.25};
   for (Op op : kOps) {
     for (const Case& c :
-         {Case{big_hw, false, {kBF16, kBF16}}, Case{big_bchw, true, {kF16, kF32}},
-          Case{big_bchw, false, {kF32, kBF16}, true}, Case{big_phi, false, {kBF16, kBF16}, true}}) {
+         {Case{big_hw, false, {kBF16, kBF16}}, Case{big_chw, true, {kBF16, kF32}},
+          Case{big_chw, false, {kF16, kF16}}, Case{big_bchw, true, {kF16, kF32}},
+          Case{big_bchw, false, {kF32, kBF16}, true}, Case{big_phi, true, {kBF16, kBF16}},
+          Case{big_phi, false, {kF32, kF16}, true}, Case{big_phi_b, false, {kBF16, kBF16}, true},
+          Case{big_along_h, false, {kBF16, kBF16}, true}, Case{big_along_h, true, {kF16, kF32}},
+          Case{big_phases, true, {kBF16, kBF16}}, Case{big_plane_slices, true, {kF32, kF16}}}) {
       SCOPED_TRACE(Describe(op, c));
       RunCase(op, c, 3);
     }

@@ -63,12 +63,11 @@ void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x
              ShiftSumScratch<T>* scratch = nullptr);
 
 // bfloat16 / float16 tensors (shift_sum_half.cc): a tensor of the call and how it is
-// stored. The float32 operators above run on chunks of whole samples, each half tensor
-// of the chunk widened into a float scratch and its outputs rounded back to nearest
-// even, float32 tensors of the call used in place: a half call gives bitwise the float32
+// stored. The float32 operators above run on pieces of the call (slices of rows along
+// W, chunks of samples along H), each tensor of the piece widened into a float scratch
+// and its output rounded back to nearest even: a half call gives bitwise the float32
 // call on the widened values, rounded. Masks, normalizers and parameters are float32.
-// The scratch (a chunk of each half tensor in float) is allocated before any output is
-// written, and the chunks after the first allocate nothing.
+// Every scratch is allocated before any output is written.
 struct StoredTensor {
   void* data;
   kernels::Storage storage;

@@ -148,18 +148,26 @@ std::pair<int64_t, int64_t> ChannelsReaching(const ShiftSumProblem<T>& p, int64_
   return {std::clamp<int64_t>(first, 0, p.C), std::clamp<int64_t>(last, 0, p.C)};
 }
 
+// Elements between a mask's channel planes.
+template <class T>
+int64_t MaskPlane(const ShiftSumProblem<T>& p) {
+  if (p.mask_plane) return p.mask_plane;
+  return p.PhiMask() ? p.H_out * p.W_out : p.H * p.W;
+}
+
 // The mask values that multiply x row (b, c, h), element-aligned with it. Shifted-
 // domain masks (Phi) are read at the y positions the row lands on.
 template <class T>
 const T* AlignedMask(const ShiftSumProblem<T>& p, int64_t b, int64_t c, int64_t h) {
   const Placement at = Place(p, c, h);
+  const int64_t plane = MaskPlane(p);
   switch (p.mask_kind) {
     case ShiftMask::kNone: return nullptr;
     case ShiftMask::kHW: return p.mask + h * p.W;
-    case ShiftMask::kCHW: return p.mask + (c * p.H + h) * p.W;
-    case ShiftMask::kBCHW: return p.mask + ((b * p.C + c) * p.H + h) * p.W;
-    case ShiftMask::kPhiCHW: return p.mask + (c * p.H_out + at.r) * p.W_out + at.col;
-    case ShiftMask::kPhiBCHW: return p.mask + ((b * p.C + c) * p.H_out + at.r) * p.W_out + at.col;
+    case ShiftMask::kCHW: return p.mask + c * plane + h * p.W;
+    case ShiftMask::kBCHW: return p.mask + (b * p.C + c) * plane + h * p.W;
+    case ShiftMask::kPhiCHW: return p.mask + c * plane + at.r * p.W_out + at.col;
+    case ShiftMask::kPhiBCHW: return p.mask + (b * p.C + c) * plane + at.r * p.W_out + at.col;
   }
   return nullptr;
 }
@@ -177,9 +185,9 @@ int64_t MaskChannelStride(const ShiftSumProblem<T>& p) {
     case ShiftMask::kNone:
     case ShiftMask::kHW: return 0;
     case ShiftMask::kCHW:
-    case ShiftMask::kBCHW: return p.H * p.W;
+    case ShiftMask::kBCHW: return MaskPlane(p);
     case ShiftMask::kPhiCHW:
-    case ShiftMask::kPhiBCHW: return p.H_out * p.W_out + YChannelStride(p);  // next plane, shifted
+    case ShiftMask::kPhiBCHW: return MaskPlane(p) + YChannelStride(p);  // next plane, shifted
   }
   return 0;
 }
