@@ -11,22 +11,37 @@
 #include <vector>
 
 #include "half_reference.h"
+#include "hwy/targets.h"
 #include "shift_sum_reference.h"
 #include "test_util.h"
 
 namespace normkit_test {
 namespace {
 
-// Elements of `dtype` (float32, bfloat16 or float16) in plain bytes.
+// Elements of `dtype` (float32, bfloat16 or float16) in plain bytes, the tensor's first
+// `lead` elements past the allocation's start (1: a half tensor off every vector
+// boundary), the lead and one element past the end kept as guards.
 struct Buffer {
-  Buffer(int32_t dtype, int64_t n) : dtype(dtype), raw(static_cast<size_t>(n * Size())) {}
+  Buffer(int32_t dtype, int64_t n, int64_t lead = 0)
+      : dtype(dtype), lead(lead), raw(static_cast<size_t>((n + lead + 1) * Size()), 0xA5) {}
   int64_t Size() const { return dtype == kF32 ? 4 : 2; }
-  int64_t n() const { return static_cast<int64_t>(raw.size()) / Size(); }
-  void* data() { return raw.data(); }
+  int64_t n() const { return static_cast<int64_t>(raw.size()) / Size() - lead - 1; }
+  void* data() { return raw.data() + lead * Size(); }
   uint32_t Bits(int64_t i) const {
     uint32_t u = 0;
-    std::memcpy(&u, raw.data() + i * Size(), static_cast<size_t>(Size()));
+    std::memcpy(&u, raw.data() + (i + lead) * Size(), static_cast<size_t>(Size()));
     return u;
+  }
+  // Whether the guard bytes around the tensor are as made.
+  bool GuardsKept() const {
+    const size_t tail = static_cast<size_t>((n() + lead) * Size());
+    for (size_t i = 0; i < static_cast<size_t>(lead * Size()); ++i) {
+      if (raw[i] != 0xA5) return false;
+    }
+    for (size_t i = tail; i < raw.size(); ++i) {
+      if (raw[i] != 0xA5) return false;
+    }
+    return true;
   }
   double Get(int64_t i) const {
     if (dtype == kF32) return FloatOfBits(Bits(i));
@@ -35,7 +50,7 @@ struct Buffer {
   // Stores v rounded plainly to the format.
   void Set(int64_t i, float v) {
     const uint32_t u = dtype == kF32 ? BitsOf(v) : Narrow(v, FormatOf(dtype));
-    std::memcpy(raw.data() + i * Size(), &u, static_cast<size_t>(Size()));
+    std::memcpy(raw.data() + (i + lead) * Size(), &u, static_cast<size_t>(Size()));
   }
   // The float32 value `f` stored in this buffer's format (what a half output must hold).
   uint32_t BitsOfResult(float f) const {
@@ -43,6 +58,7 @@ struct Buffer {
   }
 
   int32_t dtype;
+  int64_t lead;
   std::vector<unsigned char> raw;
 };
 
@@ -82,6 +98,7 @@ struct Case {
   Pair pair;
   bool given_normalizer = false;  // pinv MP and GAP: Phi_s from normkit_shift_sum_normalizer
   float magnitude = 2.0f;         // inputs in [-magnitude, magnitude]
+  int64_t lead = 0;               // elements before each stored tensor (Buffer)
 };
 
 // Calls op with the tensors `in` (read) and `out` (written; the GAP step's x, also read).
@@ -154,7 +171,8 @@ void RunCase(Op op, const Case& c, int threads) {
   const normkit_shift_sum_params p = ParamsFor(g, mask.data());
 
   // The stored call's tensors, and float32 tensors holding their widened values.
-  Buffer in(c.pair.in, n_in), out(c.pair.out, n_out), in_wide(kF32, n_in), out_wide(kF32, n_out);
+  Buffer in(c.pair.in, n_in, c.lead), out(c.pair.out, n_out, c.lead), in_wide(kF32, n_in),
+      out_wide(kF32, n_out);
   const std::vector<float> in_values = RandomVector(n_in, 22, -c.magnitude, c.magnitude);
   const std::vector<float> x_values = RandomVector(n_out, 23, -c.magnitude, c.magnitude);
   for (int64_t i = 0; i < n_in; ++i) {
@@ -191,6 +209,7 @@ void RunCase(Op op, const Case& c, int threads) {
     }
   }
   EXPECT_EQ(not_same, 0);
+  EXPECT_TRUE(in.GuardsKept() && out.GuardsKept()) << "written outside the tensors";
 
   // The operators with a plain reference, on the widened values.
   if (op != Op::kForward && op != Op::kAdjoint && op != Op::kShift && op != Op::kUnshift) return;
@@ -325,6 +344,36 @@ TEST(HalfShiftSum, SlicesChunksAndOverflow) {
     SCOPED_TRACE(Describe(Op::kForward, c));
     RunCase(Op::kForward, c, 2);
   }
+}
+
+// The forward reads a half x in its own bytes through kernels compiled per SIMD target
+// (tiles, skewed rows, phases, transpositions to planes; along H a widening gather):
+// each path on every target, tensors one element off their allocation (no vector
+// alignment), bitwise the float32 call on the same target.
+TEST(HalfShiftSum, ForwardEveryPathOnEveryTargetMisaligned) {
+  const std::vector<Geometry> shapes = {
+      {2, 9, 5, 37, 2, false, NORMKIT_MASK_HW, 0.5},       // NCHW tiles; NHWC skewed rows
+      {2, 4, 7, 9, -1, true, NORMKIT_MASK_CHW, 1.0},       // along H, both layouts
+      {1, 72, 3, 29, -2, false, NORMKIT_MASK_NONE, 1.0},   // NHWC phases
+      {2, 5, 4, 67, 1, false, NORMKIT_MASK_PHI_CHW, 1.0},  // NHWC planes in registers
+      {1, 96, 3, 45, 3, false, NORMKIT_MASK_BCHW, 0.25},   // NHWC plane slices
+  };
+  const Pair pairs[] = {{kBF16, kBF16}, {kF16, kF32}, {kF32, kF16}};
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (const Geometry& g : shapes) {
+      for (bool cl : {false, true}) {
+        for (const Pair& pair : pairs) {
+          Case c{g, cl, pair};
+          c.lead = 1;
+          SCOPED_TRACE(Describe(Op::kForward, c));
+          RunCase(Op::kForward, c, 2);
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
 }
 
 // The same bits for any thread count.

@@ -5,12 +5,85 @@
 
 #include <vector>
 
+#include "cpu/kernels/group_norm.h"
 #include "cpu/shift_sum_rows.h"
 
 namespace normkit {
 namespace cpu {
 
 using namespace shift_sum_rows;  // NOLINT: this file's own internals
+
+// y rows [begin, end) (over B * H') of the forward from x stored as X, into `yrows`
+// (y row `begin` first): a task of ShiftSumForward or ShiftSumForwardStored.
+template <class T, class X>
+void ForwardRows(const ShiftSumProblem<T>& p, ForwardPath path, const X* x, T* yrows, int64_t begin,
+                 int64_t end, TaskRows<T>& s) {
+  switch (path) {
+    case ForwardPath::kChannelsFirst: break;
+    case ForwardPath::kAlongH: {  // a y row sums rows of C different x rows
+      XRows<T> xr(p, s.gather);
+      for (int64_t row = begin; row < end; ++row) {
+        ForwardRow(p, xr, x, row / p.H_out, row % p.H_out, yrows + (row - begin) * p.W_out);
+      }
+      return;
+    }
+    case ForwardPath::kSkewed: return ForwardChannelsLastSkewed(p, x, yrows, begin, end, s);
+    case ForwardPath::kPhases: return ForwardChannelsLastPhases(p, x, yrows, begin, end, s);
+    case ForwardPath::kPlanesInRegisters:
+      return ForwardChannelsLastInRegisters(p, x, yrows, begin, end, s);
+    case ForwardPath::kPlaneSlices: return ForwardChannelsLastSlices(p, x, yrows, begin, end, s);
+  }
+  XRows<T> xr(p, s.gather);  // channels-first: offsets only
+  const bool phi = p.PhiMask();
+  const int64_t tile_rows =
+      p.along_h ? kForwardTileRows
+                : std::clamp<int64_t>(kForwardTileBytes / (p.W_out * int64_t{sizeof(T)}), 1,
+                                      kForwardGroupRows);
+  ForTiles(begin, end, p.H_out, tile_rows, [&](int64_t b, int64_t r0, int64_t r1) {
+    T* ytile = yrows + (b * p.H_out + r0 - begin) * p.W_out;
+    std::fill(ytile, ytile + (r1 - r0) * p.W_out, T(0));
+    if (!p.along_h) {  // every channel covers every row of the tile
+      for (int64_t c0 = 0; c0 < p.C; c0 += kForwardGroupChannels) {
+        for (int64_t r = r0; r < r1; ++r) {
+          kernels::ShiftSumTile<T, X> tile{};
+          tile.y = ytile + (r - r0) * p.W_out + p.Offset(c0);
+          tile.y_channel_step = p.step;
+          tile.x = x + xr.Offset(b, c0, r);
+          tile.x_channel_stride = p.H * p.W;
+          // This row of the next tile, of each channel in the group.
+          tile.prefetch_offset = tile_rows * p.W;
+          tile.prefetch_count = r + tile_rows < p.H ? p.W : 0;
+          tile.m = AlignedMask(p, b, c0, r);
+          tile.m_channel_stride = MaskChannelStride(p);
+          tile.channels = std::min(kForwardGroupChannels, p.C - c0);
+          tile.rows = 1;
+          tile.n = p.W;
+          ShiftSumAccumulateTile(tile);
+        }
+      }
+    } else {
+      const auto [c_first, c_last] = ChannelsReaching(p, r0, r1);
+      for (int64_t c = c_first; c < c_last; ++c) {
+        // The tile rows this channel reaches: consecutive x rows, one call.
+        const int64_t ra = std::max(r0, p.Offset(c)), rb = std::min(r1, p.Offset(c) + p.H);
+        if (ra >= rb) continue;
+        const int64_t h = SourceRow(p, c, ra);
+        kernels::ShiftSumTile<T, X> tile{};
+        tile.y = ytile + (ra - r0) * p.W_out;
+        tile.y_row_stride = p.W_out;
+        tile.x = x + xr.Offset(b, c, h);
+        tile.x_row_stride = p.W;
+        tile.m = AlignedMask(p, b, c, h);
+        tile.m_row_stride = phi ? p.W_out : p.W;
+        tile.channels = 1;
+        tile.rows = rb - ra;
+        tile.n = p.W;
+        ShiftSumAccumulateTile(tile);
+      }
+    }
+    if (p.scale != T(1)) ShiftSumScale(ytile, p.scale, (r1 - r0) * p.W_out);
+  });
+}
 
 template <class T>
 void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* y,
@@ -20,73 +93,52 @@ void ShiftSumForward(const normkit_context& ctx, const ShiftSumProblem<T>& p, co
   const ForwardPath path = ForwardPathOf(p);
   const auto make = [&](TaskRows<T>& s) { ForwardScratch(p, s); };
   const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
-    switch (path) {
-      case ForwardPath::kChannelsFirst: break;
-      case ForwardPath::kAlongH: {  // a y row sums rows of C different x rows
-        XRows<T> xr(p, s.gather);
-        for (int64_t row = begin; row < end; ++row) {
-          ForwardRow(p, xr, x, row / p.H_out, row % p.H_out, y + row * p.W_out);
-        }
-        return;
-      }
-      case ForwardPath::kSkewed: return ForwardChannelsLastSkewed(p, x, y, begin, end, s);
-      case ForwardPath::kPhases: return ForwardChannelsLastPhases(p, x, y, begin, end, s);
-      case ForwardPath::kPlanesInRegisters:
-        return ForwardChannelsLastInRegisters(p, x, y, begin, end, s);
-      case ForwardPath::kPlaneSlices: return ForwardChannelsLastSlices(p, x, y, begin, end, s);
-    }
-    XRows<T> xr(p, s.gather);  // channels-first: offsets only
-    const bool phi = p.PhiMask();
-    const int64_t tile_rows =
-        p.along_h ? kForwardTileRows
-                  : std::clamp<int64_t>(kForwardTileBytes / (p.W_out * int64_t{sizeof(T)}), 1,
-                                        kForwardGroupRows);
-    ForTiles(begin, end, p.H_out, tile_rows, [&](int64_t b, int64_t r0, int64_t r1) {
-      T* ytile = y + (b * p.H_out + r0) * p.W_out;
-      std::fill(ytile, ytile + (r1 - r0) * p.W_out, T(0));
-      if (!p.along_h) {  // every channel covers every row of the tile
-        for (int64_t c0 = 0; c0 < p.C; c0 += kForwardGroupChannels) {
-          for (int64_t r = r0; r < r1; ++r) {
-            kernels::ShiftSumTile<T> tile{};
-            tile.y = ytile + (r - r0) * p.W_out + p.Offset(c0);
-            tile.y_channel_step = p.step;
-            tile.x = x + xr.Offset(b, c0, r);
-            tile.x_channel_stride = p.H * p.W;
-            // This row of the next tile, of each channel in the group.
-            tile.prefetch_offset = tile_rows * p.W;
-            tile.prefetch_count = r + tile_rows < p.H ? p.W : 0;
-            tile.m = AlignedMask(p, b, c0, r);
-            tile.m_channel_stride = MaskChannelStride(p);
-            tile.channels = std::min(kForwardGroupChannels, p.C - c0);
-            tile.rows = 1;
-            tile.n = p.W;
-            ShiftSumAccumulateTile(tile);
-          }
-        }
-      } else {
-        const auto [c_first, c_last] = ChannelsReaching(p, r0, r1);
-        for (int64_t c = c_first; c < c_last; ++c) {
-          // The tile rows this channel reaches: consecutive x rows, one call.
-          const int64_t ra = std::max(r0, p.Offset(c)), rb = std::min(r1, p.Offset(c) + p.H);
-          if (ra >= rb) continue;
-          const int64_t h = SourceRow(p, c, ra);
-          kernels::ShiftSumTile<T> tile{};
-          tile.y = ytile + (ra - r0) * p.W_out;
-          tile.y_row_stride = p.W_out;
-          tile.x = x + xr.Offset(b, c, h);
-          tile.x_row_stride = p.W;
-          tile.m = AlignedMask(p, b, c, h);
-          tile.m_row_stride = phi ? p.W_out : p.W;
-          tile.channels = 1;
-          tile.rows = rb - ra;
-          tile.n = p.W;
-          ShiftSumAccumulateTile(tile);
-        }
-      }
-      if (p.scale != T(1)) ShiftSumScale(ytile, p.scale, (r1 - r0) * p.W_out);
-    });
+    ForwardRows(p, path, x, y + begin * p.W_out, begin, end, s);
   };
   ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), pool.workers, make, task);
+}
+
+namespace {
+
+// The forward of x stored as X into y as stored: each task sums its y rows in float
+// (into a worker's rows when y is half: 1/C of x's values, in cache) and rounds them.
+template <class X>
+void ForwardStoredX(const normkit_context& ctx, const ShiftSumProblem<float>& p, const X* x,
+                    StoredTensor y) {
+  ShiftSumScratch<float> pool;
+  const ForwardPath path = ForwardPathOf(p);
+  const bool half_y = y.storage != kernels::Storage::kFloat32;
+  const int64_t row_bytes = XRowBytes(p);
+  const int64_t task_rows = std::min(RowsPerTask(row_bytes), p.B * p.H_out);
+  const auto make = [&](TaskRows<float>& s) {
+    ForwardScratch<float, X>(p, s);
+    if (half_y) Zeroed(s.rows, task_rows * p.W_out);
+  };
+  const int64_t y_bytes = kernels::StorageBytes(y.storage);
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<float>& s) {
+    if (!half_y) {
+      return ForwardRows(p, path, x, static_cast<float*>(y.data) + begin * p.W_out, begin, end, s);
+    }
+    ForwardRows(p, path, x, s.rows.data(), begin, end, s);
+    kernels::NarrowFromFloat(s.rows.data(), (end - begin) * p.W_out,
+                             static_cast<char*>(y.data) + begin * p.W_out * y_bytes, y.storage,
+                             /*stream=*/false);
+  };
+  ForRowRanges<float>(ctx, p.B * p.H_out, row_bytes, pool.workers, make, task);
+}
+
+}  // namespace
+
+void ShiftSumForwardStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,
+                           StoredTensor x, StoredTensor y) {
+  switch (x.storage) {
+    case kernels::Storage::kBFloat16:
+      return ForwardStoredX(ctx, p, static_cast<const hwy::bfloat16_t*>(x.data), y);
+    case kernels::Storage::kFloat16:
+      return ForwardStoredX(ctx, p, static_cast<const hwy::float16_t*>(x.data), y);
+    case kernels::Storage::kFloat32:
+      return ForwardStoredX(ctx, p, static_cast<const float*>(x.data), y);
+  }
 }
 
 template <class T>

@@ -63,10 +63,11 @@ void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x
              ShiftSumScratch<T>* scratch = nullptr);
 
 // bfloat16 / float16 tensors (shift_sum_half.cc): a tensor of the call and how it is
-// stored. The float32 operators above run on pieces of the call (slices of rows along
-// W, chunks of samples along H), each tensor of the piece widened into a float scratch
-// and its output rounded back to nearest even: a half call gives bitwise the float32
-// call on the widened values, rounded. Masks, normalizers and parameters are float32.
+// stored. The forward reads x as stored (ShiftSumForwardStored); the other float32
+// operators above run on pieces of the call (slices of rows along W, chunks of samples
+// along H), each tensor of the piece widened into a float scratch and its output rounded
+// back to nearest even: a half call gives bitwise the float32 call on the widened
+// values, rounded. Masks, normalizers and parameters are float32.
 // Every scratch is allocated before any output is written.
 struct StoredTensor {
   void* data;
@@ -88,6 +89,12 @@ struct ShiftSumStoredCall {
 };
 void ShiftSumStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,
                     const ShiftSumStoredCall& call);
+
+// The forward operator on stored tensors, x read in its own bytes: the kernels widen it
+// as they load it, and each task rounds its float y rows (shift_sum.cc). Bitwise the
+// float32 forward on the widened x, rounded. ShiftSumStored's forward.
+void ShiftSumForwardStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,
+                           StoredTensor x, StoredTensor y);
 
 }  // namespace cpu
 }  // namespace normkit

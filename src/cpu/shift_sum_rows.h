@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "core/parallel.h"
 #include "cpu/kernels/shift_sum.h"
+#include "cpu/kernels/storage.h"
 #include "cpu/memory_plan.h"
 #include "cpu/shift_sum.h"
 #include "hwy/cache_control.h"
@@ -45,14 +47,33 @@ constexpr int64_t kTaskBytes = int64_t{1} << 20;
 // `make` zeroed and no task writes (the planes' paddings).
 template <class T>
 struct TaskRows {
-  std::vector<T> rows;         // y-sized rows: z, residuals
-  std::vector<T> normalizer;   // a row of Phi_s, computed as it goes
-  std::vector<T> planes;       // x rows as channel planes
-  std::vector<T> mask_planes;  // the mask rows beside them
-  std::vector<T> phases;       // the phase rows of a y row
-  std::vector<T> padded[2];    // reserved for copies of x rows read past their end
-  std::vector<T> gather;       // one channel's row of channels-last x (XRows)
+  std::vector<T> rows;                          // y-sized rows: z, residuals
+  std::vector<T> normalizer;                    // a row of Phi_s, computed as it goes
+  std::vector<T> planes;                        // x rows as channel planes
+  std::vector<T> mask_planes;                   // the mask rows beside them
+  std::vector<T> phases;                        // the phase rows of a y row
+  std::vector<T> padded[2];                     // reserved for copies of x rows read past their end
+  std::vector<hwy::bfloat16_t> padded_bf16[2];  // the same of half x (the forward's)
+  std::vector<hwy::float16_t> padded_f16[2];
+  std::vector<T> gather;  // one channel's row of channels-last x (XRows)
 };
+
+// The TaskRows vectors for padded copies of x rows stored as X.
+template <class X, class T>
+std::vector<X> (&PaddedRows(TaskRows<T>& s))[2] {
+  if constexpr (std::is_same_v<X, T>) {
+    return s.padded;
+  } else if constexpr (std::is_same_v<X, hwy::bfloat16_t>) {
+    return s.padded_bf16;
+  } else {
+    return s.padded_f16;
+  }
+}
+
+// The storage of a half x type (the scalar widenings of XRows).
+template <class X>
+constexpr kernels::Storage kStorageOf =
+    std::is_same_v<X, hwy::bfloat16_t> ? kernels::Storage::kBFloat16 : kernels::Storage::kFloat16;
 
 // Everything a driver allocates, kept by the caller when it runs a driver more than once
 // (cpu/shift_sum.h): after the first, largest, run no run allocates, so an allocation
@@ -66,10 +87,15 @@ struct ShiftSumScratch {
 };
 
 // Runs body(begin, end) over [0, rows) in ranges of whole rows, `row_bytes` each.
+// Rows a task of ForRowRanges covers.
+inline int64_t RowsPerTask(int64_t row_bytes) {
+  return std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(row_bytes, 1));
+}
+
 template <class Body>
 void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_bytes,
                   const Body& body) {
-  const int64_t per_task = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(row_bytes, 1));
+  const int64_t per_task = RowsPerTask(row_bytes);
   const int64_t tasks = (rows + per_task - 1) / per_task;
   const normkit_context& ctx = ContextForBytes(context, rows * row_bytes);
   ParallelFor(ctx, tasks,
@@ -83,7 +109,7 @@ void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_byte
 template <class T, class Make, class Body>
 void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_bytes,
                   std::vector<TaskRows<T>>& pool, const Make& make, const Body& body) {
-  const int64_t per_task = std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(row_bytes, 1));
+  const int64_t per_task = RowsPerTask(row_bytes);
   const int64_t tasks = (rows + per_task - 1) / per_task;
   const normkit_context& ctx = ContextForBytes(context, rows * row_bytes);
   const size_t workers = static_cast<size_t>(ParallelWorkers(ctx, tasks));
@@ -93,6 +119,10 @@ void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_byte
     for (std::vector<T>* v : {&s.rows, &s.normalizer, &s.planes, &s.mask_planes, &s.phases,
                               &s.padded[0], &s.padded[1], &s.gather}) {
       v->clear();
+    }
+    for (int i = 0; i < 2; ++i) {
+      s.padded_bf16[i].clear();
+      s.padded_f16[i].clear();
     }
     make(s);
   }
@@ -203,18 +233,18 @@ constexpr int64_t kPlanesPrefetchBytes = int64_t{64} << 10;
 
 // What a walk over channels-last x rows [row, row + rows) (rows counted over B * H)
 // requests into L2 as it goes: the rows kPlanesPrefetchBytes further on, clipped to x.
-template <class T>
+template <class X>
 struct PlanesPrefetch {
-  const T* begin;
+  const X* begin;
   int64_t count;
 };
 
-template <class T>
-PlanesPrefetch<T> PrefetchAhead(const ShiftSumProblem<T>& p, const T* x, int64_t row,
+template <class T, class X>
+PlanesPrefetch<X> PrefetchAhead(const ShiftSumProblem<T>& p, const X* x, int64_t row,
                                 int64_t rows) {
   const int64_t total = p.B * p.H * p.W * p.C;
   const int64_t from =
-      std::min(total, row * p.W * p.C + kPlanesPrefetchBytes / static_cast<int64_t>(sizeof(T)));
+      std::min(total, row * p.W * p.C + kPlanesPrefetchBytes / static_cast<int64_t>(sizeof(X)));
   return {x + from, std::min(rows * p.W * p.C, total - from)};
 }
 
@@ -239,6 +269,15 @@ struct XRows {
     for (int64_t w = 0; w < p.W; ++w) buffer[w] = src[w * p.C];
     return buffer.data();
   }
+  // A half x's channels-last row, widened as it is gathered.
+  template <class X>
+  const T* Read(const X* x, int64_t b, int64_t c, int64_t h) {
+    const X* src = x + Offset(b, c, h);
+    const int64_t stride = p.channels_last ? p.C : 1;
+    for (int64_t w = 0; w < p.W; ++w)
+      buffer[w] = kernels::ElementAt(src, kStorageOf<X>, w * stride);
+    return buffer.data();
+  }
   void Commit(T* x, int64_t b, int64_t c, int64_t h) {
     if (!p.channels_last) return;
     T* dst = x + Offset(b, c, h);
@@ -258,8 +297,8 @@ void XRowsScratch(const ShiftSumProblem<T>& p, TaskRows<T>& s) {
 }
 
 // y row (b, r) = s * sum_c mask * x over the channels that land on it.
-template <class T>
-void ForwardRow(const ShiftSumProblem<T>& p, XRows<T>& xr, const T* x, int64_t b, int64_t r,
+template <class T, class X>
+void ForwardRow(const ShiftSumProblem<T>& p, XRows<T>& xr, const X* x, int64_t b, int64_t r,
                 T* yrow) {
   std::fill(yrow, yrow + p.W_out, T(0));
   const auto [c0, c1] = ChannelsReaching(p, r, r + 1);
@@ -409,8 +448,8 @@ void InRegistersScratch(const ShiftSumProblem<T>& p, TaskRows<T>& s) {
   if (mask_rows) Zeroed(s.mask_planes, PlanePad<T>() + mask_rows * PlaneStride(p));
 }
 
-template <class T>
-void ForwardChannelsLastInRegisters(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
+template <class T, class X>
+void ForwardChannelsLastInRegisters(const ShiftSumProblem<T>& p, const X* x, T* y, int64_t begin,
                                     int64_t end, TaskRows<T>& s) {
   const int64_t pad = PlanePad<T>();
   const int64_t stride = PlaneStride(p);
@@ -422,11 +461,11 @@ void ForwardChannelsLastInRegisters(const ShiftSumProblem<T>& p, const T* x, T* 
   const int64_t least = std::min(p.Offset(0), p.Offset(p.C - 1));
   for (int64_t row = begin; row < end; ++row) {
     const int64_t b = row / p.H_out, h = row % p.H_out;
-    const T* xrow = x + ChannelsLastRow(p, b, h);
+    const X* xrow = x + ChannelsLastRow(p, b, h);
     const T* mrow = AlignedMask(p, b, 0, h);
-    const PlanesPrefetch<T> ahead = PrefetchAhead(p, x, b * p.H + h, 1);
+    const PlanesPrefetch<X> ahead = PrefetchAhead(p, x, b * p.H + h, 1);
     kernels::ShiftSumPlanesRow<T> sums{};
-    sums.y = y + row * p.W_out;
+    sums.y = y + (row - begin) * p.W_out;
     sums.planes = planes;
     sums.plane_stride = stride;
     sums.n = p.W;
@@ -487,12 +526,12 @@ bool CanSkewGapRows(const ShiftSumProblem<T>& p) {
 // of a pixel's channels reads up to ShiftSumSkewMaxChannels values past it: a row
 // whose reads would reach x row `limit` (the end of x, or rows another task writes)
 // is read from a padded copy (with short rows, more than the last one).
-template <class T>
-void SkewRows(const ShiftSumProblem<T>& p, const T* x, int64_t row, int64_t n, T* const* y_rows,
-              int64_t limit, std::vector<T> (&padded)[2]) {
+template <class T, class X>
+void SkewRows(const ShiftSumProblem<T>& p, const X* x, int64_t row, int64_t n, T* const* y_rows,
+              int64_t limit, std::vector<X> (&padded)[2]) {
   const int64_t row_elems = p.W * p.C;
   const int64_t over = kernels::ShiftSumSkewMaxChannels<T>();
-  kernels::ShiftSumSkewRows<T> rows{};
+  kernels::ShiftSumSkewRows<T, X> rows{};
   rows.W = p.W;
   rows.C = p.C;
   rows.step = p.step;
@@ -504,31 +543,32 @@ void SkewRows(const ShiftSumProblem<T>& p, const T* x, int64_t row, int64_t n, T
     rows.m[i] = p.mask_kind == ShiftMask::kHW ? p.mask + (r % p.H) * p.W : nullptr;
     if ((r + 1) * row_elems + over > limit * row_elems) {
       // Within the capacity SkewScratch reserved: no allocation.
-      padded[i].assign(static_cast<size_t>(row_elems + over), T(0));
+      padded[i].assign(static_cast<size_t>(row_elems + over), X{});
       std::copy(rows.x[i], rows.x[i] + row_elems, padded[i].begin());
       rows.x[i] = padded[i].data();
     }
   }
-  const PlanesPrefetch<T> ahead = PrefetchAhead(p, x, row, 2);
+  const PlanesPrefetch<X> ahead = PrefetchAhead(p, x, row, 2);
   rows.prefetch = ahead.begin;
   rows.prefetch_count = ahead.count;
   kernels::ShiftSumSkew(rows);
 }
 
-// Capacity for SkewRows' padded copies (reserved, not written: few rows need one).
-template <class T>
+// Capacity for SkewRows' padded copies of x rows stored as X (reserved, not written:
+// few rows need one).
+template <class T, class X = T>
 void SkewScratch(const ShiftSumProblem<T>& p, TaskRows<T>& s) {
-  for (std::vector<T>& copy : s.padded) {
+  for (std::vector<X>& copy : PaddedRows<X>(s)) {
     copy.reserve(static_cast<size_t>(p.W * p.C + kernels::ShiftSumSkewMaxChannels<T>()));
   }
 }
 
-template <class T>
-void ForwardChannelsLastSkewed(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
+template <class T, class X>
+void ForwardChannelsLastSkewed(const ShiftSumProblem<T>& p, const X* x, T* y, int64_t begin,
                                int64_t end, TaskRows<T>& s) {
   for (int64_t row = begin; row < end; row += 2) {
-    T* y_rows[2] = {y + row * p.W_out, y + (row + 1) * p.W_out};
-    SkewRows(p, x, row, std::min<int64_t>(2, end - row), y_rows, p.B * p.H, s.padded);
+    T* y_rows[2] = {y + (row - begin) * p.W_out, y + (row + 1 - begin) * p.W_out};
+    SkewRows(p, x, row, std::min<int64_t>(2, end - row), y_rows, p.B * p.H, PaddedRows<X>(s));
   }
 }
 
@@ -591,14 +631,14 @@ void SetPhaseRow(const ShiftSumProblem<T>& p, int64_t row, X* x, std::vector<T>&
 }
 
 // y row `row` (B * H rows) from x's by phases; next_x: the x row summed after it, if any.
-template <class T>
-void SumRowByPhases(const ShiftSumProblem<T>& p, const T* x, int64_t row, const T* next_x,
+template <class T, class X>
+void SumRowByPhases(const ShiftSumProblem<T>& p, const X* x, int64_t row, const X* next_x,
                     std::vector<T>& phases, T* yrow) {
   std::fill(phases.begin(), phases.end(), T(0));
-  kernels::ShiftSumPhaseRow<T> s{};
+  kernels::ShiftSumPhaseRow<T, X> s{};
   SetPhaseRow(p, row, x, phases, s);
   s.next_x = next_x;
-  s.ahead = std::max<int64_t>(1, kPhasesAheadBytes / (p.C * static_cast<int64_t>(sizeof(T))));
+  s.ahead = std::max<int64_t>(1, kPhasesAheadBytes / (p.C * static_cast<int64_t>(sizeof(X))));
   kernels::ShiftSumPhases(s);
   ForPhasePlaces(p, [&](int64_t j, int64_t i) { yrow[j] = phases[i]; });
   if (p.scale != T(1)) ShiftSumScale(yrow, p.scale, p.W_out);
@@ -618,12 +658,12 @@ void SpreadRowByPhases(const ShiftSumProblem<T>& p, const T* yrow, int64_t row, 
   kernels::ShiftSumPhasesAdjoint(s);
 }
 
-template <class T>
-void ForwardChannelsLastPhases(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
+template <class T, class X>
+void ForwardChannelsLastPhases(const ShiftSumProblem<T>& p, const X* x, T* y, int64_t begin,
                                int64_t end, TaskRows<T>& s) {
   for (int64_t row = begin; row < end; ++row) {
-    const T* next_x = row + 1 < end ? x + (row + 1) * p.W * p.C : nullptr;
-    SumRowByPhases(p, x, row, next_x, s.phases, y + row * p.W_out);
+    const X* next_x = row + 1 < end ? x + (row + 1) * p.W * p.C : nullptr;
+    SumRowByPhases(p, x, row, next_x, s.phases, y + (row - begin) * p.W_out);
   }
 }
 
@@ -677,19 +717,19 @@ int64_t PlanesSlice(const ShiftSumProblem<T>& p) {
   return std::min(p.C, std::max<int64_t>(4, kPlanesSliceBytes / per_channel));
 }
 
-template <class T>
-void ForwardChannelsLastSlices(const ShiftSumProblem<T>& p, const T* x, T* y, int64_t begin,
+template <class T, class X>
+void ForwardChannelsLastSlices(const ShiftSumProblem<T>& p, const X* x, T* y, int64_t begin,
                                int64_t end, TaskRows<T>& s) {
   const int64_t slice = PlanesSlice(p);
   std::vector<T>& planes = s.planes;
   const bool phi = p.PhiMask();
   ForTiles(begin, end, p.H_out, kTileRows, [&](int64_t b, int64_t r0, int64_t r1) {
-    T* ytile = y + (b * p.H_out + r0) * p.W_out;
+    T* ytile = y + (b * p.H_out + r0 - begin) * p.W_out;
     std::fill(ytile, ytile + (r1 - r0) * p.W_out, T(0));
     for (int64_t c0 = 0; c0 < p.C; c0 += slice) {
       const int64_t cs = std::min(slice, p.C - c0);
       for (int64_t h = r0; h < r1; ++h) {
-        const PlanesPrefetch<T> ahead = PrefetchAhead(p, x, b * p.H + h, c0 == 0 ? 1 : 0);
+        const PlanesPrefetch<X> ahead = PrefetchAhead(p, x, b * p.H + h, c0 == 0 ? 1 : 0);
         ShiftSumToPlanes(x + ChannelsLastRow(p, b, h) + c0, p.W, cs, p.C,
                          &planes[(h - r0) * cs * p.W], p.W, ahead.begin, ahead.count);
       }
@@ -732,12 +772,12 @@ ForwardPath ForwardPathOf(const ShiftSumProblem<T>& p) {
   return ForwardPath::kPlaneSlices;
 }
 
-template <class T>
+template <class T, class X = T>
 void ForwardScratch(const ShiftSumProblem<T>& p, TaskRows<T>& s) {
   switch (ForwardPathOf(p)) {
     case ForwardPath::kChannelsFirst: return;
     case ForwardPath::kAlongH: return XRowsScratch(p, s);
-    case ForwardPath::kSkewed: return SkewScratch(p, s);
+    case ForwardPath::kSkewed: return SkewScratch<T, X>(p, s);
     case ForwardPath::kPhases: return PhasesScratch(p, s);
     case ForwardPath::kPlanesInRegisters: return InRegistersScratch(p, s);
     case ForwardPath::kPlaneSlices: return Zeroed(s.planes, kTileRows * PlanesSlice(p) * p.W);

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu/kernels/storage-inl.h"
 #include "cpu/kernels/store-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -91,31 +92,33 @@ HWY_INLINE void TransposeWide(DWide<double> d, hn::Vec<DWide<double>> (&r)[4]) {
 #endif
 
 // Pixels [w, w + K) of channels [c, channels) to planes, in 128-bit tiles and then one
-// value at a time.
-template <class T>
-HWY_INLINE void ToPlanesNarrow(const T* HWY_RESTRICT xw, int64_t w, int64_t c, int64_t channels,
+// value at a time; x stored as X (float, double, or a half type widened as loaded).
+template <class T, class X>
+HWY_INLINE void ToPlanesNarrow(const X* HWY_RESTRICT xw, int64_t w, int64_t c, int64_t channels,
                                int64_t pixel_stride, T* HWY_RESTRICT planes, int64_t plane_stride) {
   const DTile<T> d;
   constexpr int64_t K = kTileLanes<T>;
   for (; c + K <= channels; c += K) {
     hn::Vec<DTile<T>> r[K];
-    for (int64_t k = 0; k < K; ++k) r[k] = hn::LoadU(d, xw + k * pixel_stride + c);
+    for (int64_t k = 0; k < K; ++k) r[k] = LoadF(d, xw + k * pixel_stride + c);
     TransposeTile(d, r);
     for (int64_t k = 0; k < K; ++k) hn::StoreU(r[k], d, planes + (c + k) * plane_stride + w);
   }
   for (; c < channels; ++c) {
-    for (int64_t k = 0; k < K; ++k) planes[c * plane_stride + w + k] = xw[k * pixel_stride + c];
+    for (int64_t k = 0; k < K; ++k) {
+      planes[c * plane_stride + w + k] = ScalarAt<T>(xw + k * pixel_stride + c);
+    }
   }
 }
 #endif
 
-template <class T>
-void ToPlanesT(const T* HWY_RESTRICT x, int64_t pixels, int64_t channels, int64_t pixel_stride,
-               T* HWY_RESTRICT planes, int64_t plane_stride, const T* prefetch,
+template <class T, class X>
+void ToPlanesT(const X* HWY_RESTRICT x, int64_t pixels, int64_t channels, int64_t pixel_stride,
+               T* HWY_RESTRICT planes, int64_t plane_stride, const X* prefetch,
                int64_t prefetch_count) {
   int64_t w = 0;
 #if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE  // fixed 128-bit tiles
-  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(X));
   constexpr int64_t K = kTileLanes<T>;
 #if NORMKIT_WIDE_TILES
   const DWide<T> dw;
@@ -129,7 +132,7 @@ void ToPlanesT(const T* HWY_RESTRICT x, int64_t pixels, int64_t channels, int64_
       steps > 0 ? ((prefetch_count + kLine - 1) / kLine + steps - 1) / steps : 0;
   int64_t requested = 0;
   for (; w + KW <= pixels; w += KW) {
-    const T* xw = x + w * pixel_stride;  // KW pixels: KW * pixel_stride contiguous values
+    const X* xw = x + w * pixel_stride;  // KW pixels: KW * pixel_stride contiguous values
     for (int64_t i = 0; i < per_step && requested < prefetch_count; ++i, requested += kLine) {
       __builtin_prefetch(prefetch + requested, 0, 2);  // into L2 (prefetcht1)
     }
@@ -137,7 +140,7 @@ void ToPlanesT(const T* HWY_RESTRICT x, int64_t pixels, int64_t channels, int64_
 #if NORMKIT_WIDE_TILES
     for (; c + KW <= channels; c += KW) {
       hn::Vec<DWide<T>> r[KW];
-      for (int64_t k = 0; k < KW; ++k) r[k] = hn::LoadU(dw, xw + k * pixel_stride + c);
+      for (int64_t k = 0; k < KW; ++k) r[k] = LoadF(dw, xw + k * pixel_stride + c);
       TransposeWide(dw, r);
       for (int64_t k = 0; k < KW; ++k) hn::StoreU(r[k], dw, planes + (c + k) * plane_stride + w);
     }
@@ -154,7 +157,9 @@ void ToPlanesT(const T* HWY_RESTRICT x, int64_t pixels, int64_t channels, int64_
   (void)prefetch_count;
 #endif
   for (; w < pixels; ++w) {
-    for (int64_t c = 0; c < channels; ++c) planes[c * plane_stride + w] = x[w * pixel_stride + c];
+    for (int64_t c = 0; c < channels; ++c) {
+      planes[c * plane_stride + w] = ScalarAt<T>(x + w * pixel_stride + c);
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include "hwy/highway.h"
 // clang-format on
 #include "cpu/kernels/channel_planes-inl.h"
+#include "cpu/kernels/storage-inl.h"
 #include "cpu/kernels/store-inl.h"
 #include "cpu/kernels/vec_slots-inl.h"
 
@@ -38,31 +39,31 @@ HWY_INLINE void ForRow(size_t n, const F& f) {
 // L2 alongside, a line of it for each line of x read: spread over the row rather than
 // in one burst before it (seed 003's channels-first forward, 1 thread, 8 rounds
 // alternating: medians 0.86 -> 0.94 of memcpy).
-template <class T>
-void AccumulateT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RESTRICT m, size_t n,
-                 const T* pf = nullptr, size_t pf_n = 0) {
-  constexpr size_t kLine = 64 / sizeof(T);
+// x stored as X: T itself, or a half type widened as it is loaded (the same sums).
+template <class T, class X = T>
+void AccumulateT(T* HWY_RESTRICT y, const X* HWY_RESTRICT x, const T* HWY_RESTRICT m, size_t n,
+                 const X* pf = nullptr, size_t pf_n = 0) {
+  constexpr size_t kLine = 64 / sizeof(X);
   const auto request = [&](auto d, size_t i) {
     if (hn::Lanes(d) > 1 && i < pf_n && i % kLine < hn::Lanes(d)) __builtin_prefetch(pf + i, 0, 2);
   };
   if (m) {
     ForRow<T>(n, [&](auto d, size_t i) {
       request(d, i);
-      hn::StoreU(hn::MulAdd(hn::LoadU(d, m + i), hn::LoadU(d, x + i), hn::LoadU(d, y + i)), d,
-                 y + i);
+      hn::StoreU(hn::MulAdd(hn::LoadU(d, m + i), LoadF(d, x + i), hn::LoadU(d, y + i)), d, y + i);
     });
   } else {
     ForRow<T>(n, [&](auto d, size_t i) {
       request(d, i);
-      hn::StoreU(hn::Add(hn::LoadU(d, y + i), hn::LoadU(d, x + i)), d, y + i);
+      hn::StoreU(hn::Add(hn::LoadU(d, y + i), LoadF(d, x + i)), d, y + i);
     });
   }
 }
 
-template <class T>
-void AccumulateTileT(const ShiftSumTile<T>& t) {
+template <class T, class X>
+void AccumulateTileT(const ShiftSumTile<T, X>& t) {
   for (int64_t c = 0; c < t.channels; ++c) {
-    const T* x = t.x + c * t.x_channel_stride;
+    const X* x = t.x + c * t.x_channel_stride;
     const T* m = t.m ? t.m + c * t.m_channel_stride : nullptr;
     T* y = t.y + c * t.y_channel_step;
     for (int64_t r = 0; r < t.rows; ++r) {
@@ -83,34 +84,34 @@ HWY_INLINE int64_t PhaseRunStart(int64_t t, int64_t a, int64_t len, int64_t C, b
   return (t % a) * len + (reversed ? len - C - q : q);
 }
 
-template <class T>
-void PhasesT(const ShiftSumPhaseRow<T>& s) {
-  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+template <class T, class X>
+void PhasesT(const ShiftSumPhaseRow<T, X>& s) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(X));
   const int64_t a = s.step < 0 ? -s.step : s.step;
   const bool forwards = s.step < 0;
   const size_t C = static_cast<size_t>(s.C);
   // Pixel k of the walk (counted in walk order, into the next row past this one's end).
-  const auto walk_pixel = [&](int64_t k) -> const T* {
-    const T* row = k < s.W ? s.x : s.next_x;
+  const auto walk_pixel = [&](int64_t k) -> const X* {
+    const X* row = k < s.W ? s.x : s.next_x;
     if (k >= s.W) k -= s.W;
     if (!row || k >= s.W) return nullptr;
     return row + (forwards ? k : s.W - 1 - k) * s.C;
   };
   for (int64_t k = 0; k < s.W; ++k) {
-    if (const T* ahead = walk_pixel(k + s.ahead)) {
+    if (const X* ahead = walk_pixel(k + s.ahead)) {
       for (int64_t i = 0; i < s.C; i += kLine) __builtin_prefetch(ahead + i, 0, 2);
     }
     const int64_t t = forwards ? k : s.W - 1 - k;
     T* HWY_RESTRICT y = s.phases + PhaseRunStart(t, a, s.len, s.C, forwards);
-    const T* HWY_RESTRICT x = s.x + t * s.C;
+    const X* HWY_RESTRICT x = s.x + t * s.C;
     if (s.m) {
       const T mt = s.m[t];
       ForRow<T>(C, [&](auto d, size_t i) {
-        hn::StoreU(hn::MulAdd(hn::Set(d, mt), hn::LoadU(d, x + i), hn::LoadU(d, y + i)), d, y + i);
+        hn::StoreU(hn::MulAdd(hn::Set(d, mt), LoadF(d, x + i), hn::LoadU(d, y + i)), d, y + i);
       });
     } else {
       ForRow<T>(C, [&](auto d, size_t i) {
-        hn::StoreU(hn::Add(hn::LoadU(d, y + i), hn::LoadU(d, x + i)), d, y + i);
+        hn::StoreU(hn::Add(hn::LoadU(d, y + i), LoadF(d, x + i)), d, y + i);
       });
     }
   }
@@ -172,8 +173,8 @@ void SumPlanesT(const ShiftSumPlanesRow<T>& r) {
 // never reaches a sum. Pixels t = j - offset0 - c * step of one y element are a step
 // apart only within a phase (t mod |step|), so each phase is a walk of its own, in
 // the direction that meets channel 0 first.
-template <class T, int NB, int R, bool kMask>
-void SkewT(const ShiftSumSkewRows<T>& s) {
+template <class T, class X, int NB, int R, bool kMask>
+void SkewT(const ShiftSumSkewRows<T, X>& s) {
   const hn::ScalableTag<T> d;
   const hn::RebindToSigned<decltype(d)> di;
   using TI = hn::TFromD<decltype(di)>;
@@ -192,7 +193,7 @@ void SkewT(const ShiftSumSkewRows<T>& s) {
   const auto lane0 = hn::FirstN(d, 1);
   // Multiplying by 1 is exact, so the scale is always applied (the tile kernel's bits).
   const T scale = s.scale;
-  const T* xs[R];
+  const X* xs[R];
   const T* ms[R];
   for (int r = 0; r < R; ++r) {
     xs[r] = s.x[r];
@@ -208,14 +209,14 @@ void SkewT(const ShiftSumSkewRows<T>& s) {
     return kPairs && phase + 1 < a && pixels_of(phase) == pixels_of(phase + 1);
   };
   // Lines of the prefetch range requested a step, spread over all the walks' steps.
-  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(T));
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(X));
   const int64_t lines = (s.prefetch_count + kLine - 1) / kLine;
   int64_t steps = 0;
   for (int64_t phase = 0; phase < a; phase += paired(phase) ? 2 : 1) {
     steps += pixels_of(phase) + C - 1;
   }
   const int64_t lines_a_step = (lines + steps - 1) / steps;
-  const T* prefetch = s.prefetch;
+  const X* prefetch = s.prefetch;
   int64_t lines_left = lines;
   const auto request = [&]() {
     for (int64_t i = 0; i < lines_a_step && lines_left > 0; ++i, --lines_left) {
@@ -261,14 +262,14 @@ void SkewT(const ShiftSumSkewRows<T>& s) {
       for (int r = 0; r < R; ++r) {
         for (int p = 0; p < P; ++p) {
           const int64_t t = t0[p] + q * dt;
-          const T* x = xs[r] + t * C;
+          const X* x = xs[r] + t * C;
           if constexpr (kMask) {
             const V m = hn::Set(d, ms[r][t]);
             for (int k = 0; k < NB; ++k)
-              acc.Set(at(r, p, k), hn::MulAdd(m, hn::LoadU(d, x + k * L), acc.Get(at(r, p, k))));
+              acc.Set(at(r, p, k), hn::MulAdd(m, LoadF(d, x + k * L), acc.Get(at(r, p, k))));
           } else {
             for (int k = 0; k < NB; ++k)
-              acc.Set(at(r, p, k), hn::Add(acc.Get(at(r, p, k)), hn::LoadU(d, x + k * L)));
+              acc.Set(at(r, p, k), hn::Add(acc.Get(at(r, p, k)), LoadF(d, x + k * L)));
           }
         }
       }
@@ -292,22 +293,22 @@ void SkewT(const ShiftSumSkewRows<T>& s) {
   }
 }
 
-template <class T, int NB>
-void SkewBlocksT(const ShiftSumSkewRows<T>& s) {
+template <class T, class X, int NB>
+void SkewBlocksT(const ShiftSumSkewRows<T, X>& s) {
   const bool two = s.y[1] != nullptr;
-  if (s.m[0]) return two ? SkewT<T, NB, 2, true>(s) : SkewT<T, NB, 1, true>(s);
-  return two ? SkewT<T, NB, 2, false>(s) : SkewT<T, NB, 1, false>(s);
+  if (s.m[0]) return two ? SkewT<T, X, NB, 2, true>(s) : SkewT<T, X, NB, 1, true>(s);
+  return two ? SkewT<T, X, NB, 2, false>(s) : SkewT<T, X, NB, 1, false>(s);
 }
 
-template <class T>
-void SkewAnyT(const ShiftSumSkewRows<T>& s) {
+template <class T, class X>
+void SkewAnyT(const ShiftSumSkewRows<T, X>& s) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
   const int64_t blocks = (s.C + L - 1) / L;
   switch (blocks) {
-    case 1: return SkewBlocksT<T, 1>(s);
-    case 2: return SkewBlocksT<T, 2>(s);
-    case 3: return SkewBlocksT<T, 3>(s);
-    default: return SkewBlocksT<T, 4>(s);
+    case 1: return SkewBlocksT<T, X, 1>(s);
+    case 2: return SkewBlocksT<T, X, 2>(s);
+    case 3: return SkewBlocksT<T, X, 3>(s);
+    default: return SkewBlocksT<T, X, 4>(s);
   }
 }
 
@@ -577,6 +578,29 @@ const ShiftSumKernelTable<double>* KernelTableDouble() {
   return KernelTableT<double>();
 }
 
+// The kernels that read x, for x stored as X and float math (ShiftSumStoredXKernelTable).
+template <class X>
+const ShiftSumStoredXKernelTable<X>* StoredXKernelTableT() {
+  static constexpr ShiftSumStoredXKernelTable<X> kTable = {
+      [](const ShiftSumTile<float, X>& tile) { AccumulateTileT(tile); },
+      [](const ShiftSumSkewRows<float, X>& rows) { SkewAnyT(rows); },
+      [](const ShiftSumPhaseRow<float, X>& row) { PhasesT(row); },
+      [](const X* x, int64_t pixels, int64_t channels, int64_t pixel_stride, float* planes,
+         int64_t plane_stride, const X* prefetch, int64_t prefetch_count) {
+        ToPlanesT(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch,
+                  prefetch_count);
+      },
+  };
+  return &kTable;
+}
+
+const ShiftSumStoredXKernelTable<hwy::bfloat16_t>* StoredXKernelTableBF16() {
+  return StoredXKernelTableT<hwy::bfloat16_t>();
+}
+const ShiftSumStoredXKernelTable<hwy::float16_t>* StoredXKernelTableF16() {
+  return StoredXKernelTableT<hwy::float16_t>();
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
@@ -588,6 +612,8 @@ namespace kernels {
 
 HWY_EXPORT(KernelTableFloat);
 HWY_EXPORT(KernelTableDouble);
+HWY_EXPORT(StoredXKernelTableBF16);
+HWY_EXPORT(StoredXKernelTableF16);
 
 template <>
 const ShiftSumKernelTable<float>& ShiftSumKernels<float>() {
@@ -596,6 +622,14 @@ const ShiftSumKernelTable<float>& ShiftSumKernels<float>() {
 template <>
 const ShiftSumKernelTable<double>& ShiftSumKernels<double>() {
   return *HWY_DYNAMIC_DISPATCH(KernelTableDouble)();
+}
+template <>
+const ShiftSumStoredXKernelTable<hwy::bfloat16_t>& ShiftSumStoredXKernels<hwy::bfloat16_t>() {
+  return *HWY_DYNAMIC_DISPATCH(StoredXKernelTableBF16)();
+}
+template <>
+const ShiftSumStoredXKernelTable<hwy::float16_t>& ShiftSumStoredXKernels<hwy::float16_t>() {
+  return *HWY_DYNAMIC_DISPATCH(StoredXKernelTableF16)();
 }
 
 }  // namespace kernels

@@ -1,12 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// Row kernels of the shift-sum (CASSI) operators, templates on the stored type T (float
+// Row kernels of the shift-sum (CASSI) operators, templates on the math type T (float
 // and double). Each works on one row of n values; the caller (src/cpu/shift_sum.cc) owns
 // the geometry and threads. A null mask `m` means all ones. Every function below calls
 // through the dispatched target's ShiftSumKernelTable<T> (defined at the end).
+//
+// The kernels that read x (the forward's: the tile, skewed and phase sums and the
+// transposition to planes) also take x stored as X = bfloat16 / float16 with T = float:
+// they widen it as they load it (exactly), so a half x is read in its own bytes, with
+// the bits of the float kernel on the widened values (ShiftSumStoredXKernelTable).
 #ifndef NORMKIT_CPU_KERNELS_SHIFT_SUM_H_
 #define NORMKIT_CPU_KERNELS_SHIFT_SUM_H_
 
 #include <cstdint>
+#include <type_traits>
+
+#include "hwy/base.h"
 
 namespace normkit {
 namespace kernels {
@@ -26,11 +34,11 @@ void ShiftSumAccumulate(T* y, const T* x, const T* m, int64_t n);
 // of them, a line for each line of x it reads. One dispatch per tile, not one per
 // channel: seed 003's forward went from 0.78 to 0.83 of memcpy at 1 thread, 0.88 to
 // 0.95 at 2.
-template <class T>
+template <class T, class X = T>
 struct ShiftSumTile {
   T* y;
   int64_t y_row_stride, y_channel_step;
-  const T* x;
+  const X* x;
   int64_t x_row_stride, x_channel_stride;
   const T* m;
   int64_t m_row_stride, m_channel_stride;
@@ -38,8 +46,8 @@ struct ShiftSumTile {
   int64_t prefetch_offset, prefetch_count;
 };
 
-template <class T>
-void ShiftSumAccumulateTile(const ShiftSumTile<T>& tile);
+template <class T, class X>
+void ShiftSumAccumulateTile(const ShiftSumTile<T, X>& tile);
 
 // Zero padding before and after every plane that ShiftSumSumPlanes reads: at least
 // the widest vector of any target.
@@ -85,19 +93,19 @@ void ShiftSumSumPlanes(const ShiftSumPlanesRow<T>& row);
 // last pixel: they must be readable (their values do not matter). As the walk goes,
 // it requests prefetch[0, prefetch_count) into L2, spread evenly over its steps (the
 // rows it reads next; 0: none).
-template <class T>
+template <class T, class X = T>
 struct ShiftSumSkewRows {
   T* y[2];  // y[1] null: one row
-  const T* x[2];
+  const X* x[2];
   const T* m[2];
   int64_t W, C, step;
   T scale;
-  const T* prefetch;
+  const X* prefetch;
   int64_t prefetch_count;
 };
 
-template <class T>
-void ShiftSumSkew(const ShiftSumSkewRows<T>& rows);
+template <class T, class X>
+void ShiftSumSkew(const ShiftSumSkewRows<T, X>& rows);
 
 // The most channels ShiftSumSkew takes on the dispatched target (four vectors).
 template <class T>
@@ -115,19 +123,19 @@ int64_t ShiftSumSkewMaxChannels();
 // ShiftSumAccumulate's steps: the bits of the channels-first kernels. Each pixel
 // requests the pixel `ahead` places further on in the walk into L2 (past the row's
 // last: next_x's pixels, in the order its own walk takes them).
-template <class T>
+template <class T, class X = T>
 struct ShiftSumPhaseRow {
   T* phases;
   int64_t len;
-  const T* x;
+  const X* x;
   const T* m;
   int64_t W, C, step;
-  const T* next_x;  // the row walked after this one (null: none)
+  const X* next_x;  // the row walked after this one (null: none)
   int64_t ahead;    // pixels
 };
 
-template <class T>
-void ShiftSumPhases(const ShiftSumPhaseRow<T>& row);
+template <class T, class X>
+void ShiftSumPhases(const ShiftSumPhaseRow<T, X>& row);
 
 // The adjoint of ShiftSumPhases for one channels-last x row: x[t * C + c] =
 // (scale * y[t + offset0 + c * step]) * m[t] (m null: no second product; the roundings
@@ -189,9 +197,9 @@ void ShiftSumScaledProduct(T* y, const T* x, const T* m, T s, int64_t n, bool st
 // requests prefetch[0, prefetch_count) into L2, spread evenly over its steps (so the
 // requests of a later row keep the DRAM busy while this one is worked on; one burst
 // per row is partly dropped); prefetch_count 0: none.
-template <class T>
-void ShiftSumToPlanes(const T* x, int64_t pixels, int64_t channels, int64_t pixel_stride, T* planes,
-                      int64_t plane_stride, const T* prefetch = nullptr,
+template <class T, class X>
+void ShiftSumToPlanes(const X* x, int64_t pixels, int64_t channels, int64_t pixel_stride, T* planes,
+                      int64_t plane_stride, const X* prefetch = nullptr,
                       int64_t prefetch_count = 0);
 
 // x[w * channels + c] = (s * a[c * a_stride + w]) * m[c * m_stride + w] (m null: 1; the
@@ -270,29 +278,55 @@ struct ShiftSumKernelTable {
 template <class T>
 const ShiftSumKernelTable<T>& ShiftSumKernels();
 
+// The kernels above that read x, for x stored as X (hwy::bfloat16_t, hwy::float16_t)
+// and float math: the forward operator on a half x reads it in its own bytes.
+template <class X>
+struct ShiftSumStoredXKernelTable {
+  void (*accumulate_tile)(const ShiftSumTile<float, X>& tile);
+  void (*skew)(const ShiftSumSkewRows<float, X>& rows);
+  void (*phases)(const ShiftSumPhaseRow<float, X>& row);
+  void (*to_planes)(const X* x, int64_t pixels, int64_t channels, int64_t pixel_stride,
+                    float* planes, int64_t plane_stride, const X* prefetch, int64_t prefetch_count);
+};
+
+template <class X>
+const ShiftSumStoredXKernelTable<X>& ShiftSumStoredXKernels();
+
 template <class T>
 void ShiftSumAccumulate(T* y, const T* x, const T* m, int64_t n) {
   ShiftSumKernels<T>().accumulate(y, x, m, n);
 }
-template <class T>
-void ShiftSumAccumulateTile(const ShiftSumTile<T>& tile) {
-  ShiftSumKernels<T>().accumulate_tile(tile);
+template <class T, class X>
+void ShiftSumAccumulateTile(const ShiftSumTile<T, X>& tile) {
+  if constexpr (std::is_same_v<T, X>) {
+    ShiftSumKernels<T>().accumulate_tile(tile);
+  } else {
+    ShiftSumStoredXKernels<X>().accumulate_tile(tile);
+  }
 }
 template <class T>
 void ShiftSumSumPlanes(const ShiftSumPlanesRow<T>& row) {
   ShiftSumKernels<T>().sum_planes(row);
 }
-template <class T>
-void ShiftSumSkew(const ShiftSumSkewRows<T>& rows) {
-  ShiftSumKernels<T>().skew(rows);
+template <class T, class X>
+void ShiftSumSkew(const ShiftSumSkewRows<T, X>& rows) {
+  if constexpr (std::is_same_v<T, X>) {
+    ShiftSumKernels<T>().skew(rows);
+  } else {
+    ShiftSumStoredXKernels<X>().skew(rows);
+  }
 }
 template <class T>
 int64_t ShiftSumSkewMaxChannels() {
   return ShiftSumKernels<T>().skew_max_channels();
 }
-template <class T>
-void ShiftSumPhases(const ShiftSumPhaseRow<T>& row) {
-  ShiftSumKernels<T>().phases(row);
+template <class T, class X>
+void ShiftSumPhases(const ShiftSumPhaseRow<T, X>& row) {
+  if constexpr (std::is_same_v<T, X>) {
+    ShiftSumKernels<T>().phases(row);
+  } else {
+    ShiftSumStoredXKernels<X>().phases(row);
+  }
 }
 template <class T>
 void ShiftSumPhasesAdjoint(const ShiftSumPhaseAdjointRow<T>& row) {
@@ -310,11 +344,16 @@ template <class T>
 void ShiftSumScaledProduct(T* y, const T* x, const T* m, T s, int64_t n, bool stream) {
   ShiftSumKernels<T>().scaled_product(y, x, m, s, n, stream);
 }
-template <class T>
-void ShiftSumToPlanes(const T* x, int64_t pixels, int64_t channels, int64_t pixel_stride, T* planes,
-                      int64_t plane_stride, const T* prefetch, int64_t prefetch_count) {
-  ShiftSumKernels<T>().to_planes(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch,
-                                 prefetch_count);
+template <class T, class X>
+void ShiftSumToPlanes(const X* x, int64_t pixels, int64_t channels, int64_t pixel_stride, T* planes,
+                      int64_t plane_stride, const X* prefetch, int64_t prefetch_count) {
+  if constexpr (std::is_same_v<T, X>) {
+    ShiftSumKernels<T>().to_planes(x, pixels, channels, pixel_stride, planes, plane_stride,
+                                   prefetch, prefetch_count);
+  } else {
+    ShiftSumStoredXKernels<X>().to_planes(x, pixels, channels, pixel_stride, planes, plane_stride,
+                                          prefetch, prefetch_count);
+  }
 }
 template <class T>
 void ShiftSumFromPlanes(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s,

@@ -130,6 +130,12 @@ HWY_INLINE hn::Vec<D> LoadF(D d, const float16_t* p) {
 #endif
 }
 
+// double math (the shift-sum family's double kernels): x is double too.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadF(D d, const double* p) {
+  return hn::LoadU(d, p);
+}
+
 // Element 0 at p widened to float: the scalar paths of the kernels templated on storage.
 HWY_INLINE float FloatAt(const float* p) {
   return *p;
@@ -137,6 +143,16 @@ HWY_INLINE float FloatAt(const float* p) {
 template <typename T>
 HWY_INLINE float FloatAt(const T* p) {
   return hn::GetLane(LoadF(hn::CappedTag<float, 1>(), p));
+}
+
+// Element 0 at p as the math type T (float, or double from double storage).
+template <typename T, typename X>
+HWY_INLINE T ScalarAt(const X* p) {
+  if constexpr (sizeof(X) == 2) {
+    return FloatAt(p);
+  } else {
+    return *p;
+  }
 }
 
 // fn(x), x cast to a pointer to its storage type: a kernel templated on the storage of
