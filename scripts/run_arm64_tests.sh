@@ -50,6 +50,7 @@ large+=':HalfShiftSum.SlicesChunksAndOverflow'  # 1 MiB slices, 8 MB chunks: cov
 targets='SimdTargets.*:HalfConversions.*:GoldenVectors.*:ShiftSum.PhaseWalksOnEveryTarget'
 targets+=':FloatEdges.*OnEveryTarget:GroupNorm.SiluWithinAFewUlpsOverItsRange'
 targets+=':BatchNormTraining.EverySimdTarget*:BatchNormBackward.EverySimdTarget*'
+targets+=':HalfShiftSum.ForwardEveryPathOnEveryTarget*'
 targets+='-*AffineChannelsLastPeriodsOnEveryTarget'  # minutes under SVE emulation
 run() {  # name, cpu, gtest filter
   echo "=== aarch64 $1 (qemu -cpu $2)"

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The shift-sum family on bfloat16 / float16 tensors: the float32 drivers run on pieces
-// of the call (slices of rows along W, chunks of whole samples along H), each tensor of
+// The shift-sum family on bfloat16 / float16 tensors. The forward reads x as stored
+// (ShiftSumForwardStored, shift_sum.cc). The other operators: the float32 drivers run on
+// pieces of the call (slices of rows along W, chunks of whole samples along H), each tensor of
 // the piece widened into a float scratch that stays in cache, its output rounded back
 // to nearest even. So a half call reads and writes its own bytes in DRAM once, and
 // gives bitwise the float32 call on its widened values, rounded (every y row is one
 // task summing channels in a fixed order, whatever the rows around it). Not the last
-// word on speed: the piece passes through the cache three times (a storage / math split
-// of the row kernels would not), see docs/performance.md.
+// word on speed: the piece passes through the cache three times (the forward's storage /
+// math split of the row kernels does not), see docs/performance.md.
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -192,9 +193,10 @@ struct RowRuns {
   int64_t runs = 1, run_stride = 0, row_elems = 0;
   bool read = false, written = false;
 
-  const char* At(int64_t b, int64_t k, int64_t h0) const {
+  // Where run k of sample b's rows from h0 starts (the tensor's data is writable: `out`).
+  char* At(int64_t b, int64_t k, int64_t h0) const {
     const int64_t i = b * sample + k * run_stride + h0 * row_elems;
-    return static_cast<const char*>(tensor.data) + i * kernels::StorageBytes(tensor.storage);
+    return static_cast<char*>(tensor.data) + i * kernels::StorageBytes(tensor.storage);
   }
   int64_t Elems(int64_t rows) const { return runs * rows * row_elems; }
 };
@@ -307,7 +309,7 @@ void RowSlices(const normkit_context& ctx, const ShiftSumProblem<float>& p,
     if (dry) return;
     for (int64_t k = 0; k < out.runs; ++k) {
       kernels::NarrowFromFloat(w.out.get() + k * n * out.row_elems, n * out.row_elems,
-                               const_cast<char*>(out.At(b, k, h0)), out.tensor.storage, stream);
+                               out.At(b, k, h0), out.tensor.storage, stream);
     }
     if (stream) hwy::FlushStream();
   };
