@@ -46,11 +46,11 @@ tests="$dir/tests/normkit_tests"
 # Large tensors: minutes each under emulation.
 large='*Large*:*FromMemory*:Streaming.*:ShiftSum.SeedChannelCounts'
 large+=':Affine.LargeOutputStreamingPath:*AffineChannelsLastPeriodsOnEveryTarget'
-large+=':HalfShiftSum.SlicesChunksAndOverflow'  # 1 MiB slices, 8 MB chunks: covered natively
+large+=':HalfShiftSum.SlicesChunksAndOverflow:HalfShiftSum.StreamedX'  # covered natively
 targets='SimdTargets.*:HalfConversions.*:GoldenVectors.*:ShiftSum.PhaseWalksOnEveryTarget'
 targets+=':FloatEdges.*OnEveryTarget:GroupNorm.SiluWithinAFewUlpsOverItsRange'
 targets+=':BatchNormTraining.EverySimdTarget*:BatchNormBackward.EverySimdTarget*'
-targets+=':HalfShiftSum.ForwardEveryPathOnEveryTarget*'
+targets+=':HalfShiftSum.StoredXEveryPathOnEveryTarget*'
 targets+='-*AffineChannelsLastPeriodsOnEveryTarget'  # minutes under SVE emulation
 run() {  # name, cpu, gtest filter
   echo "=== aarch64 $1 (qemu -cpu $2)"

@@ -347,10 +347,12 @@ TEST(HalfShiftSum, SlicesChunksAndOverflow) {
 }
 
 // The forward reads a half x in its own bytes through kernels compiled per SIMD target
-// (tiles, skewed rows, phases, transpositions to planes; along H a widening gather):
-// each path on every target, tensors one element off their allocation (no vector
-// alignment), bitwise the float32 call on the same target.
-TEST(HalfShiftSum, ForwardEveryPathOnEveryTargetMisaligned) {
+// (tiles, skewed rows, phases, transpositions to planes; along H a widening gather), the
+// adjoint and the pseudo-inverses write it (scaled products, planes and phases back to
+// rows, the division by the mask; along H they take sample chunks): each path on every
+// target, tensors one element off their allocation (no vector alignment), bitwise the
+// float32 call on the same target.
+TEST(HalfShiftSum, StoredXEveryPathOnEveryTargetMisaligned) {
   const std::vector<Geometry> shapes = {
       {2, 9, 5, 37, 2, false, NORMKIT_MASK_HW, 0.5},       // NCHW tiles; NHWC skewed rows
       {2, 4, 7, 9, -1, true, NORMKIT_MASK_CHW, 1.0},       // along H, both layouts
@@ -365,15 +367,41 @@ TEST(HalfShiftSum, ForwardEveryPathOnEveryTargetMisaligned) {
     for (const Geometry& g : shapes) {
       for (bool cl : {false, true}) {
         for (const Pair& pair : pairs) {
-          Case c{g, cl, pair};
-          c.lead = 1;
-          SCOPED_TRACE(Describe(Op::kForward, c));
-          RunCase(Op::kForward, c, 2);
+          for (Op op : {Op::kForward, Op::kAdjoint, Op::kPinvMP, Op::kPinvDBM}) {
+            Case c{g, cl, pair};
+            c.lead = 1;
+            SCOPED_TRACE(Describe(op, c));
+            RunCase(op, c, 2);
+          }
         }
       }
     }
   }
   hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
+}
+
+// x written past the last-level cache is streamed (non-temporal stores of the rounded
+// values, peeled to a vector boundary): the adjoint and both pseudo-inverses on 27 MB of
+// float x, half x on and off a vector boundary.
+TEST(HalfShiftSum, StreamedX) {
+  const Geometry g{2, 8, 130, 3200, 2, false, NORMKIT_MASK_HW, 0.25};
+  ASSERT_GE(g.B * g.C * g.H * g.W * 4, int64_t{24} << 20);
+  const struct {
+    Op op;
+    bool channels_last;
+    Pair pair;
+    int64_t lead;
+  } runs[] = {{Op::kAdjoint, false, {kBF16, kBF16}, 1},
+              {Op::kAdjoint, true, {kF32, kF16}, 0},
+              {Op::kPinvDBM, false, {kF16, kF16}, 0},
+              {Op::kPinvDBM, true, {kBF16, kBF16}, 1},
+              {Op::kPinvMP, true, {kF32, kBF16}, 3}};
+  for (const auto& run : runs) {
+    Case c{g, run.channels_last, run.pair};
+    c.lead = run.lead;
+    SCOPED_TRACE(Describe(run.op, c));
+    RunCase(run.op, c, 2);
+  }
 }
 
 // The same bits for any thread count.

@@ -141,41 +141,54 @@ void ShiftSumForwardStored(const normkit_context& ctx, const ShiftSumProblem<flo
   }
 }
 
+namespace {
+
+// y as the adjoint-like passes read it: T values in place, or a half y (T = float) whose
+// rows are widened into a worker's row as they are needed (along W only: a y row of its
+// own for each x row; ShiftSumStored keeps sample chunks along H).
 template <class T>
-void ShiftSumAdjoint(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* y, T* x,
-                     ShiftSumScratch<T>* scratch) {
-  ShiftSumScratch<T> own;
-  ShiftSumScratch<T>& pool = scratch ? *scratch : own;
+struct YSource {
+  const T* plain = nullptr;
+  const void* half = nullptr;
+  kernels::Storage storage = kernels::Storage::kFloat32;
+
+  // y row `row` (over B * H'): in place, or widened into `buffer` (W' values).
+  const T* Row(const ShiftSumProblem<T>& p, int64_t row, T* buffer) const {
+    if (plain) return plain + row * p.W_out;
+    if constexpr (std::is_same_v<T, float>) {
+      const int64_t bytes = kernels::StorageBytes(storage);
+      kernels::WidenToFloat(static_cast<const char*>(half) + row * p.W_out * bytes, storage,
+                            p.W_out, buffer);
+    }
+    return buffer;
+  }
+};
+
+template <class T, class X>
+void AdjointImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, const YSource<T>& y, X* x,
+                 ShiftSumScratch<T>& pool) {
   const auto make = [&](TaskRows<T>& s) {
     if (AdjointByPhases(p)) PhasesScratch(p, s);
+    if (!y.plain) Zeroed(s.rows, p.W_out);
   };
   const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
     const bool stream = StreamX(p);
     for (int64_t row = begin; row < end; ++row) {
-      const int64_t b = row / p.H;
-      const auto row_of = [&](int64_t r) { return y + (b * p.H_out + r) * p.W_out; };
-      AdjointRow(p, row_of, b, row % p.H, x, stream, s.phases);
+      const int64_t b = row / p.H, h = row % p.H;
+      const T* widened = y.plain ? nullptr : y.Row(p, b * p.H_out + h, s.rows.data());
+      const auto row_of = [&](int64_t r) {
+        return widened ? widened : y.plain + (b * p.H_out + r) * p.W_out;
+      };
+      AdjointRow(p, row_of, b, h, x, stream, s.phases);
     }
     if (stream) hwy::FlushStream();
   };
   ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
 }
 
-template <class T>
-void ShiftSumNormalizer(const normkit_context& ctx, const ShiftSumProblem<T>& p, T* phi_s) {
-  const int64_t samples = p.PerSampleMask() ? p.B : 1;
-  ForRowRanges(ctx, samples * p.H_out, XRowBytes(p), [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      NormalizerRow(p, row / p.H_out, row % p.H_out, false, phi_s + row * p.W_out);
-    }
-  });
-}
-
-template <class T>
-void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode mode,
-                  const T* given_normalizer, const T* y, T* x, ShiftSumScratch<T>* scratch) {
-  ShiftSumScratch<T> own;
-  ShiftSumScratch<T>& pool = scratch ? *scratch : own;
+template <class T, class X>
+void PinvImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode mode,
+              const T* given_normalizer, const YSource<T>& y, X* x, ShiftSumScratch<T>& pool) {
   const bool mp = mode == PinvMode::kMoorePenrose;
   const T* normalizer = mp ? SharedNormalizer(ctx, p, given_normalizer, pool.table) : nullptr;
   if (mp && !p.along_h) {
@@ -196,7 +209,8 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
       for (int64_t row = begin; row < end; ++row) {
         const int64_t b = row / p.H, h = row % p.H;
         const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
-        ShiftSumDivide(z, y + row * p.W_out, pr, p.scale * p.scale, T(0), p.W_out);
+        // A half y row is widened into z and divided in place.
+        ShiftSumDivide(z, y.Row(p, row, z), pr, p.scale * p.scale, T(0), p.W_out);
         AdjointRow(p, row_of, b, h, x, stream, s.phases);
       }
       if (stream) hwy::FlushStream();
@@ -222,13 +236,14 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
       const int64_t b = row / p.H_out, r = row % p.H_out;
       const T* pr = mp ? NormalizerRowOrGiven(p, normalizer, b, r, s.normalizer.data())
                        : &counts[(p.along_h ? r : 0) * p.W_out];
-      ShiftSumDivide(&z[row * p.W_out], y + row * p.W_out, pr, mp ? p.scale * p.scale : p.scale,
-                     T(0), p.W_out);
+      T* zrow = &z[row * p.W_out];
+      ShiftSumDivide(zrow, y.Row(p, row, zrow), pr, mp ? p.scale * p.scale : p.scale, T(0),
+                     p.W_out);
     }
   };
   ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), pool.workers, make_z, divide);
   if (mp) {
-    ShiftSumAdjoint(ctx, p, z.data(), x, &pool);
+    AdjointImpl(ctx, p, YSource<T>{z.data()}, x, pool);
     return;
   }
   const auto make_x = [&](TaskRows<T>& s) {
@@ -240,17 +255,24 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
     // channels-last ones from the L1 planes.
     const bool stream = StreamX(p);
     const bool stream_rows = stream && !p.channels_last;
+    // x_c = window_c(z) / M_c (0 where M_c = 0) into dst, a plane or an x row.
+    const auto divide_row = [&](auto* dst, const T* zrow, const T* m) {
+      if (m) {
+        ShiftSumDivideByMask(dst, zrow, m, p.W, stream_rows);
+      } else {
+        ShiftSumScaledProduct(dst, zrow, static_cast<const T*>(nullptr), T(1), p.W, stream_rows);
+      }
+    };
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H, h = row % p.H;
       for (int64_t c = 0; c < p.C; ++c) {
         const Placement at = Place(p, c, h);
         const T* zrow = &z[(b * p.H_out + at.r) * p.W_out + at.col];
-        T* dst = p.channels_last ? &planes[c * p.W] : x + ((b * p.C + c) * p.H + h) * p.W;
         const T* m = AlignedMask(p, b, c, h);
-        if (m) {
-          ShiftSumDivideByMask(dst, zrow, m, p.W, stream_rows);
+        if (p.channels_last) {
+          divide_row(&planes[c * p.W], zrow, m);
         } else {
-          ShiftSumScaledProduct(dst, zrow, static_cast<const T*>(nullptr), T(1), p.W, stream_rows);
+          divide_row(x + ((b * p.C + c) * p.H + h) * p.W, zrow, m);
         }
       }
       if (p.channels_last) {
@@ -261,6 +283,65 @@ void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvM
     if (stream) hwy::FlushStream();
   };
   ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make_x, task);
+}
+
+// fn(x as its stored type): X = float, hwy::bfloat16_t or hwy::float16_t.
+template <class Fn>
+void WithStoredX(StoredTensor x, const Fn& fn) {
+  switch (x.storage) {
+    case kernels::Storage::kBFloat16: return fn(static_cast<hwy::bfloat16_t*>(x.data));
+    case kernels::Storage::kFloat16: return fn(static_cast<hwy::float16_t*>(x.data));
+    case kernels::Storage::kFloat32: return fn(static_cast<float*>(x.data));
+  }
+}
+
+YSource<float> YSourceOf(StoredTensor y) {
+  YSource<float> source;
+  if (y.storage == kernels::Storage::kFloat32) {
+    source.plain = static_cast<const float*>(y.data);
+  } else {
+    source.half = y.data;
+    source.storage = y.storage;
+  }
+  return source;
+}
+
+}  // namespace
+
+template <class T>
+void ShiftSumAdjoint(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* y, T* x,
+                     ShiftSumScratch<T>* scratch) {
+  ShiftSumScratch<T> own;
+  AdjointImpl(ctx, p, YSource<T>{y}, x, scratch ? *scratch : own);
+}
+
+template <class T>
+void ShiftSumNormalizer(const normkit_context& ctx, const ShiftSumProblem<T>& p, T* phi_s) {
+  const int64_t samples = p.PerSampleMask() ? p.B : 1;
+  ForRowRanges(ctx, samples * p.H_out, XRowBytes(p), [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      NormalizerRow(p, row / p.H_out, row % p.H_out, false, phi_s + row * p.W_out);
+    }
+  });
+}
+
+template <class T>
+void ShiftSumPinv(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode mode,
+                  const T* given_normalizer, const T* y, T* x, ShiftSumScratch<T>* scratch) {
+  ShiftSumScratch<T> own;
+  PinvImpl(ctx, p, mode, given_normalizer, YSource<T>{y}, x, scratch ? *scratch : own);
+}
+
+void ShiftSumAdjointStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,
+                           StoredTensor y, StoredTensor x) {
+  ShiftSumScratch<float> pool;
+  WithStoredX(x, [&](auto* xs) { AdjointImpl(ctx, p, YSourceOf(y), xs, pool); });
+}
+
+void ShiftSumPinvStored(const normkit_context& ctx, const ShiftSumProblem<float>& p, PinvMode mode,
+                        const float* normalizer, StoredTensor y, StoredTensor x) {
+  ShiftSumScratch<float> pool;
+  WithStoredX(x, [&](auto* xs) { PinvImpl(ctx, p, mode, normalizer, YSourceOf(y), xs, pool); });
 }
 
 #define NORMKIT_INSTANTIATE_SHIFT_SUM(T)                                                        \

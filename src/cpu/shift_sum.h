@@ -96,6 +96,14 @@ void ShiftSumStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,
 void ShiftSumForwardStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,
                            StoredTensor x, StoredTensor y);
 
+// The adjoint and the pseudo-inverses on stored tensors along W (a y row a task's x row
+// reads: a half y row is widened in L1), x written in its own bytes: the kernels round
+// each value as they store it. Bitwise the float32 call on the widened y, rounded.
+void ShiftSumAdjointStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,
+                           StoredTensor y, StoredTensor x);
+void ShiftSumPinvStored(const normkit_context& ctx, const ShiftSumProblem<float>& p, PinvMode mode,
+                        const float* normalizer, StoredTensor y, StoredTensor x);
+
 }  // namespace cpu
 }  // namespace normkit
 

@@ -337,8 +337,8 @@ const T* NormalizerRowOrGiven(const ShiftSumProblem<T>& p, const T* given, int64
 // row r of sample b (along W only row h is read). The windows of consecutive channels
 // are YChannelStride apart, so channels-last rows are one transposition of those
 // windows (read as planes; along H across rows, so row_of must then index one array).
-template <class T, class RowOf>
-void AdjointRows(const ShiftSumProblem<T>& p, const RowOf& row_of, int64_t b, int64_t h, T* x,
+template <class T, class X, class RowOf>
+void AdjointRows(const ShiftSumProblem<T>& p, const RowOf& row_of, int64_t b, int64_t h, X* x,
                  bool stream) {
   if (p.channels_last) {
     const Placement at = Place(p, 0, h);
@@ -646,11 +646,11 @@ void SumRowByPhases(const ShiftSumProblem<T>& p, const X* x, int64_t row, const 
 
 // x row `row` from a y-shaped row `yrow` through its phases (ShiftSumPhasesAdjoint):
 // x = (scale * y) * m, or with `update` x += (scale * m) * y.
-template <class T>
+template <class T, class X>
 void SpreadRowByPhases(const ShiftSumProblem<T>& p, const T* yrow, int64_t row, T scale,
-                       bool stream, bool update, std::vector<T>& phases, T* x) {
+                       bool stream, bool update, std::vector<T>& phases, X* x) {
   ForPhasePlaces(p, [&](int64_t j, int64_t i) { phases[i] = yrow[j]; });
-  kernels::ShiftSumPhaseAdjointRow<T> s{};
+  kernels::ShiftSumPhaseAdjointRow<T, X> s{};
   SetPhaseRow(p, row, x, phases, s);
   s.scale = scale;
   s.stream = stream;
@@ -676,8 +676,8 @@ bool AdjointByPhases(const ShiftSumProblem<T>& p) {
 
 // x rows of (b, h) = A^T of y-shaped rows (row_of as in AdjointRows); `phases`:
 // PhasesScratch where AdjointByPhases(p).
-template <class T, class RowOf>
-void AdjointRow(const ShiftSumProblem<T>& p, const RowOf& row_of, int64_t b, int64_t h, T* x,
+template <class T, class X, class RowOf>
+void AdjointRow(const ShiftSumProblem<T>& p, const RowOf& row_of, int64_t b, int64_t h, X* x,
                 bool stream, std::vector<T>& phases) {
   if (AdjointByPhases(p)) {
     SpreadRowByPhases(p, row_of(h), b * p.H + h, p.scale, stream, false, phases, x);

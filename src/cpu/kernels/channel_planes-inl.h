@@ -166,25 +166,24 @@ void ToPlanesT(const X* HWY_RESTRICT x, int64_t pixels, int64_t channels, int64_
 // Planes back to a channels-last row: x[w * channels + c] = value(d, c, w), lane i of
 // the vector being pixel w + i of channel c. 128-bit tiles transposed in registers,
 // then one value at a time (1-lane vectors) for the tails.
-template <bool kStream, class T, class Value>
-HWY_INLINE void FromPlanesWalk(int64_t pixels, int64_t channels, T* HWY_RESTRICT x,
+// x stored as X (T, or a half type: each value rounded as it is stored).
+template <bool kStream, class T, class X, class Value>
+HWY_INLINE void FromPlanesWalk(int64_t pixels, int64_t channels, X* HWY_RESTRICT x,
                                const Value& value) {
   const hn::CappedTag<T, 1> d1;
-  const auto one = [&](int64_t w, int64_t c) {
-    hn::StoreU(value(d1, c, w), d1, x + w * channels + c);
-  };
+  const auto one = [&](int64_t w, int64_t c) { StoreF(d1, value(d1, c, w), x + w * channels + c); };
   int64_t w = 0;
 #if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE  // fixed 128-bit tiles
   const DTile<T> d;
   constexpr int64_t K = kTileLanes<T>;
   for (; w + K <= pixels; w += K) {
-    T* xw = x + w * channels;
+    X* xw = x + w * channels;
     int64_t c = 0;
     for (; c + K <= channels; c += K) {
       hn::Vec<DTile<T>> r[K];
       for (int64_t k = 0; k < K; ++k) r[k] = value(d, c + k, w);
       TransposeTile(d, r);
-      for (int64_t k = 0; k < K; ++k) PutVector<kStream>(d, r[k], xw + k * channels + c);
+      for (int64_t k = 0; k < K; ++k) PutF<kStream>(d, r[k], xw + k * channels + c);
     }
     for (; c < channels; ++c) {
       for (int64_t k = 0; k < K; ++k) one(w + k, c);
@@ -197,10 +196,10 @@ HWY_INLINE void FromPlanesWalk(int64_t pixels, int64_t channels, T* HWY_RESTRICT
 }
 
 // x[w * channels + c] = (s * a[c * a_stride + w]) * m[c * m_stride + w]
-template <bool kStream, class T>
+template <bool kStream, class T, class X>
 void FromPlanesT(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s, int64_t pixels,
-                 int64_t channels, T* HWY_RESTRICT x) {
-  FromPlanesWalk<kStream>(pixels, channels, x, [&](auto d, int64_t c, int64_t w) {
+                 int64_t channels, X* HWY_RESTRICT x) {
+  FromPlanesWalk<kStream, T>(pixels, channels, x, [&](auto d, int64_t c, int64_t w) {
     const auto v = hn::Mul(hn::Set(d, s), hn::LoadU(d, a + c * a_stride + w));
     return m ? hn::Mul(v, hn::LoadU(d, m + c * m_stride + w)) : v;
   });
@@ -211,7 +210,7 @@ void FromPlanesT(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s
 template <class T>
 void FromPlanesAxpyT(const T* planes, int64_t plane_stride, const T* r, int64_t r_step, const T* m,
                      int64_t m_stride, T a, int64_t pixels, int64_t channels, T* HWY_RESTRICT x) {
-  FromPlanesWalk<false>(pixels, channels, x, [&](auto d, int64_t c, int64_t w) {
+  FromPlanesWalk<false, T>(pixels, channels, x, [&](auto d, int64_t c, int64_t w) {
     const auto t = m ? hn::Mul(hn::Set(d, a), hn::LoadU(d, m + c * m_stride + w)) : hn::Set(d, a);
     return hn::MulAdd(t, hn::LoadU(d, r + c * r_step + w),
                       hn::LoadU(d, planes + c * plane_stride + w));
@@ -220,9 +219,9 @@ void FromPlanesAxpyT(const T* planes, int64_t plane_stride, const T* r, int64_t 
 
 // Streaming stores need every tile row aligned: x on a 16-byte boundary and whole tiles
 // of channels (then the rows of a pixel's channels fill whole lines as the walk goes).
-template <class T>
+template <class T, class X>
 void FromPlanesAny(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s, int64_t pixels,
-                   int64_t channels, T* x, bool stream) {
+                   int64_t channels, X* x, bool stream) {
 #if HWY_TARGET != HWY_SCALAR && !HWY_HAVE_SCALABLE  // fixed 128-bit tiles
   if (stream && reinterpret_cast<uintptr_t>(x) % 16 == 0 && channels % kTileLanes<T> == 0) {
     FromPlanesT<true>(a, a_stride, m, m_stride, s, pixels, channels, x);

@@ -401,15 +401,16 @@ int64_t SkewMaxChannelsT() {
   return 4 * static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
 }
 
-template <bool kStream, class T>
-void ScaledProductT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RESTRICT m, T s,
+// y stored as Y: T, or a half type (each value rounded as it is stored).
+template <bool kStream, class T, class Y>
+void ScaledProductT(Y* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RESTRICT m, T s,
                     size_t n) {
   const hn::ScalableTag<T> d;
   const hn::CappedTag<T, 1> d1;
   const size_t N = hn::Lanes(d);
   const auto one = [&](auto dt, size_t i) {
     const auto v = hn::Mul(hn::Set(dt, s), hn::LoadU(dt, x + i));
-    PutVector<kStream>(dt, m ? hn::Mul(v, hn::LoadU(dt, m + i)) : v, y + i);
+    PutF<kStream>(dt, m ? hn::Mul(v, hn::LoadU(dt, m + i)) : v, y + i);
   };
   size_t i = 0;
   if constexpr (kStream) {  // Stream needs aligned addresses: peel to the next one
@@ -419,8 +420,8 @@ void ScaledProductT(T* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RES
   for (; i < n; ++i) one(d1, i);
 }
 
-template <bool kStream, bool kUpdate, class T>
-void PhasesAdjointT(const ShiftSumPhaseAdjointRow<T>& s) {
+template <bool kStream, bool kUpdate, class T, class X>
+void PhasesAdjointT(const ShiftSumPhaseAdjointRow<T, X>& s) {
   const hn::ScalableTag<T> d;
   const hn::CappedTag<T, 1> d1;
   const size_t N = hn::Lanes(d), C = static_cast<size_t>(s.C);
@@ -428,15 +429,15 @@ void PhasesAdjointT(const ShiftSumPhaseAdjointRow<T>& s) {
   const bool forwards = s.step < 0;
   for (int64_t t = 0; t < s.W; ++t) {
     const T* HWY_RESTRICT src = s.phases + PhaseRunStart(t, a, s.len, s.C, forwards);
-    T* HWY_RESTRICT dst = s.x + t * s.C;
+    X* HWY_RESTRICT dst = s.x + t * s.C;
     const T mt = s.m ? s.m[t] : T(1);
     const auto one = [&](auto dt, size_t i) {
       if constexpr (kUpdate) {
         const auto a = s.m ? hn::Mul(hn::Set(dt, s.scale), hn::Set(dt, mt)) : hn::Set(dt, s.scale);
-        hn::StoreU(hn::MulAdd(a, hn::LoadU(dt, src + i), hn::LoadU(dt, dst + i)), dt, dst + i);
+        StoreF(dt, hn::MulAdd(a, hn::LoadU(dt, src + i), LoadF(dt, dst + i)), dst + i);
       } else {
         const auto v = hn::Mul(hn::Set(dt, s.scale), hn::LoadU(dt, src + i));
-        PutVector<kStream>(dt, s.m ? hn::Mul(v, hn::Set(dt, mt)) : v, dst + i);
+        PutF<kStream>(dt, s.m ? hn::Mul(v, hn::Set(dt, mt)) : v, dst + i);
       }
     };
     size_t i = 0;
@@ -495,8 +496,8 @@ void GapResidualT(T* HWY_RESTRICT r, const T* HWY_RESTRICT y, const T* HWY_RESTR
   });
 }
 
-template <bool kStream, class T>
-void DivideByMaskT(T* HWY_RESTRICT x, const T* HWY_RESTRICT z, const T* HWY_RESTRICT m, size_t n) {
+template <bool kStream, class T, class X>
+void DivideByMaskT(X* HWY_RESTRICT x, const T* HWY_RESTRICT z, const T* HWY_RESTRICT m, size_t n) {
   const hn::ScalableTag<T> d;
   const hn::CappedTag<T, 1> d1;
   const size_t N = hn::Lanes(d);
@@ -504,7 +505,7 @@ void DivideByMaskT(T* HWY_RESTRICT x, const T* HWY_RESTRICT z, const T* HWY_REST
     const auto mv = hn::LoadU(dt, m + i);
     const auto nonzero = hn::Ne(mv, hn::Zero(dt));
     const auto q = hn::Div(hn::LoadU(dt, z + i), hn::IfThenElse(nonzero, mv, hn::Set(dt, T(1))));
-    PutVector<kStream>(dt, hn::IfThenElseZero(nonzero, q), x + i);
+    PutF<kStream>(dt, hn::IfThenElseZero(nonzero, q), x + i);
   };
   size_t i = 0;
   if constexpr (kStream) {  // Stream needs aligned addresses: peel to the next one
@@ -589,6 +590,20 @@ const ShiftSumStoredXKernelTable<X>* StoredXKernelTableT() {
          int64_t plane_stride, const X* prefetch, int64_t prefetch_count) {
         ToPlanesT(x, pixels, channels, pixel_stride, planes, plane_stride, prefetch,
                   prefetch_count);
+      },
+      [](const ShiftSumPhaseAdjointRow<float, X>& row) {
+        row.update   ? PhasesAdjointT<false, true>(row)
+        : row.stream ? PhasesAdjointT<true, false>(row)
+                     : PhasesAdjointT<false, false>(row);
+      },
+      [](X* y, const float* x, const float* m, float s, int64_t n, bool stream) {
+        stream ? ScaledProductT<true>(y, x, m, s, n) : ScaledProductT<false>(y, x, m, s, n);
+      },
+      [](const float* a, int64_t a_stride, const float* m, int64_t m_stride, float s,
+         int64_t pixels, int64_t channels, X* x,
+         bool stream) { FromPlanesAny(a, a_stride, m, m_stride, s, pixels, channels, x, stream); },
+      [](X* x, const float* z, const float* m, int64_t n, bool stream) {
+        stream ? DivideByMaskT<true>(x, z, m, n) : DivideByMaskT<false>(x, z, m, n);
       },
   };
   return &kTable;

@@ -7,7 +7,10 @@
 // The kernels that read x (the forward's: the tile, skewed and phase sums and the
 // transposition to planes) also take x stored as X = bfloat16 / float16 with T = float:
 // they widen it as they load it (exactly), so a half x is read in its own bytes, with
-// the bits of the float kernel on the widened values (ShiftSumStoredXKernelTable).
+// the bits of the float kernel on the widened values. The kernels that write x (the
+// adjoint's and the pseudo-inverses': scaled products, planes back to rows, phases back
+// to rows, the division by the mask) round the float result to X as they store it,
+// to nearest even (ShiftSumStoredXKernelTable).
 #ifndef NORMKIT_CPU_KERNELS_SHIFT_SUM_H_
 #define NORMKIT_CPU_KERNELS_SHIFT_SUM_H_
 
@@ -143,11 +146,11 @@ void ShiftSumPhases(const ShiftSumPhaseRow<T, X>& row);
 // each pixel's C values are one contiguous run. `stream`: non-temporal stores where x's
 // alignment allows them (the caller fences). `update` (the GAP step): x[t * C + c] +=
 // (scale * m[t]) * y[...] instead, one fused multiply-add (ShiftSumAxpy's steps).
-template <class T>
+template <class T, class X = T>
 struct ShiftSumPhaseAdjointRow {
   const T* phases;
   int64_t len;
-  T* x;
+  X* x;
   const T* m;
   int64_t W, C, step;
   T scale;
@@ -155,8 +158,8 @@ struct ShiftSumPhaseAdjointRow {
   bool update;
 };
 
-template <class T>
-void ShiftSumPhasesAdjoint(const ShiftSumPhaseAdjointRow<T>& row);
+template <class T, class X>
+void ShiftSumPhasesAdjoint(const ShiftSumPhaseAdjointRow<T, X>& row);
 
 // The GAP step's update of up to two channels-last rows straight from their residual
 // rows, no transposition: x[t * C + c] += (a * m[t]) * r[t + offset0 + c * step] (one
@@ -183,8 +186,8 @@ int64_t ShiftSumSkewAxpyMinChannels();
 
 // y[i] = s * m[i] * x[i]. `stream`: non-temporal stores (an output larger than the
 // last-level cache); the caller fences them (hwy::FlushStream) before its task ends.
-template <class T>
-void ShiftSumScaledProduct(T* y, const T* x, const T* m, T s, int64_t n, bool stream);
+template <class T, class Y>
+void ShiftSumScaledProduct(Y* y, const T* x, const T* m, T s, int64_t n, bool stream);
 
 // Channels-last x rows as channel planes and back: x is [pixels, channels] (one row of
 // a [B, H, W, C] tensor), a plane holds one channel's pixels contiguously, so the
@@ -206,9 +209,9 @@ void ShiftSumToPlanes(const X* x, int64_t pixels, int64_t channels, int64_t pixe
 // same two roundings as ShiftSumScaledProduct). Strides may be 0 or negative: the
 // adjoint reads the planes as windows of one y row, a_stride = the shift step.
 // `stream`: non-temporal stores where x's alignment allows them (the caller fences).
-template <class T>
+template <class T, class X>
 void ShiftSumFromPlanes(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s,
-                        int64_t pixels, int64_t channels, T* x, bool stream = false);
+                        int64_t pixels, int64_t channels, X* x, bool stream = false);
 
 // The GAP step's update of a channels-last row from its planes, ShiftSumAxpy and the
 // transposition back in one walk: x[w * channels + c] = p_c[w] + (a * m_c[w]) *
@@ -238,8 +241,8 @@ template <class T>
 void ShiftSumGapResidual(T* r, const T* y, const T* p, T scale, T a, T b, int64_t n);
 
 // x[i] = m[i] != 0 ? z[i] / m[i] : 0; stream: non-temporal stores of x (same bits)
-template <class T>
-void ShiftSumDivideByMask(T* x, const T* z, const T* m, int64_t n, bool stream);
+template <class T, class X>
+void ShiftSumDivideByMask(X* x, const T* z, const T* m, int64_t n, bool stream);
 
 // x[i] += a * m[i] * r[i]
 template <class T>
@@ -287,6 +290,11 @@ struct ShiftSumStoredXKernelTable {
   void (*phases)(const ShiftSumPhaseRow<float, X>& row);
   void (*to_planes)(const X* x, int64_t pixels, int64_t channels, int64_t pixel_stride,
                     float* planes, int64_t plane_stride, const X* prefetch, int64_t prefetch_count);
+  void (*phases_adjoint)(const ShiftSumPhaseAdjointRow<float, X>& row);
+  void (*scaled_product)(X* y, const float* x, const float* m, float s, int64_t n, bool stream);
+  void (*from_planes)(const float* a, int64_t a_stride, const float* m, int64_t m_stride, float s,
+                      int64_t pixels, int64_t channels, X* x, bool stream);
+  void (*divide_by_mask)(X* x, const float* z, const float* m, int64_t n, bool stream);
 };
 
 template <class X>
@@ -328,9 +336,13 @@ void ShiftSumPhases(const ShiftSumPhaseRow<T, X>& row) {
     ShiftSumStoredXKernels<X>().phases(row);
   }
 }
-template <class T>
-void ShiftSumPhasesAdjoint(const ShiftSumPhaseAdjointRow<T>& row) {
-  ShiftSumKernels<T>().phases_adjoint(row);
+template <class T, class X>
+void ShiftSumPhasesAdjoint(const ShiftSumPhaseAdjointRow<T, X>& row) {
+  if constexpr (std::is_same_v<T, X>) {
+    ShiftSumKernels<T>().phases_adjoint(row);
+  } else {
+    ShiftSumStoredXKernels<X>().phases_adjoint(row);
+  }
 }
 template <class T>
 void ShiftSumSkewAxpy(const ShiftSumSkewAxpyRows<T>& rows) {
@@ -340,9 +352,13 @@ template <class T>
 int64_t ShiftSumSkewAxpyMinChannels() {
   return ShiftSumKernels<T>().skew_axpy_min_channels();
 }
-template <class T>
-void ShiftSumScaledProduct(T* y, const T* x, const T* m, T s, int64_t n, bool stream) {
-  ShiftSumKernels<T>().scaled_product(y, x, m, s, n, stream);
+template <class T, class Y>
+void ShiftSumScaledProduct(Y* y, const T* x, const T* m, T s, int64_t n, bool stream) {
+  if constexpr (std::is_same_v<T, Y>) {
+    ShiftSumKernels<T>().scaled_product(y, x, m, s, n, stream);
+  } else {
+    ShiftSumStoredXKernels<Y>().scaled_product(y, x, m, s, n, stream);
+  }
 }
 template <class T, class X>
 void ShiftSumToPlanes(const X* x, int64_t pixels, int64_t channels, int64_t pixel_stride, T* planes,
@@ -355,10 +371,15 @@ void ShiftSumToPlanes(const X* x, int64_t pixels, int64_t channels, int64_t pixe
                                           prefetch, prefetch_count);
   }
 }
-template <class T>
+template <class T, class X>
 void ShiftSumFromPlanes(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s,
-                        int64_t pixels, int64_t channels, T* x, bool stream) {
-  ShiftSumKernels<T>().from_planes(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
+                        int64_t pixels, int64_t channels, X* x, bool stream) {
+  if constexpr (std::is_same_v<T, X>) {
+    ShiftSumKernels<T>().from_planes(a, a_stride, m, m_stride, s, pixels, channels, x, stream);
+  } else {
+    ShiftSumStoredXKernels<X>().from_planes(a, a_stride, m, m_stride, s, pixels, channels, x,
+                                            stream);
+  }
 }
 template <class T>
 void ShiftSumFromPlanesAxpy(const T* planes, int64_t plane_stride, const T* r, int64_t r_step,
@@ -383,9 +404,13 @@ template <class T>
 void ShiftSumGapResidual(T* r, const T* y, const T* p, T scale, T a, T b, int64_t n) {
   ShiftSumKernels<T>().gap_residual(r, y, p, scale, a, b, n);
 }
-template <class T>
-void ShiftSumDivideByMask(T* x, const T* z, const T* m, int64_t n, bool stream) {
-  ShiftSumKernels<T>().divide_by_mask(x, z, m, n, stream);
+template <class T, class X>
+void ShiftSumDivideByMask(X* x, const T* z, const T* m, int64_t n, bool stream) {
+  if constexpr (std::is_same_v<T, X>) {
+    ShiftSumKernels<T>().divide_by_mask(x, z, m, n, stream);
+  } else {
+    ShiftSumStoredXKernels<X>().divide_by_mask(x, z, m, n, stream);
+  }
 }
 template <class T>
 void ShiftSumAxpy(T* x, const T* r, const T* m, T a, int64_t n) {

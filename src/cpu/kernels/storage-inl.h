@@ -175,6 +175,10 @@ HWY_INLINE hn::Vec<D> Narrowed(D, hn::Vec<D> v, const float*) {
   return v;
 }
 template <class D>
+HWY_INLINE hn::Vec<D> Narrowed(D, hn::Vec<D> v, const double*) {  // double math and storage
+  return v;
+}
+template <class D>
 HWY_INLINE hn::Vec<hn::Rebind<bfloat16_t, D>> Narrowed(D d, hn::Vec<D> v, const bfloat16_t*) {
   return Narrow16(d, BF16BitsFromFloat(d, v), static_cast<bfloat16_t*>(nullptr));
 }
