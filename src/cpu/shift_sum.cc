@@ -169,6 +169,7 @@ void AdjointImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, const 
                  ShiftSumScratch<T>& pool) {
   const auto make = [&](TaskRows<T>& s) {
     if (AdjointByPhases(p)) PhasesScratch(p, s);
+    FromPlanesRowScratch<T, X>(p, s);
     if (!y.plain) Zeroed(s.rows, p.W_out);
   };
   const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
@@ -179,7 +180,7 @@ void AdjointImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, const 
       const auto row_of = [&](int64_t r) {
         return widened ? widened : y.plain + (b * p.H_out + r) * p.W_out;
       };
-      AdjointRow(p, row_of, b, h, x, stream, s.phases);
+      AdjointRow(p, row_of, b, h, x, stream, s);
     }
     if (stream) hwy::FlushStream();
   };
@@ -201,6 +202,7 @@ void PinvImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode 
       Zeroed(s.rows, p.W_out);
       Zeroed(s.normalizer, p.W_out);
       if (AdjointByPhases(p)) PhasesScratch(p, s);
+      FromPlanesRowScratch<T, X>(p, s);
     };
     const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
       const bool stream = StreamX(p);
@@ -211,7 +213,7 @@ void PinvImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode 
         const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
         // A half y row is widened into z and divided in place.
         ShiftSumDivide(z, y.Row(p, row, z), pr, p.scale * p.scale, T(0), p.W_out);
-        AdjointRow(p, row_of, b, h, x, stream, s.phases);
+        AdjointRow(p, row_of, b, h, x, stream, s);
       }
       if (stream) hwy::FlushStream();
     };
@@ -248,6 +250,7 @@ void PinvImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode 
   }
   const auto make_x = [&](TaskRows<T>& s) {
     if (p.channels_last) Zeroed(s.planes, p.C * p.W);
+    FromPlanesRowScratch<T, X>(p, s);
   };
   const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
     std::vector<T>& planes = s.planes;
@@ -276,8 +279,8 @@ void PinvImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode 
         }
       }
       if (p.channels_last) {
-        ShiftSumFromPlanes(planes.data(), p.W, static_cast<const T*>(nullptr), 0, T(1), p.W, p.C,
-                           x + ChannelsLastRow(p, b, h), stream);
+        FromPlanesToRow(planes.data(), p.W, static_cast<const T*>(nullptr), 0, T(1), p.W, p.C,
+                        x + ChannelsLastRow(p, b, h), stream, s.x_row);
       }
     }
     if (stream) hwy::FlushStream();
