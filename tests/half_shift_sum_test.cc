@@ -349,9 +349,10 @@ TEST(HalfShiftSum, SlicesChunksAndOverflow) {
 // The forward reads a half x in its own bytes through kernels compiled per SIMD target
 // (tiles, skewed rows, phases, transpositions to planes; along H a widening gather), the
 // adjoint and the pseudo-inverses write it (scaled products, planes and phases back to
-// rows, the division by the mask; along H they take sample chunks): each path on every
-// target, tensors one element off their allocation (no vector alignment), bitwise the
-// float32 call on the same target.
+// rows, the division by the mask), the GAP step reads and updates it (skewed rows, phases,
+// tiles; along H they all take sample chunks): each path on every target, tensors one
+// element off their allocation (no vector alignment), bitwise the float32 call on the
+// same target.
 TEST(HalfShiftSum, StoredXEveryPathOnEveryTargetMisaligned) {
   const std::vector<Geometry> shapes = {
       {2, 9, 5, 37, 2, false, NORMKIT_MASK_HW, 0.5},       // NCHW tiles; NHWC skewed rows
@@ -359,6 +360,7 @@ TEST(HalfShiftSum, StoredXEveryPathOnEveryTargetMisaligned) {
       {1, 72, 3, 29, -2, false, NORMKIT_MASK_NONE, 1.0},   // NHWC phases
       {2, 5, 4, 67, 1, false, NORMKIT_MASK_PHI_CHW, 1.0},  // NHWC planes in registers
       {1, 96, 3, 45, 3, false, NORMKIT_MASK_BCHW, 0.25},   // NHWC plane slices
+      {2, 20, 3, 41, -1, false, NORMKIT_MASK_HW, 1.0},     // NHWC skewed GAP rows
   };
   const Pair pairs[] = {{kBF16, kBF16}, {kF16, kF32}, {kF32, kF16}};
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
@@ -367,7 +369,7 @@ TEST(HalfShiftSum, StoredXEveryPathOnEveryTargetMisaligned) {
     for (const Geometry& g : shapes) {
       for (bool cl : {false, true}) {
         for (const Pair& pair : pairs) {
-          for (Op op : {Op::kForward, Op::kAdjoint, Op::kPinvMP, Op::kPinvDBM}) {
+          for (Op op : {Op::kForward, Op::kAdjoint, Op::kPinvMP, Op::kPinvDBM, Op::kGap}) {
             Case c{g, cl, pair};
             c.lead = 1;
             SCOPED_TRACE(Describe(op, c));

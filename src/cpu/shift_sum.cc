@@ -143,27 +143,6 @@ void ShiftSumForwardStored(const normkit_context& ctx, const ShiftSumProblem<flo
 
 namespace {
 
-// y as the adjoint-like passes read it: T values in place, or a half y (T = float) whose
-// rows are widened into a worker's row as they are needed (along W only: a y row of its
-// own for each x row; ShiftSumStored keeps sample chunks along H).
-template <class T>
-struct YSource {
-  const T* plain = nullptr;
-  const void* half = nullptr;
-  kernels::Storage storage = kernels::Storage::kFloat32;
-
-  // y row `row` (over B * H'): in place, or widened into `buffer` (W' values).
-  const T* Row(const ShiftSumProblem<T>& p, int64_t row, T* buffer) const {
-    if (plain) return plain + row * p.W_out;
-    if constexpr (std::is_same_v<T, float>) {
-      const int64_t bytes = kernels::StorageBytes(storage);
-      kernels::WidenToFloat(static_cast<const char*>(half) + row * p.W_out * bytes, storage,
-                            p.W_out, buffer);
-    }
-    return buffer;
-  }
-};
-
 template <class T, class X>
 void AdjointImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, const YSource<T>& y, X* x,
                  ShiftSumScratch<T>& pool) {
@@ -286,27 +265,6 @@ void PinvImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode 
     if (stream) hwy::FlushStream();
   };
   ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make_x, task);
-}
-
-// fn(x as its stored type): X = float, hwy::bfloat16_t or hwy::float16_t.
-template <class Fn>
-void WithStoredX(StoredTensor x, const Fn& fn) {
-  switch (x.storage) {
-    case kernels::Storage::kBFloat16: return fn(static_cast<hwy::bfloat16_t*>(x.data));
-    case kernels::Storage::kFloat16: return fn(static_cast<hwy::float16_t*>(x.data));
-    case kernels::Storage::kFloat32: return fn(static_cast<float*>(x.data));
-  }
-}
-
-YSource<float> YSourceOf(StoredTensor y) {
-  YSource<float> source;
-  if (y.storage == kernels::Storage::kFloat32) {
-    source.plain = static_cast<const float*>(y.data);
-  } else {
-    source.half = y.data;
-    source.storage = y.storage;
-  }
-  return source;
 }
 
 }  // namespace

@@ -103,6 +103,11 @@ void ShiftSumAdjointStored(const normkit_context& ctx, const ShiftSumProblem<flo
                            StoredTensor y, StoredTensor x);
 void ShiftSumPinvStored(const normkit_context& ctx, const ShiftSumProblem<float>& p, PinvMode mode,
                         const float* normalizer, StoredTensor y, StoredTensor x);
+// The GAP step on stored tensors along W, x read and written in its own bytes
+// (shift_sum_gap.cc).
+void ShiftSumGapStepStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,
+                           float lambda, float gamma, const float* normalizer, StoredTensor y,
+                           StoredTensor x);
 
 }  // namespace cpu
 }  // namespace normkit

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // CPU shift-sum: the fused GAP / ADMM step, and the plain shift / unshift.
+#include <type_traits>
 #include <vector>
 
 #include "cpu/shift_sum.h"
@@ -10,28 +11,34 @@ namespace cpu {
 
 using namespace shift_sum_rows;  // NOLINT: this file's own internals
 
-template <class T>
-void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T lambda, T gamma,
-                     const T* given_normalizer, const T* y, T* x, ShiftSumScratch<T>* scratch) {
-  ShiftSumScratch<T> own;
-  ShiftSumScratch<T>& pool = scratch ? *scratch : own;
+namespace {
+
+// The GAP step along W on x stored as X (T, or a half type with T = float: read and
+// written in its own bytes, the updates rounded as they are stored) and y from `y`.
+template <class T, class X>
+void GapStepAlongW(const normkit_context& ctx, const ShiftSumProblem<T>& p, T lambda, T gamma,
+                   const T* given_normalizer, const YSource<T>& y, X* x, ShiftSumScratch<T>& pool) {
   const T step_scale = lambda * p.scale;
   const T* normalizer = SharedNormalizer(ctx, p, given_normalizer, pool.table);
-  if (!p.along_h && p.channels_last && CanSkewGapRows(p)) {
+  const auto y_row_scratch = [&](TaskRows<T>& s) {
+    if (!y.plain) Zeroed(s.y_row, p.W_out);
+  };
+  if (p.channels_last && CanSkewGapRows(p)) {
     // Two rows at a time: A x straight from their [W, C] rows, the residual, and the
     // update of the rows, none transposed (see CanSkewGapRows).
     const auto make = [&](TaskRows<T>& s) {
       Zeroed(s.rows, 2 * p.W_out);
       Zeroed(s.normalizer, p.W_out);
-      SkewScratch(p, s);
+      SkewScratch<T, X>(p, s);
+      y_row_scratch(s);
     };
     const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
       for (int64_t row = begin; row < end; row += 2) {
         const int64_t n = std::min<int64_t>(2, end - row);
         T* res_rows[2] = {s.rows.data(), s.rows.data() + p.W_out};
         // Rows past the range are another task's to update: not read.
-        SkewRows(p, static_cast<const T*>(x), row, n, res_rows, end, s.padded);
-        kernels::ShiftSumSkewAxpyRows<T> update{};
+        SkewRows(p, static_cast<const X*>(x), row, n, res_rows, end, PaddedRows<X>(s));
+        kernels::ShiftSumSkewAxpyRows<T, X> update{};
         update.W = p.W;
         update.C = p.C;
         update.step = p.step;
@@ -39,8 +46,8 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
         for (int64_t i = 0; i < n; ++i) {
           const int64_t b = (row + i) / p.H, h = (row + i) % p.H;
           const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
-          ShiftSumGapResidual(res_rows[i], y + (row + i) * p.W_out, pr, T(1), p.scale * p.scale,
-                              gamma, p.W_out);
+          ShiftSumGapResidual(res_rows[i], y.Row(p, row + i, s.y_row.data()), pr, T(1),
+                              p.scale * p.scale, gamma, p.W_out);
           update.x[i] = x + ChannelsLastRow(p, b, h);
           update.r[i] = res_rows[i];
           update.m[i] = AlignedMask(p, b, 0, h);
@@ -56,6 +63,7 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
       Zeroed(s.rows, p.W_out);
       Zeroed(s.normalizer, p.W_out);
       PhasesScratch(p, s);
+      y_row_scratch(s);
     };
     const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
       GapStepChannelsLastPhases(p, step_scale, gamma, normalizer, y, x, begin, end, s);
@@ -63,41 +71,42 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
     ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
     return;
   }
-  if (!p.along_h) {
-    // Along W, y row h depends on x rows (., h) only: one task forms A x for a tile of
-    // rows, the residual, and updates the C rows of each while they are in cache.
-    const auto make = [&](TaskRows<T>& s) {
-      Zeroed(s.rows, kTileRows * p.W_out);
-      Zeroed(s.normalizer, p.W_out);
-      if (p.channels_last) Zeroed(s.planes, kTileRows * p.C * p.W);
-    };
-    const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
-      std::vector<T>& res = s.rows;
-      std::vector<T>& block = s.planes;
-      const int64_t ahead = std::max<int64_t>(kTileRows, kGapPrefetchBytes / XRowBytes(p));
-      ForTiles(begin, end, p.H, kTileRows, [&](int64_t b, int64_t h0, int64_t h1) {
-        // Channels-first: the rows `ahead` below, requested a channel at a time as the
-        // sums go (see ShiftSumForward; one burst of C rows of requests is partly
-        // dropped). Channels-last: each [W, C] row block is transposed to planes once
-        // (prefetching as it goes), updated, and transposed back.
-        const int64_t pf0 = h0 + ahead, pf1 = std::min(h1 + ahead, p.H);
-        const auto xrow = [&](int64_t c, int64_t h) -> T* {
-          return p.channels_last ? &block[((h - h0) * p.C + c) * p.W]
-                                 : x + ((b * p.C + c) * p.H + h) * p.W;
-        };
-        if (p.channels_last) {
-          for (int64_t h = h0; h < h1; ++h) {
-            const PlanesPrefetch<T> pf = PrefetchAhead(p, x, b * p.H + h, 1);
-            ShiftSumToPlanes(x + ChannelsLastRow(p, b, h), p.W, p.C, p.C, xrow(0, h), p.W, pf.begin,
-                             pf.count);
-          }
+  // Along W, y row h depends on x rows (., h) only: one task forms A x for a tile of
+  // rows, the residual, and updates the C rows of each while they are in cache.
+  const auto make = [&](TaskRows<T>& s) {
+    Zeroed(s.rows, kTileRows * p.W_out);
+    Zeroed(s.normalizer, p.W_out);
+    if (p.channels_last) Zeroed(s.planes, kTileRows * p.C * p.W);
+    FromPlanesRowScratch<T, X>(p, s);
+    y_row_scratch(s);
+  };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+    std::vector<T>& res = s.rows;
+    std::vector<T>& block = s.planes;
+    const int64_t ahead = std::max<int64_t>(kTileRows, kGapPrefetchBytes / XRowBytes(p));
+    ForTiles(begin, end, p.H, kTileRows, [&](int64_t b, int64_t h0, int64_t h1) {
+      // Channels-first: the rows `ahead` below, requested a channel at a time as the
+      // sums go (see ShiftSumForward; one burst of C rows of requests is partly
+      // dropped). Channels-last: each [W, C] row block is transposed to planes once
+      // (prefetching as it goes), updated, and transposed back.
+      const int64_t pf0 = h0 + ahead, pf1 = std::min(h1 + ahead, p.H);
+      const auto plane = [&](int64_t c, int64_t h) { return &block[((h - h0) * p.C + c) * p.W]; };
+      const auto xrow = [&](int64_t c, int64_t h) { return x + ((b * p.C + c) * p.H + h) * p.W; };
+      if (p.channels_last) {
+        for (int64_t h = h0; h < h1; ++h) {
+          const PlanesPrefetch<X> pf = PrefetchAhead(p, static_cast<const X*>(x), b * p.H + h, 1);
+          ShiftSumToPlanes(static_cast<const X*>(x + ChannelsLastRow(p, b, h)), p.W, p.C, p.C,
+                           plane(0, h), p.W, pf.begin, pf.count);
         }
-        std::fill(res.begin(), res.end(), T(0));
-        kernels::ShiftSumTile<T> tile{};  // A x for the tile, as in ShiftSumForward
+      }
+      std::fill(res.begin(), res.end(), T(0));
+      // A x for the tile, as in ShiftSumForward, from the planes or x's rows.
+      const auto sum = [&](const auto* x0) {
+        kernels::ShiftSumTile<T, std::remove_const_t<std::remove_pointer_t<decltype(x0)>>> tile{};
         tile.y = res.data() + p.Offset(0);
         tile.y_row_stride = p.W_out;
         tile.y_channel_step = p.step;
-        tile.x = xrow(0, h0);
+        tile.x = x0;
         tile.x_row_stride = p.channels_last ? p.C * p.W : p.W;
         tile.x_channel_stride = p.channels_last ? p.W : p.H * p.W;
         tile.m = AlignedMask(p, b, 0, h0);
@@ -111,31 +120,50 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
           tile.prefetch_count = (pf1 - pf0) * p.W;
         }
         ShiftSumAccumulateTile(tile);
+      };
+      if (p.channels_last) {
+        sum(static_cast<const T*>(plane(0, h0)));
+      } else {
+        sum(static_cast<const X*>(xrow(0, h0)));
+      }
+      for (int64_t h = h0; h < h1; ++h) {
+        T* rr = &res[(h - h0) * p.W_out];
+        const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
+        ShiftSumGapResidual(rr, y.Row(p, b * p.H + h, s.y_row.data()), pr, p.scale,
+                            p.scale * p.scale, gamma, p.W_out);
+      }
+      if (p.channels_last) {  // the update and the transposition back in one walk
         for (int64_t h = h0; h < h1; ++h) {
-          T* rr = &res[(h - h0) * p.W_out];
-          const T* pr = NormalizerRowOrGiven(p, normalizer, b, h, s.normalizer.data());
-          ShiftSumGapResidual(rr, y + (b * p.H + h) * p.W_out, pr, p.scale, p.scale * p.scale,
-                              gamma, p.W_out);
+          FromPlanesAxpyToRow(plane(0, h), p.W, &res[(h - h0) * p.W_out + p.Offset(0)], p.step,
+                              AlignedMask(p, b, 0, h), MaskChannelStride(p), step_scale, p.W, p.C,
+                              x + ChannelsLastRow(p, b, h), s.x_row);
         }
-        if (p.channels_last) {  // the update and the transposition back in one walk
-          for (int64_t h = h0; h < h1; ++h) {
-            ShiftSumFromPlanesAxpy(xrow(0, h), p.W, &res[(h - h0) * p.W_out + p.Offset(0)], p.step,
-                                   AlignedMask(p, b, 0, h), MaskChannelStride(p), step_scale, p.W,
-                                   p.C, x + ChannelsLastRow(p, b, h));
-          }
-          return;
+        return;
+      }
+      for (int64_t c = 0; c < p.C; ++c) {
+        for (int64_t h = h0; h < h1; ++h) {
+          ShiftSumAxpy(xrow(c, h), &res[(h - h0) * p.W_out + p.Offset(c)], AlignedMask(p, b, c, h),
+                       step_scale, p.W);
         }
-        for (int64_t c = 0; c < p.C; ++c) {
-          for (int64_t h = h0; h < h1; ++h) {
-            ShiftSumAxpy(xrow(c, h), &res[(h - h0) * p.W_out + p.Offset(c)],
-                         AlignedMask(p, b, c, h), step_scale, p.W);
-          }
-        }
-      });
-    };
-    ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
+      }
+    });
+  };
+  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
+}
+
+}  // namespace
+
+template <class T>
+void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T lambda, T gamma,
+                     const T* given_normalizer, const T* y, T* x, ShiftSumScratch<T>* scratch) {
+  ShiftSumScratch<T> own;
+  ShiftSumScratch<T>& pool = scratch ? *scratch : own;
+  if (!p.along_h) {
+    GapStepAlongW(ctx, p, lambda, gamma, given_normalizer, YSource<T>{y}, x, pool);
     return;
   }
+  const T step_scale = lambda * p.scale;
+  const T* normalizer = SharedNormalizer(ctx, p, given_normalizer, pool.table);
   // Along H a y row mixes C different x rows: form the residual for all of y first.
   std::vector<T>& res = pool.ys;
   res.assign(static_cast<size_t>(p.B * p.H_out * p.W_out), T(0));
@@ -165,6 +193,15 @@ void ShiftSumGapStep(const normkit_context& ctx, const ShiftSumProblem<T>& p, T 
     }
   };
   ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make_x, task);
+}
+
+void ShiftSumGapStepStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,
+                           float lambda, float gamma, const float* normalizer, StoredTensor y,
+                           StoredTensor x) {
+  ShiftSumScratch<float> pool;
+  WithStoredX(x, [&](auto* xs) {
+    GapStepAlongW(ctx, p, lambda, gamma, normalizer, YSourceOf(y), xs, pool);
+  });
 }
 
 template <class T>

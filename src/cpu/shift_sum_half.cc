@@ -342,6 +342,10 @@ void ShiftSumStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,
   if (call.op == ShiftSumOp::kPinv && !p.along_h) {
     return ShiftSumPinvStored(ctx, p, call.mode, call.normalizer, call.in, call.out);
   }
+  if (call.op == ShiftSumOp::kGapStep && !p.along_h) {
+    return ShiftSumGapStepStored(ctx, p, call.lambda, call.gamma, call.normalizer, call.in,
+                                 call.out);
+  }
   // One chunk holds a whole call that fits the last-level cache (a reconstruction
   // loop's one image): its three passes beat slices there, each worker's scratch sized by
   // a dry run on a slice (1 x 28 x 256 x 256 bf16: slices 0.63-0.97 of the chunk's speed).

@@ -58,6 +58,7 @@ struct TaskRows {
   std::vector<hwy::float16_t> padded_f16[2];
   std::vector<T> gather;  // one channel's row of channels-last x (XRows)
   std::vector<T> x_row;   // a channels-last x row in float, for a half x (FromPlanesToRow)
+  std::vector<T> y_row;   // a half y row widened (the GAP step's; YSource)
 };
 
 // The TaskRows vectors for padded copies of x rows stored as X.
@@ -89,6 +90,48 @@ struct ShiftSumScratch {
 };
 
 // Runs body(begin, end) over [0, rows) in ranges of whole rows, `row_bytes` each.
+// y as the adjoint-like passes read it: T values in place, or a half y (T = float) whose
+// rows are widened into a worker's row as they are needed (along W only: a y row of its
+// own for each x row; ShiftSumStored keeps sample chunks along H).
+template <class T>
+struct YSource {
+  const T* plain = nullptr;
+  const void* half = nullptr;
+  kernels::Storage storage = kernels::Storage::kFloat32;
+
+  // y row `row` (over B * H'): in place, or widened into `buffer` (W' values).
+  const T* Row(const ShiftSumProblem<T>& p, int64_t row, T* buffer) const {
+    if (plain) return plain + row * p.W_out;
+    if constexpr (std::is_same_v<T, float>) {
+      const int64_t bytes = kernels::StorageBytes(storage);
+      kernels::WidenToFloat(static_cast<const char*>(half) + row * p.W_out * bytes, storage,
+                            p.W_out, buffer);
+    }
+    return buffer;
+  }
+};
+
+// fn(x as its stored type): X = float, hwy::bfloat16_t or hwy::float16_t.
+template <class Fn>
+void WithStoredX(StoredTensor x, const Fn& fn) {
+  switch (x.storage) {
+    case kernels::Storage::kBFloat16: return fn(static_cast<hwy::bfloat16_t*>(x.data));
+    case kernels::Storage::kFloat16: return fn(static_cast<hwy::float16_t*>(x.data));
+    case kernels::Storage::kFloat32: return fn(static_cast<float*>(x.data));
+  }
+}
+
+inline YSource<float> YSourceOf(StoredTensor y) {
+  YSource<float> source;
+  if (y.storage == kernels::Storage::kFloat32) {
+    source.plain = static_cast<const float*>(y.data);
+  } else {
+    source.half = y.data;
+    source.storage = y.storage;
+  }
+  return source;
+}
+
 // Rows a task of ForRowRanges covers.
 inline int64_t RowsPerTask(int64_t row_bytes) {
   return std::max<int64_t>(1, kTaskBytes / std::max<int64_t>(row_bytes, 1));
@@ -119,7 +162,7 @@ void ForRowRanges(const normkit_context& context, int64_t rows, int64_t row_byte
   for (size_t i = 0; i < workers; ++i) {
     TaskRows<T>& s = pool[i];
     for (std::vector<T>* v : {&s.rows, &s.normalizer, &s.planes, &s.mask_planes, &s.phases,
-                              &s.padded[0], &s.padded[1], &s.gather, &s.x_row}) {
+                              &s.padded[0], &s.padded[1], &s.gather, &s.x_row, &s.y_row}) {
       v->clear();
     }
     for (int i = 0; i < 2; ++i) {
@@ -348,6 +391,21 @@ void FromPlanesToRow(const T* a, int64_t a_stride, const T* m, int64_t m_stride,
   } else {
     ShiftSumFromPlanes(a, a_stride, m, m_stride, s, pixels, channels, row.data(), false);
     kernels::NarrowFromFloat(row.data(), pixels * channels, x, kStorageOf<X>, stream);
+  }
+}
+
+// The GAP step's update of a channels-last x row from its planes (ShiftSumFromPlanesAxpy),
+// formed in float in `row` and rounded into x where x is half, as FromPlanesToRow.
+template <class T, class X>
+void FromPlanesAxpyToRow(const T* planes, int64_t plane_stride, const T* r, int64_t r_step,
+                         const T* m, int64_t m_stride, T a, int64_t pixels, int64_t channels, X* x,
+                         std::vector<T>& row) {
+  if constexpr (std::is_same_v<T, X>) {
+    ShiftSumFromPlanesAxpy(planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels, x);
+  } else {
+    ShiftSumFromPlanesAxpy(planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels,
+                           row.data());
+    kernels::NarrowFromFloat(row.data(), pixels * channels, x, kStorageOf<X>, false);
   }
 }
 
@@ -712,16 +770,17 @@ void AdjointRow(const ShiftSumProblem<T>& p, const RowOf& row_of, int64_t b, int
 
 // The GAP step a row at a time the same way: A x by phases, the residual, and the
 // update of the row from the residual's phases (the row is still in L2).
-template <class T>
+template <class T, class X>
 void GapStepChannelsLastPhases(const ShiftSumProblem<T>& p, T step_scale, T gamma,
-                               const T* normalizer, const T* y, T* x, int64_t begin, int64_t end,
-                               TaskRows<T>& s) {
+                               const T* normalizer, const YSource<T>& y, X* x, int64_t begin,
+                               int64_t end, TaskRows<T>& s) {
   T* res = s.rows.data();
   for (int64_t row = begin; row < end; ++row) {
-    const T* next_x = row + 1 < end ? x + (row + 1) * p.W * p.C : nullptr;
-    SumRowByPhases(p, static_cast<const T*>(x), row, next_x, s.phases, res);
+    const X* next_x = row + 1 < end ? x + (row + 1) * p.W * p.C : nullptr;
+    SumRowByPhases(p, static_cast<const X*>(x), row, next_x, s.phases, res);
     const T* pr = NormalizerRowOrGiven(p, normalizer, row / p.H, row % p.H, s.normalizer.data());
-    ShiftSumGapResidual(res, y + row * p.W_out, pr, T(1), p.scale * p.scale, gamma, p.W_out);
+    ShiftSumGapResidual(res, y.Row(p, row, s.y_row.data()), pr, T(1), p.scale * p.scale, gamma,
+                        p.W_out);
     SpreadRowByPhases(p, res, row, step_scale, false, true, s.phases, x);
   }
 }

@@ -318,8 +318,8 @@ void SkewAnyT(const ShiftSumSkewRows<T, X>& s) {
 // store the same values). g[k] lane j holds r[t + offset0 + (c_k + j) * step] for the
 // pixel t being updated; the next pixel of the phase, t + |step|, finds those values
 // one lane down (step > 0) or up, and one new value in the top (bottom) lane.
-template <class T, int NB, int R, bool kMask>
-void SkewAxpyT(const ShiftSumSkewAxpyRows<T>& s) {
+template <class T, class X, int NB, int R, bool kMask>
+void SkewAxpyT(const ShiftSumSkewAxpyRows<T, X>& s) {
   const hn::ScalableTag<T> d;
   const hn::RebindToSigned<decltype(d)> di;
   using TI = hn::TFromD<decltype(di)>;
@@ -337,7 +337,7 @@ void SkewAxpyT(const ShiftSumSkewAxpyRows<T>& s) {
   const int64_t fresh_lane = step > 0 ? L - 1 : 0;
   int64_t first[NB];
   for (int k = 0; k < NB; ++k) first[k] = k + 1 < NB ? k * L : C - L;
-  T* xs[R];
+  X* xs[R];
   const T* rs[R];
   const T* ms[R];
   for (int r = 0; r < R; ++r) {
@@ -355,12 +355,12 @@ void SkewAxpyT(const ShiftSumSkewAxpyRows<T>& s) {
       }
     for (int64_t t = phase; t < W; t += a) {
       for (int r = 0; r < R; ++r) {
-        T* x = xs[r] + t * C;
+        X* x = xs[r] + t * C;
         const V f = hn::Set(d, kMask ? s.a * ms[r][t] : s.a);
         VecSlots<hn::ScalableTag<T>, NB> v;
-        for (int k = 0; k < NB; ++k) v.Set(k, hn::LoadU(d, x + first[k]));
+        for (int k = 0; k < NB; ++k) v.Set(k, LoadF(d, x + first[k]));
         for (int k = 0; k < NB; ++k)
-          hn::StoreU(hn::MulAdd(f, g.Get(r * NB + k), v.Get(k)), d, x + first[k]);
+          StoreF(d, hn::MulAdd(f, g.Get(r * NB + k), v.Get(k)), x + first[k]);
         if (t + a < W) {
           for (int k = 0; k < NB; ++k) {
             const T in = rs[r][t + a + (first[k] + fresh_lane) * step];
@@ -373,21 +373,21 @@ void SkewAxpyT(const ShiftSumSkewAxpyRows<T>& s) {
   }
 }
 
-template <class T, int NB>
-void SkewAxpyBlocksT(const ShiftSumSkewAxpyRows<T>& s) {
+template <class T, class X, int NB>
+void SkewAxpyBlocksT(const ShiftSumSkewAxpyRows<T, X>& s) {
   const bool two = s.x[1] != nullptr;
-  if (s.m[0]) return two ? SkewAxpyT<T, NB, 2, true>(s) : SkewAxpyT<T, NB, 1, true>(s);
-  return two ? SkewAxpyT<T, NB, 2, false>(s) : SkewAxpyT<T, NB, 1, false>(s);
+  if (s.m[0]) return two ? SkewAxpyT<T, X, NB, 2, true>(s) : SkewAxpyT<T, X, NB, 1, true>(s);
+  return two ? SkewAxpyT<T, X, NB, 2, false>(s) : SkewAxpyT<T, X, NB, 1, false>(s);
 }
 
-template <class T>
-void SkewAxpyAnyT(const ShiftSumSkewAxpyRows<T>& s) {
+template <class T, class X>
+void SkewAxpyAnyT(const ShiftSumSkewAxpyRows<T, X>& s) {
   const int64_t L = static_cast<int64_t>(hn::Lanes(hn::ScalableTag<T>()));
   switch ((s.C + L - 1) / L) {
-    case 1: return SkewAxpyBlocksT<T, 1>(s);
-    case 2: return SkewAxpyBlocksT<T, 2>(s);
-    case 3: return SkewAxpyBlocksT<T, 3>(s);
-    default: return SkewAxpyBlocksT<T, 4>(s);
+    case 1: return SkewAxpyBlocksT<T, X, 1>(s);
+    case 2: return SkewAxpyBlocksT<T, X, 2>(s);
+    case 3: return SkewAxpyBlocksT<T, X, 3>(s);
+    default: return SkewAxpyBlocksT<T, X, 4>(s);
   }
 }
 
@@ -515,11 +515,11 @@ void DivideByMaskT(X* HWY_RESTRICT x, const T* HWY_RESTRICT z, const T* HWY_REST
   for (; i < n; ++i) one(d1, i);
 }
 
-template <class T>
-void AxpyT(T* HWY_RESTRICT x, const T* HWY_RESTRICT r, const T* HWY_RESTRICT m, T a, size_t n) {
+template <class T, class X>
+void AxpyT(X* HWY_RESTRICT x, const T* HWY_RESTRICT r, const T* HWY_RESTRICT m, T a, size_t n) {
   ForRow<T>(n, [&](auto d, size_t i) {
     const auto t = m ? hn::Mul(hn::Set(d, a), hn::LoadU(d, m + i)) : hn::Set(d, a);
-    hn::StoreU(hn::MulAdd(t, hn::LoadU(d, r + i), hn::LoadU(d, x + i)), d, x + i);
+    StoreF(d, hn::MulAdd(t, hn::LoadU(d, r + i), LoadF(d, x + i)), x + i);
   });
 }
 
@@ -605,6 +605,8 @@ const ShiftSumStoredXKernelTable<X>* StoredXKernelTableT() {
       [](X* x, const float* z, const float* m, int64_t n, bool stream) {
         stream ? DivideByMaskT<true>(x, z, m, n) : DivideByMaskT<false>(x, z, m, n);
       },
+      [](const ShiftSumSkewAxpyRows<float, X>& rows) { SkewAxpyAnyT(rows); },
+      [](X* x, const float* r, const float* m, float a, int64_t n) { AxpyT(x, r, m, a, n); },
   };
   return &kTable;
 }

@@ -9,8 +9,8 @@
 // they widen it as they load it (exactly), so a half x is read in its own bytes, with
 // the bits of the float kernel on the widened values. The kernels that write x (the
 // adjoint's and the pseudo-inverses': scaled products, planes back to rows, phases back
-// to rows, the division by the mask) round the float result to X as they store it,
-// to nearest even (ShiftSumStoredXKernelTable).
+// to rows, the division by the mask; the GAP step's updates) round the float result to X
+// as they store it, to nearest even (ShiftSumStoredXKernelTable).
 #ifndef NORMKIT_CPU_KERNELS_SHIFT_SUM_H_
 #define NORMKIT_CPU_KERNELS_SHIFT_SUM_H_
 
@@ -168,17 +168,17 @@ void ShiftSumPhasesAdjoint(const ShiftSumPhaseAdjointRow<T, X>& row);
 // apart): one lane moves in, the rest move one lane over. Requires
 // ShiftSumSkewAxpyMinChannels<T>() <= C <= ShiftSumSkewMaxChannels<T>() and
 // 1 <= |step| <= W; reads and writes only x's rows.
-template <class T>
+template <class T, class X = T>
 struct ShiftSumSkewAxpyRows {
-  T* x[2];  // x[1] null: one row
+  X* x[2];  // x[1] null: one row
   const T* r[2];
   const T* m[2];
   int64_t W, C, step;
   T a;
 };
 
-template <class T>
-void ShiftSumSkewAxpy(const ShiftSumSkewAxpyRows<T>& rows);
+template <class T, class X>
+void ShiftSumSkewAxpy(const ShiftSumSkewAxpyRows<T, X>& rows);
 
 // The fewest channels ShiftSumSkewAxpy takes on the dispatched target (one vector).
 template <class T>
@@ -245,8 +245,8 @@ template <class T, class X>
 void ShiftSumDivideByMask(X* x, const T* z, const T* m, int64_t n, bool stream);
 
 // x[i] += a * m[i] * r[i]
-template <class T>
-void ShiftSumAxpy(T* x, const T* r, const T* m, T a, int64_t n);
+template <class T, class X>
+void ShiftSumAxpy(X* x, const T* r, const T* m, T a, int64_t n);
 
 // The entry points of one stored type on one SIMD target (kernels/shift_sum.cc fills
 // it from the kernel templates); the functions above call through it.
@@ -295,6 +295,8 @@ struct ShiftSumStoredXKernelTable {
   void (*from_planes)(const float* a, int64_t a_stride, const float* m, int64_t m_stride, float s,
                       int64_t pixels, int64_t channels, X* x, bool stream);
   void (*divide_by_mask)(X* x, const float* z, const float* m, int64_t n, bool stream);
+  void (*skew_axpy)(const ShiftSumSkewAxpyRows<float, X>& rows);
+  void (*axpy)(X* x, const float* r, const float* m, float a, int64_t n);
 };
 
 template <class X>
@@ -344,9 +346,13 @@ void ShiftSumPhasesAdjoint(const ShiftSumPhaseAdjointRow<T, X>& row) {
     ShiftSumStoredXKernels<X>().phases_adjoint(row);
   }
 }
-template <class T>
-void ShiftSumSkewAxpy(const ShiftSumSkewAxpyRows<T>& rows) {
-  ShiftSumKernels<T>().skew_axpy(rows);
+template <class T, class X>
+void ShiftSumSkewAxpy(const ShiftSumSkewAxpyRows<T, X>& rows) {
+  if constexpr (std::is_same_v<T, X>) {
+    ShiftSumKernels<T>().skew_axpy(rows);
+  } else {
+    ShiftSumStoredXKernels<X>().skew_axpy(rows);
+  }
 }
 template <class T>
 int64_t ShiftSumSkewAxpyMinChannels() {
@@ -412,9 +418,13 @@ void ShiftSumDivideByMask(X* x, const T* z, const T* m, int64_t n, bool stream) 
     ShiftSumStoredXKernels<X>().divide_by_mask(x, z, m, n, stream);
   }
 }
-template <class T>
-void ShiftSumAxpy(T* x, const T* r, const T* m, T a, int64_t n) {
-  ShiftSumKernels<T>().axpy(x, r, m, a, n);
+template <class T, class X>
+void ShiftSumAxpy(X* x, const T* r, const T* m, T a, int64_t n) {
+  if constexpr (std::is_same_v<T, X>) {
+    ShiftSumKernels<T>().axpy(x, r, m, a, n);
+  } else {
+    ShiftSumStoredXKernels<X>().axpy(x, r, m, a, n);
+  }
 }
 
 }  // namespace kernels
