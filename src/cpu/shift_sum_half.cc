@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// The shift-sum family on bfloat16 / float16 tensors. The forward reads x as stored
-// (ShiftSumForwardStored, shift_sum.cc). The other operators: the float32 drivers run on
+// The shift-sum family on bfloat16 / float16 tensors. Along W the forward, adjoint,
+// pseudo-inverses and GAP step read and write x as stored (ShiftSum*Stored, shift_sum.cc
+// and shift_sum_gap.cc). The others (along H; shift, unshift): the float32 drivers run on
 // pieces of the call (slices of rows along W, chunks of whole samples along H), each tensor of
 // the piece widened into a float scratch that stays in cache, its output rounded back
 // to nearest even. So a half call reads and writes its own bytes in DRAM once, and
 // gives bitwise the float32 call on its widened values, rounded (every y row is one
 // task summing channels in a fixed order, whatever the rows around it). Not the last
-// word on speed: the piece passes through the cache three times (the forward's storage /
-// math split of the row kernels does not), see docs/performance.md.
+// word on speed: the piece passes through the cache three times (the storage / math
+// split of the row kernels does not), see docs/performance.md.
 #include <algorithm>
 #include <utility>
 #include <vector>
