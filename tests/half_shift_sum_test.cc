@@ -295,15 +295,13 @@ TEST(HalfShiftSum, EveryOpPairAndPath) {
   }
 }
 
-// Calls of several pieces. Along W, calls over 8 MiB of float (these 3x28x96x256 x and
-// their y: 8.6 MB) run as slices of rows (1 MiB of float: 35 of these rows, so three
-// slices a sample, the last shorter; channels-last in-register planes at C = 28, phases
-// at 72 (past the skewed rows' four vectors), plane slices at 80) with every mask kind
-// (the per-channel planes of a mask keep the whole call's stride, the per-sample ones
-// and a given Phi_s are offset to the slice's sample and rows, a shared Phi_s is
-// computed once). Along H, chunks of whole samples (8 MB of float: 2.8 MB samples run
-// as chunks of two and one). Three threads. Then float16 sums past its largest value.
-TEST(HalfShiftSum, SlicesChunksAndOverflow) {
+// Large calls (these 3x28x96x256 x and their y: 8.6 MB of float) over several tasks and
+// threads with every mask kind, given and shared Phi_s: along W read and written as
+// stored (channels-last in-register planes at C = 28, phases at 72, past the skewed rows'
+// four vectors, plane slices at 80); along H in chunks of whole samples (8 MB of float:
+// 2.8 MB samples run as chunks of two and one). Three threads. Then float16 sums past its
+// largest value.
+TEST(HalfShiftSum, LargeCallsAndOverflow) {
   const Geometry big_hw{3, 28, 96, 256, 2, false, NORMKIT_MASK_HW, 1.0};
   const Geometry big_chw{3, 28, 96, 256, 2, false, NORMKIT_MASK_CHW, 1.0};
   const Geometry big_bchw{3, 28, 96, 256, -1, false, NORMKIT_MASK_BCHW, 1.0};
@@ -350,9 +348,9 @@ TEST(HalfShiftSum, SlicesChunksAndOverflow) {
 // (tiles, skewed rows, phases, transpositions to planes; along H a widening gather), the
 // adjoint and the pseudo-inverses write it (scaled products, planes and phases back to
 // rows, the division by the mask), the GAP step reads and updates it (skewed rows, phases,
-// tiles; along H they all take sample chunks): each path on every target, tensors one
-// element off their allocation (no vector alignment), bitwise the float32 call on the
-// same target.
+// tiles), the shift and unshift move it (along H all but the forward take sample
+// chunks): each path on every target, tensors one element off their allocation (no
+// vector alignment), bitwise the float32 call on the same target.
 TEST(HalfShiftSum, StoredXEveryPathOnEveryTargetMisaligned) {
   const std::vector<Geometry> shapes = {
       {2, 9, 5, 37, 2, false, NORMKIT_MASK_HW, 0.5},       // NCHW tiles; NHWC skewed rows
@@ -369,7 +367,7 @@ TEST(HalfShiftSum, StoredXEveryPathOnEveryTargetMisaligned) {
     for (const Geometry& g : shapes) {
       for (bool cl : {false, true}) {
         for (const Pair& pair : pairs) {
-          for (Op op : {Op::kForward, Op::kAdjoint, Op::kPinvMP, Op::kPinvDBM, Op::kGap}) {
+          for (Op op : kOps) {
             Case c{g, cl, pair};
             c.lead = 1;
             SCOPED_TRACE(Describe(op, c));

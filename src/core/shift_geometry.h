@@ -32,9 +32,6 @@ struct ShiftSumProblem {
   int64_t base = 0;  // (C-1) * max(0, -step): makes every channel's offset >= 0
   ShiftMask mask_kind = ShiftMask::kNone;
   const T* mask = nullptr;
-  // Elements between the mask's channel planes; 0: H * W (H' * W' for Phi masks). A
-  // slice of rows of a taller problem keeps the taller one's (cpu/shift_sum_half.cc).
-  int64_t mask_plane = 0;
   T scale = T(1);
 
   NORMKIT_HOST_DEVICE int64_t Offset(int64_t c) const { return c * step + base; }

@@ -104,6 +104,13 @@ void ShiftSumAdjointStored(const normkit_context& ctx, const ShiftSumProblem<flo
                            StoredTensor y, StoredTensor x);
 void ShiftSumPinvStored(const normkit_context& ctx, const ShiftSumProblem<float>& p, PinvMode mode,
                         const float* normalizer, StoredTensor y, StoredTensor x);
+// The shift and unshift on stored tensors along W, each row converted through float
+// (shift_sum_gap.cc).
+void ShiftStored(const normkit_context& ctx, const ShiftSumProblem<float>& p, StoredTensor x,
+                 StoredTensor xs);
+void UnshiftStored(const normkit_context& ctx, const ShiftSumProblem<float>& p, StoredTensor xs,
+                   StoredTensor x);
+
 // The GAP step on stored tensors along W, x read and written in its own bytes
 // (shift_sum_gap.cc).
 void ShiftSumGapStepStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,

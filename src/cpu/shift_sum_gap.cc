@@ -289,6 +289,103 @@ void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x
   ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
 }
 
+namespace {
+
+// n values of a row from src (stored as XI) to dst (stored as XO) through float: the
+// values of the float32 copy on the widened src, rounded (a signalling NaN comes out
+// quieted, as there). `buffer`: n floats where both are half.
+template <class XI, class XO>
+void ConvertRow(const XI* src, XO* dst, int64_t n, float* buffer) {
+  const float* values = buffer;
+  if constexpr (std::is_same_v<XI, float>) {
+    values = src;
+  } else if constexpr (std::is_same_v<XO, float>) {
+    return kernels::WidenToFloat(src, kStorageOf<XI>, n, dst);
+  } else {
+    kernels::WidenToFloat(src, kStorageOf<XI>, n, buffer);
+  }
+  if constexpr (std::is_same_v<XO, float>) {
+    std::copy(values, values + n, dst);
+  } else {
+    kernels::NarrowFromFloat(values, n, dst, kStorageOf<XO>, false);
+  }
+}
+
+// Shift along W from x stored as XI into xs stored as XO (the float32 Shift's rows).
+template <class XI, class XO>
+void ShiftAlongW(const normkit_context& ctx, const ShiftSumProblem<float>& p, const XI* x, XO* xs) {
+  ShiftSumScratch<float> pool;
+  const auto make = [&](TaskRows<float>& s) {
+    if (p.channels_last) {
+      Zeroed(s.planes, p.C * p.W_out);
+      if (!std::is_same_v<XO, float>) Zeroed(s.x_row, p.W_out * p.C);
+    }
+    Zeroed(s.rows, p.W);
+  };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<float>& s) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t b = row / p.H_out, r = row % p.H_out;
+      if (p.channels_last) {
+        std::fill(s.planes.begin(), s.planes.end(), 0.0f);
+        ShiftSumToPlanes(x + ChannelsLastRow(p, b, r), p.W, p.C, p.C, &s.planes[p.Offset(0)],
+                         p.W_out + p.step);
+        FromPlanesToRow(s.planes.data(), p.W_out, static_cast<const float*>(nullptr), 0, 1.0f,
+                        p.W_out, p.C, xs + row * p.W_out * p.C, false, s.x_row);
+        continue;
+      }
+      for (int64_t c = 0; c < p.C; ++c) {
+        XO* dst = xs + ((b * p.C + c) * p.H_out + r) * p.W_out;
+        std::fill(dst, dst + p.W_out, XO{});
+        ConvertRow(x + ((b * p.C + c) * p.H + r) * p.W, dst + p.Offset(c), p.W, s.rows.data());
+      }
+    }
+  };
+  ForRowRanges<float>(ctx, p.B * p.H_out, XRowBytes(p), pool.workers, make, task);
+}
+
+// Unshift along W from xs stored as XI into x stored as XO (the float32 Unshift's rows).
+template <class XI, class XO>
+void UnshiftAlongW(const normkit_context& ctx, const ShiftSumProblem<float>& p, const XI* xs,
+                   XO* x) {
+  ShiftSumScratch<float> pool;
+  const auto make = [&](TaskRows<float>& s) {
+    if (p.channels_last) Zeroed(s.planes, p.C * p.W_out);
+    FromPlanesRowScratch<float, XO>(p, s);
+    Zeroed(s.rows, p.W);
+  };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<float>& s) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t b = row / p.H, h = row % p.H;
+      if (p.channels_last) {
+        ShiftSumToPlanes(xs + row * p.W_out * p.C, p.W_out, p.C, p.C, s.planes.data(), p.W_out);
+        FromPlanesToRow(&s.planes[p.Offset(0)], p.W_out + p.step,
+                        static_cast<const float*>(nullptr), 0, 1.0f, p.W, p.C,
+                        x + ChannelsLastRow(p, b, h), false, s.x_row);
+        continue;
+      }
+      for (int64_t c = 0; c < p.C; ++c) {
+        ConvertRow(xs + ((b * p.C + c) * p.H_out + h) * p.W_out + p.Offset(c),
+                   x + ((b * p.C + c) * p.H + h) * p.W, p.W, s.rows.data());
+      }
+    }
+  };
+  ForRowRanges<float>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
+}
+
+}  // namespace
+
+void ShiftStored(const normkit_context& ctx, const ShiftSumProblem<float>& p, StoredTensor x,
+                 StoredTensor xs) {
+  WithStoredX(x,
+              [&](auto* in) { WithStoredX(xs, [&](auto* out) { ShiftAlongW(ctx, p, in, out); }); });
+}
+
+void UnshiftStored(const normkit_context& ctx, const ShiftSumProblem<float>& p, StoredTensor xs,
+                   StoredTensor x) {
+  WithStoredX(
+      xs, [&](auto* in) { WithStoredX(x, [&](auto* out) { UnshiftAlongW(ctx, p, in, out); }); });
+}
+
 #define NORMKIT_INSTANTIATE_SHIFT_SUM_GAP(T)                                                \
   template void ShiftSumGapStep<T>(const normkit_context&, const ShiftSumProblem<T>&, T, T, \
                                    const T*, const T*, T*, ShiftSumScratch<T>*);            \

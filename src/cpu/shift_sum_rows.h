@@ -226,7 +226,6 @@ std::pair<int64_t, int64_t> ChannelsReaching(const ShiftSumProblem<T>& p, int64_
 // Elements between a mask's channel planes.
 template <class T>
 int64_t MaskPlane(const ShiftSumProblem<T>& p) {
-  if (p.mask_plane) return p.mask_plane;
   return p.PhiMask() ? p.H_out * p.W_out : p.H * p.W;
 }
 
