@@ -2,8 +2,8 @@
 // The shift-sum family on bfloat16 / float16 tensors, in every dtype pair: bitwise the
 // float32 call on the widened values, rounded to the output's format, and (forward,
 // adjoint, shift, unshift) against the double references of shift_sum_reference.h on
-// the paths each geometry takes, including calls split into slices of rows and chunks
-// of samples.
+// the paths each geometry takes, including large calls over many tasks and chunks of
+// samples (along H).
 #include <cmath>
 #include <cstring>
 #include <iterator>

@@ -63,12 +63,11 @@ void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x
              ShiftSumScratch<T>* scratch = nullptr);
 
 // bfloat16 / float16 tensors (shift_sum_half.cc): a tensor of the call and how it is
-// stored. Along W the forward, adjoint, pseudo-inverses and GAP step read and write x as
-// stored (ShiftSum*Stored below); the others run the float32 operators above on pieces
-// of the call (slices of rows along W, chunks of samples along H), each tensor of the
-// piece widened into a float scratch and its output rounded back to nearest even. Either
-// way a half call gives bitwise the float32 call on the widened values, rounded. Masks,
-// normalizers and parameters are float32.
+// stored. The operators read and write x as stored (ShiftSum*Stored below), except along
+// H, where all but the forward run the float32 operators above on chunks of samples,
+// each tensor of the chunk widened into a float scratch and its output rounded back to
+// nearest even. Either way a half call gives bitwise the float32 call on the widened
+// values, rounded. Masks, normalizers and parameters are float32.
 // Every scratch is allocated before any output is written.
 struct StoredTensor {
   void* data;
