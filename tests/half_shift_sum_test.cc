@@ -4,6 +4,7 @@
 // adjoint, shift, unshift) against the double references of shift_sum_reference.h on
 // the paths each geometry takes, including large calls over many tasks and chunks of
 // samples (along H).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -173,8 +174,11 @@ void RunCase(Op op, const Case& c, int threads) {
   // The stored call's tensors, and float32 tensors holding their widened values.
   Buffer in(c.pair.in, n_in, c.lead), out(c.pair.out, n_out, c.lead), in_wide(kF32, n_in),
       out_wide(kF32, n_out);
-  const std::vector<float> in_values = RandomVector(n_in, 22, -c.magnitude, c.magnitude);
-  const std::vector<float> x_values = RandomVector(n_out, 23, -c.magnitude, c.magnitude);
+  // Drawn in [-1, 1] and scaled: a range of 2 * magnitude may pass FLT_MAX.
+  std::vector<float> in_values = RandomVector(n_in, 22, -1.0f, 1.0f);
+  std::vector<float> x_values = RandomVector(n_out, 23, -1.0f, 1.0f);
+  for (float& v : in_values) v *= c.magnitude;
+  for (float& v : x_values) v *= c.magnitude;
   for (int64_t i = 0; i < n_in; ++i) {
     in.Set(i, in_values[static_cast<size_t>(i)]);
     in_wide.Set(i, static_cast<float>(in.Get(i)));
@@ -246,13 +250,21 @@ void RunCase(Op op, const Case& c, int threads) {
           }
     mag.assign(want.size(), 0.0);
   }
+  // Past the output format's largest value a result is Inf; where the magnitudes summed
+  // reach float's, a partial sum may overflow (Inf, or NaN from opposite Infs); the sums
+  // are scaled after they are made.
+  const double unscaled = 1.0 / std::min(g.scale, 1.0);
+  const double largest = out.dtype == kF16 ? 65504.0 : 3.4028234663852886e38;
+  const double sum_error = 4.0 * static_cast<double>(g.C + 2) * 1.2e-7;
   int64_t wrong = 0;
   for (int64_t i = 0; i < n_out; ++i) {
     const double w = want[static_cast<size_t>(i)], got = out.Get(i);
-    const double tol = UnitAt(w, out.dtype) +
-                       4.0 * static_cast<double>(g.C + 2) * 1.2e-7 * mag[static_cast<size_t>(i)];
-    if (!(std::fabs(got - w) <= tol) && !(std::isinf(got) && std::fabs(w) > 65504.0) &&
-        wrong++ < 5) {
+    const double m = mag[static_cast<size_t>(i)];
+    const double tol = UnitAt(w, out.dtype) + sum_error * m;
+    const bool overflows =
+        (std::isinf(got) && std::fabs(w) > largest) ||
+        (!std::isfinite(got) && m * unscaled * (1.0 + sum_error) >= 3.4028234663852886e38);
+    if (!(std::fabs(got - w) <= tol) && !overflows && wrong++ < 5) {
       ADD_FAILURE() << "element " << i << ": got " << got << ", want " << w;
     }
   }
@@ -378,6 +390,36 @@ TEST(HalfShiftSum, StoredXEveryPathOnEveryTargetMisaligned) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
+}
+
+// bfloat16 keeps float's exponent range: values near FLT_MAX (sums that stay finite, and
+// sums past it, Inf as the float result rounds) and bfloat16 subnormals, on every op and
+// path, through the stored-x kernels of this CPU's target.
+TEST(HalfShiftSum, BfloatNearFloatMaxAndSubnormal) {
+  const std::vector<Geometry> shapes = {
+      {2, 9, 5, 37, 2, false, NORMKIT_MASK_HW, 0.5},       // NCHW tiles; NHWC skewed rows
+      {2, 4, 7, 9, -1, true, NORMKIT_MASK_CHW, 1.0},       // along H, both layouts
+      {1, 72, 3, 29, -2, false, NORMKIT_MASK_NONE, 1.0},   // NHWC phases
+      {2, 5, 4, 67, 1, false, NORMKIT_MASK_PHI_CHW, 1.0},  // NHWC planes in registers
+      {1, 96, 3, 45, 3, false, NORMKIT_MASK_BCHW, 0.25},   // NHWC plane slices
+  };
+  const Pair pairs[] = {{kBF16, kBF16}, {kBF16, kF32}, {kF32, kBF16}};
+  for (const Geometry& g : shapes) {
+    const float magnitudes[] = {3.0e38f / static_cast<float>(g.C + 1), 3.0e38f, 3.0e-38f};
+    for (float magnitude : magnitudes) {
+      for (bool cl : {false, true}) {
+        for (const Pair& pair : pairs) {
+          for (Op op : kOps) {
+            Case c{g, cl, pair};
+            c.magnitude = magnitude;
+            c.lead = 1;
+            SCOPED_TRACE(Describe(op, c) + " magnitude " + std::to_string(magnitude));
+            RunCase(op, c, 2);
+          }
+        }
+      }
+    }
+  }
 }
 
 // x written past the last-level cache is streamed (non-temporal stores of the rounded
