@@ -424,7 +424,7 @@ TEST(HalfShiftSum, BfloatNearFloatMaxAndSubnormal) {
 
 // x written past the last-level cache is streamed (non-temporal stores of the rounded
 // values, peeled to a vector boundary): the adjoint and both pseudo-inverses on 27 MB of
-// float x, half x on and off a vector boundary.
+// float x, half x on and off a vector boundary; shift and unshift writing float32.
 TEST(HalfShiftSum, StreamedX) {
   const Geometry g{2, 8, 130, 3200, 2, false, NORMKIT_MASK_HW, 0.25};
   ASSERT_GE(g.B * g.C * g.H * g.W * 4, int64_t{24} << 20);
@@ -437,7 +437,12 @@ TEST(HalfShiftSum, StreamedX) {
               {Op::kAdjoint, true, {kF32, kF16}, 0},
               {Op::kPinvDBM, false, {kF16, kF16}, 0},
               {Op::kPinvDBM, true, {kBF16, kBF16}, 1},
-              {Op::kPinvMP, true, {kF32, kBF16}, 3}};
+              {Op::kPinvMP, true, {kF32, kBF16}, 3},
+              // The stack or x in float32 past the threshold: shift and unshift stream it
+              // (rows of the stack walked as one span, peeled once).
+              {Op::kShift, false, {kBF16, kF32}, 1},
+              {Op::kShift, true, {kF16, kF32}, 0},
+              {Op::kUnshift, false, {kF16, kF32}, 3}};
   for (const auto& run : runs) {
     Case c{g, run.channels_last, run.pair};
     c.lead = run.lead;

@@ -103,8 +103,8 @@ void ShiftSumAdjointStored(const normkit_context& ctx, const ShiftSumProblem<flo
                            StoredTensor y, StoredTensor x);
 void ShiftSumPinvStored(const normkit_context& ctx, const ShiftSumProblem<float>& p, PinvMode mode,
                         const float* normalizer, StoredTensor y, StoredTensor x);
-// The shift and unshift on stored tensors along W, each row converted through float
-// (shift_sum_gap.cc).
+// The shift and unshift on stored tensors (shift_sum_gap.cc): channels-first in either
+// direction, channels-last along W; each value widened and rounded as the float copy's.
 void ShiftStored(const normkit_context& ctx, const ShiftSumProblem<float>& p, StoredTensor x,
                  StoredTensor xs);
 void UnshiftStored(const normkit_context& ctx, const ShiftSumProblem<float>& p, StoredTensor xs,

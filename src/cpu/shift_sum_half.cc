@@ -175,8 +175,12 @@ void SampleChunks(const normkit_context& ctx, const ShiftSumProblem<float>& p,
 void ShiftSumStored(const normkit_context& ctx, const ShiftSumProblem<float>& p,
                     const ShiftSumStoredCall& call) {
   // Along H the forward still reads its x rows in place (a y row sums C of them); the
-  // operators that write x rows from y rows take sample chunks there.
-  if (call.op != ShiftSumOp::kForward && p.along_h) return SampleChunks(ctx, p, call);
+  // operators that write x rows from y rows take sample chunks there, but for the
+  // channels-first shift / unshift (whole rows copied in either direction).
+  const bool stack = call.op == ShiftSumOp::kShift || call.op == ShiftSumOp::kUnshift;
+  if (call.op != ShiftSumOp::kForward && p.along_h && !(stack && !p.channels_last)) {
+    return SampleChunks(ctx, p, call);
+  }
   switch (call.op) {
     case ShiftSumOp::kForward: return ShiftSumForwardStored(ctx, p, call.in, call.out);
     case ShiftSumOp::kAdjoint: return ShiftSumAdjointStored(ctx, p, call.in, call.out);

@@ -33,6 +33,7 @@ using kernels::ShiftSumDivideByMask;
 using kernels::ShiftSumFromPlanes;
 using kernels::ShiftSumFromPlanesAxpy;
 using kernels::ShiftSumGapResidual;
+using kernels::ShiftSumPlaceWindows;
 using kernels::ShiftSumScale;
 using kernels::ShiftSumScaledProduct;
 using kernels::ShiftSumToPlanes;

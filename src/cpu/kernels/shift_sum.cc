@@ -523,6 +523,80 @@ void AxpyT(X* HWY_RESTRICT x, const T* HWY_RESTRICT r, const T* HWY_RESTRICT m, 
   });
 }
 
+// ShiftSumPlaceWindows in math type T (float or double), the rows walked as one span (so
+// that only its ends are peeled: a row of seed 003's bfloat16 stack is 620 bytes, and
+// plain stores of each row's ends between streamed lines left it at 0.25-0.39 of a
+// copy). A vector lies in a window, in zeros, across an edge of a window (the window's
+// first or last vector, its lanes moved into place in registers; assembled in memory
+// instead, the load waits for every streamed store before it) or across rows (the
+// rows' parts, each zero outside its row, or-ed).
+template <bool kStream, class T, class XI, class XO>
+void PlaceWindowsT(const ShiftSumWindowRows<XI, XO>& s) {
+  const hn::ScalableTag<T> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  using TI = hn::TFromD<decltype(di)>;
+  const hn::CappedTag<T, 1> d1;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d)), len = s.len;
+  // Lanes l of row k at columns c + l (c may be negative), zero outside the window.
+  const auto row_vector = [&](auto dt, int64_t k, int64_t c) {
+    const XI* HWY_RESTRICT src = s.src[k];
+    const int64_t n = static_cast<int64_t>(hn::Lanes(dt)), at = s.at[k], end = at + len;
+    if (src == nullptr || c + n <= at || c >= end) return hn::Zero(dt);
+    if (c >= at && c + n <= end) return LoadF(dt, src + (c - at));
+    if constexpr (hn::MaxLanes(decltype(dt)()) > 1) {
+      const auto lane = hn::Iota(di, TI(0));
+      if (len >= N && c < at) {  // lanes [at - c, N): the window's first values
+        const TI k0 = static_cast<TI>(at - c);
+        const auto idx = hn::Max(hn::Sub(lane, hn::Set(di, k0)), hn::Zero(di));
+        const auto v = hn::TableLookupLanes(LoadF(d, src), hn::IndicesFromVec(d, idx));
+        return hn::IfThenZeroElse(hn::FirstN(d, static_cast<size_t>(k0)), v);
+      }
+      if (len >= N) {  // lanes [0, end - c): the window's last values
+        const TI k1 = static_cast<TI>(end - c);
+        const auto idx = hn::Min(hn::Add(lane, hn::Set(di, static_cast<TI>(N) - k1)),
+                                 hn::Set(di, static_cast<TI>(N - 1)));
+        const auto v = hn::TableLookupLanes(LoadF(d, src + (len - N)), hn::IndicesFromVec(d, idx));
+        return hn::IfThenElseZero(hn::FirstN(d, static_cast<size_t>(k1)), v);
+      }
+      auto v = hn::Zero(d);  // a window shorter than a vector: lane by lane
+      for (int64_t l = std::max<int64_t>(0, at - c); l < N && c + l < end; ++l) {
+        const auto only_l = hn::AndNot(hn::FirstN(d, static_cast<size_t>(l)),
+                                       hn::FirstN(d, static_cast<size_t>(l + 1)));
+        v = hn::IfThenElse(only_l, hn::Set(d, hn::GetLane(LoadF(d1, src + (c + l - at)))), v);
+      }
+      return v;
+    } else {
+      return hn::Zero(dt);  // unreachable: one lane is in the window or out of it
+    }
+  };
+  const int64_t total = s.rows * s.width;
+  int64_t t = 0, k = 0, c = 0;  // position in the span, its row and column
+  const auto advance = [&](int64_t n) {
+    t += n;
+    c += n;
+    while (c >= s.width && k + 1 < s.rows) c -= s.width, ++k;
+  };
+  if constexpr (kStream) {  // Stream needs aligned addresses: peel to the next one
+    while (t < total && !IsVectorAligned(d, s.dst + t)) {
+      StoreF(d1, row_vector(d1, k, c), s.dst + t);
+      advance(1);
+    }
+  }
+  for (; t + N <= total; advance(N)) {
+    auto v = row_vector(d, k, c);
+    for (int64_t kk = k + 1, cc = c - s.width; cc + N > 0 && kk < s.rows; ++kk, cc -= s.width) {
+      v = hn::Or(v, row_vector(d, kk, cc));  // rows shorter than a vector: more than two
+    }
+    PutF<kStream>(d, v, s.dst + t);
+  }
+  for (; t < total; advance(1)) StoreF(d1, row_vector(d1, k, c), s.dst + t);
+}
+
+template <class T, class XI, class XO>
+void PlaceWindowsAny(const ShiftSumWindowRows<XI, XO>& rows) {
+  rows.stream ? PlaceWindowsT<true, T>(rows) : PlaceWindowsT<false, T>(rows);
+}
+
 // The entry points of one stored type T, as a table of function pointers: HWY_EXPORT takes
 // plain functions, so one exported function per type returns its table (a new storage type
 // adds one line here and one in the dispatch below, no kernel body).
@@ -568,6 +642,7 @@ const ShiftSumKernelTable<T>* KernelTableT() {
         stream ? DivideByMaskT<true>(x, z, m, n) : DivideByMaskT<false>(x, z, m, n);
       },
       [](T* x, const T* r, const T* m, T a, int64_t n) { AxpyT(x, r, m, a, n); },
+      [](const ShiftSumWindowRows<T, T>& rows) { PlaceWindowsAny<T>(rows); },
   };
   return &kTable;
 }
@@ -607,6 +682,9 @@ const ShiftSumStoredXKernelTable<X>* StoredXKernelTableT() {
       },
       [](const ShiftSumSkewAxpyRows<float, X>& rows) { SkewAxpyAnyT(rows); },
       [](X* x, const float* r, const float* m, float a, int64_t n) { AxpyT(x, r, m, a, n); },
+      [](const ShiftSumWindowRows<X, X>& rows) { PlaceWindowsAny<float>(rows); },
+      [](const ShiftSumWindowRows<X, float>& rows) { PlaceWindowsAny<float>(rows); },
+      [](const ShiftSumWindowRows<float, X>& rows) { PlaceWindowsAny<float>(rows); },
   };
   return &kTable;
 }

@@ -248,6 +248,24 @@ void ShiftSumDivideByMask(X* x, const T* z, const T* m, int64_t n, bool stream);
 template <class T, class X>
 void ShiftSumAxpy(X* x, const T* r, const T* m, T a, int64_t n);
 
+// Rows of the shifted stack or of x, for shift / unshift: `rows` rows of `width` values,
+// contiguous from dst; row k is zeros but [at[k], at[k] + len) = src[k][0, len) (src[k]
+// null: all zeros), each value widened from XI and stored as XO (a half XO rounded to
+// nearest even: the float copy's bits, a signalling NaN quieted). `stream`:
+// non-temporal stores (the caller fences).
+template <class XI, class XO>
+struct ShiftSumWindowRows {
+  const XI* const* src;
+  const int64_t* at;
+  int64_t len;
+  int64_t rows;
+  int64_t width;
+  XO* dst;
+  bool stream;
+};
+template <class XI, class XO>
+void ShiftSumPlaceWindows(const ShiftSumWindowRows<XI, XO>& rows);
+
 // The entry points of one stored type on one SIMD target (kernels/shift_sum.cc fills
 // it from the kernel templates); the functions above call through it.
 template <class T>
@@ -275,6 +293,7 @@ struct ShiftSumKernelTable {
   void (*gap_residual)(T* r, const T* y, const T* p, T scale, T a, T b, int64_t n);
   void (*divide_by_mask)(T* x, const T* z, const T* m, int64_t n, bool stream);
   void (*axpy)(T* x, const T* r, const T* m, T a, int64_t n);
+  void (*place_windows)(const ShiftSumWindowRows<T, T>& rows);
 };
 
 // The table of the SIMD target this CPU dispatches to (float and double).
@@ -297,6 +316,10 @@ struct ShiftSumStoredXKernelTable {
   void (*divide_by_mask)(X* x, const float* z, const float* m, int64_t n, bool stream);
   void (*skew_axpy)(const ShiftSumSkewAxpyRows<float, X>& rows);
   void (*axpy)(X* x, const float* r, const float* m, float a, int64_t n);
+  // ShiftSumPlaceWindows from X to X, from X to float, from float to X.
+  void (*place_windows)(const ShiftSumWindowRows<X, X>& rows);
+  void (*place_windows_widened)(const ShiftSumWindowRows<X, float>& rows);
+  void (*place_windows_narrowed)(const ShiftSumWindowRows<float, X>& rows);
 };
 
 template <class X>
@@ -424,6 +447,20 @@ void ShiftSumAxpy(X* x, const T* r, const T* m, T a, int64_t n) {
     ShiftSumKernels<T>().axpy(x, r, m, a, n);
   } else {
     ShiftSumStoredXKernels<X>().axpy(x, r, m, a, n);
+  }
+}
+template <class XI, class XO>
+void ShiftSumPlaceWindows(const ShiftSumWindowRows<XI, XO>& rows) {
+  constexpr bool kWide = std::is_same_v<XI, float> || std::is_same_v<XI, double>;
+  if constexpr (std::is_same_v<XI, XO> && kWide) {
+    ShiftSumKernels<XI>().place_windows(rows);
+  } else if constexpr (std::is_same_v<XI, XO>) {
+    ShiftSumStoredXKernels<XI>().place_windows(rows);
+  } else if constexpr (std::is_same_v<XO, float>) {
+    ShiftSumStoredXKernels<XI>().place_windows_widened(rows);
+  } else {
+    static_assert(std::is_same_v<XI, float>, "half to half of another format");
+    ShiftSumStoredXKernels<XO>().place_windows_narrowed(rows);
   }
 }
 
