@@ -258,10 +258,9 @@ void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, 
   if (!p.channels_last) return ShiftChannelsFirst(ctx, p, true, x, xs);
   ShiftSumScratch<T> own;
   ShiftSumScratch<T>& pool = scratch ? *scratch : own;
-  // xs has x's layout with (H', W') spatial dims; each xs row (b, c, r) is zeros plus
-  // at most one x row.
-  // Channels-last along W: the x row as planes placed at their shifts in zeroed
-  // [C, W'] planes, transposed back into the xs row.
+  // xs has x's layout with (H', W') spatial dims. Channels-last along W: the x row as
+  // planes placed at their shifts in zeroed [C, W'] planes, transposed back into the xs
+  // row; along H: each channel's pixels copied from its source row, strided.
   const bool stream = StreamShiftOutput(p, true, sizeof(T));
   const auto make = [&](TaskRows<T>& s) {
     if (!p.along_h) Zeroed(s.planes, p.C * p.W_out);
@@ -278,16 +277,14 @@ void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, 
                            p.C, xs + row * p.W_out * p.C, stream);
         continue;
       }
-      {
-        T* block = xs + row * p.W_out * p.C;
-        std::fill(block, block + p.W_out * p.C, T(0));
-        for (int64_t c = 0; c < p.C; ++c) {
-          const int64_t h = SourceRow(p, c, r);
-          if (h < 0) continue;
-          const T* src = x + (b * p.H + h) * p.W * p.C + c;
-          T* dst = block + Place(p, c, h).col * p.C + c;
-          for (int64_t w = 0; w < p.W; ++w) dst[w * p.C] = src[w * p.C];
-        }
+      T* block = xs + row * p.W_out * p.C;
+      std::fill(block, block + p.W_out * p.C, T(0));
+      for (int64_t c = 0; c < p.C; ++c) {
+        const int64_t h = SourceRow(p, c, r);
+        if (h < 0) continue;
+        const T* src = x + (b * p.H + h) * p.W * p.C + c;
+        T* dst = block + Place(p, c, h).col * p.C + c;
+        for (int64_t w = 0; w < p.W; ++w) dst[w * p.C] = src[w * p.C];
       }
     }
     if (stream) hwy::FlushStream();
@@ -298,11 +295,11 @@ void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, 
 template <class T>
 void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* xs, T* x,
              ShiftSumScratch<T>* scratch) {
+  if (!p.channels_last) return ShiftChannelsFirst(ctx, p, false, xs, x);
   ShiftSumScratch<T> own;
   ShiftSumScratch<T>& pool = scratch ? *scratch : own;
-  if (!p.channels_last) return ShiftChannelsFirst(ctx, p, false, xs, x);
   // Channels-last along W: the xs row as [C, W'] planes, each channel's window
-  // transposed back into the x row.
+  // transposed back into the x row; along H: each channel's window copied, strided.
   const bool stream = StreamShiftOutput(p, false, sizeof(T));
   const auto make = [&](TaskRows<T>& s) {
     if (!p.along_h) Zeroed(s.planes, p.C * p.W_out);
