@@ -356,6 +356,18 @@ TEST(HalfShiftSum, LargeCallsAndOverflow) {
   }
 }
 
+// Small geometries that take every path of the stored-x kernels.
+std::vector<Geometry> StoredXPathShapes() {
+  return {
+      {2, 9, 5, 37, 2, false, NORMKIT_MASK_HW, 0.5},       // NCHW tiles; NHWC skewed rows
+      {2, 4, 7, 9, -1, true, NORMKIT_MASK_CHW, 1.0},       // along H, both layouts
+      {1, 72, 3, 29, -2, false, NORMKIT_MASK_NONE, 1.0},   // NHWC phases
+      {2, 5, 4, 67, 1, false, NORMKIT_MASK_PHI_CHW, 1.0},  // NHWC planes in registers
+      {1, 96, 3, 45, 3, false, NORMKIT_MASK_BCHW, 0.25},   // NHWC plane slices
+      {2, 20, 3, 41, -1, false, NORMKIT_MASK_HW, 1.0},     // NHWC skewed GAP rows
+  };
+}
+
 // The forward reads a half x in its own bytes through kernels compiled per SIMD target
 // (tiles, skewed rows, phases, transpositions to planes; along H a widening gather), the
 // adjoint and the pseudo-inverses write it (scaled products, planes and phases back to
@@ -364,19 +376,11 @@ TEST(HalfShiftSum, LargeCallsAndOverflow) {
 // chunks): each path on every target, tensors one element off their allocation (no
 // vector alignment), bitwise the float32 call on the same target.
 TEST(HalfShiftSum, StoredXEveryPathOnEveryTargetMisaligned) {
-  const std::vector<Geometry> shapes = {
-      {2, 9, 5, 37, 2, false, NORMKIT_MASK_HW, 0.5},       // NCHW tiles; NHWC skewed rows
-      {2, 4, 7, 9, -1, true, NORMKIT_MASK_CHW, 1.0},       // along H, both layouts
-      {1, 72, 3, 29, -2, false, NORMKIT_MASK_NONE, 1.0},   // NHWC phases
-      {2, 5, 4, 67, 1, false, NORMKIT_MASK_PHI_CHW, 1.0},  // NHWC planes in registers
-      {1, 96, 3, 45, 3, false, NORMKIT_MASK_BCHW, 0.25},   // NHWC plane slices
-      {2, 20, 3, 41, -1, false, NORMKIT_MASK_HW, 1.0},     // NHWC skewed GAP rows
-  };
   const Pair pairs[] = {{kBF16, kBF16}, {kF16, kF32}, {kF32, kF16}};
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     SCOPED_TRACE(hwy::TargetName(target));
-    for (const Geometry& g : shapes) {
+    for (const Geometry& g : StoredXPathShapes()) {
       for (bool cl : {false, true}) {
         for (const Pair& pair : pairs) {
           for (Op op : kOps) {
@@ -396,15 +400,8 @@ TEST(HalfShiftSum, StoredXEveryPathOnEveryTargetMisaligned) {
 // sums past it, Inf as the float result rounds) and bfloat16 subnormals, on every op and
 // path, through the stored-x kernels of this CPU's target.
 TEST(HalfShiftSum, BfloatNearFloatMaxAndSubnormal) {
-  const std::vector<Geometry> shapes = {
-      {2, 9, 5, 37, 2, false, NORMKIT_MASK_HW, 0.5},       // NCHW tiles; NHWC skewed rows
-      {2, 4, 7, 9, -1, true, NORMKIT_MASK_CHW, 1.0},       // along H, both layouts
-      {1, 72, 3, 29, -2, false, NORMKIT_MASK_NONE, 1.0},   // NHWC phases
-      {2, 5, 4, 67, 1, false, NORMKIT_MASK_PHI_CHW, 1.0},  // NHWC planes in registers
-      {1, 96, 3, 45, 3, false, NORMKIT_MASK_BCHW, 0.25},   // NHWC plane slices
-  };
   const Pair pairs[] = {{kBF16, kBF16}, {kBF16, kF32}, {kF32, kBF16}};
-  for (const Geometry& g : shapes) {
+  for (const Geometry& g : StoredXPathShapes()) {
     const float magnitudes[] = {3.0e38f / static_cast<float>(g.C + 1), 3.0e38f, 3.0e-38f};
     for (float magnitude : magnitudes) {
       for (bool cl : {false, true}) {
