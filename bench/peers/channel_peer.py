@@ -12,7 +12,8 @@ float32, NCHW and NHWC, 1 and 2 threads:
 - group norm (seed 002's 128x256x28x28 and 32x512x56x56, G = 32; the N = 1 edge shapes) and
   instance norm (8x64x128x128);
 - the shift-sum operators of coded-aperture imaging (seed 003): A, A^T and A's
-  pseudo-inverse (y / alpha, divided by the mask).
+  pseudo-inverse (y / alpha, divided by the mask); with --families more or stack, also
+  shift / unshift (the zero-padded stack and back) against PyTorch's per-channel copies.
 
 Each peer is called the way its best users call it ("best") and the way most users write it
 ("plain"); normkit writes into a preallocated output, or in place against a peer in place:
@@ -57,6 +58,7 @@ CHANNEL_LN_SHAPES = [((128, 256, 28, 28), 1), ((1, 64, 56, 56), 1)]
 GAP_SHAPES = [(16, 28, 256, 256, 2), (16, 31, 256, 256, 1)]
 SHIFT_SHAPES = [(16, 28, 256, 256, 2), (16, 31, 256, 256, 1), (1, 28, 660, 660, 2),
                 (2, 512, 256, 256, 2)]
+STACK_SHAPES = [(16, 28, 256, 256, 2), (16, 31, 256, 256, 1)]
 
 
 # ------------------------------------------------------------------ tensors
@@ -483,6 +485,64 @@ def shift_case(which, geometry, x, y, mask, threads, error):
                 lambda: out, peers, error)
 
 
+# ------------------------------------------------------------------ shift / unshift
+def stack_cases(shapes, rng, threads_list):
+    """The zero-padded stack of shifted channels and back (the shift / shift_back of
+    CASSI reconstruction codes), float32 NCHW."""
+    for b, c, h, w, s in shapes:
+        x = rng.random((b, c, h, w), dtype=np.float32)
+        wp = w + (c - 1) * s
+        xs = np.zeros((b, c, h, wp), np.float32)
+        for i in range(c):
+            xs[:, i, :, i * s:i * s + w] = x[:, i]
+        refs = {"shift": max_scaled_error(xs.astype(np.float64)),
+                "unshift": max_scaled_error(x.astype(np.float64))}
+        for which in ("shift", "unshift"):
+            for threads in threads_list:
+                yield stack_case(which, (b, c, h, w, s), x, xs, threads, refs[which])
+
+
+def stack_case(which, geometry, x, xs, threads, error):
+    b, c, h, w, s = geometry
+    wp = w + (c - 1) * s
+    ctx = normkit.Context(threads)
+    if which == "shift":
+        out = np.empty((b, c, h, wp), np.float32)
+        ours = lambda: normkit.shift(x, s, out=out, context=ctx)  # noqa: E731
+    else:
+        out = np.empty((b, c, h, w), np.float32)
+        ours = lambda: normkit.unshift(xs, s, out=out, context=ctx)  # noqa: E731
+    peers = []
+    if torch is not None:
+        tx, txs = torch.from_numpy(x), torch.from_numpy(xs)
+        res = {}
+        if which == "shift":
+            to = torch.zeros(b, c, h, wp)  # zeroed once: the copies never touch the zeros
+
+            def best():  # the loop into a preallocated stack
+                for i in range(c):
+                    to[:, i, :, i * s:i * s + w].copy_(tx[:, i])
+
+            def plain():  # as reconstruction codes write it: a new zeroed stack a call
+                o = torch.zeros(b, c, h, wp)
+                for i in range(c):
+                    o[:, i, :, i * s:i * s + w] = tx[:, i]
+                res["p"] = o
+        else:
+            to = torch.empty(b, c, h, w)
+
+            def best():
+                for i in range(c):
+                    to[:, i].copy_(txs[:, i, :, i * s:i * s + w])
+
+            def plain():  # the windows stacked
+                res["p"] = torch.stack([txs[:, i, :, i * s:i * s + w] for i in range(c)], 1)
+        peers += [Peer("PyTorch per-channel copy_, preallocated", best, lambda: to.numpy()),
+                  Peer("PyTorch loop", plain, lambda: res["p"].numpy(), style="plain")]
+    return Case("channel", which, f"{b}x{c}x{h}x{w} S={s}", "NCHW", "float32", threads, ours,
+                lambda: out, peers, error)
+
+
 # ------------------------------------------------------------------ GAP step
 def gap_cases(shapes, rng, threads_list, lam=1.0, gamma=0.01):
     """One GAP / ADMM data-consistency step, in place on x (every contender updates its own
@@ -557,12 +617,15 @@ FAMILIES = {"affine": lambda rng, q, th: affine_cases(AFFINE_SHAPES[3:4] if q el
             "norms": lambda rng, q, th: norm_cases(NORM_SHAPES[2:3] if q else NORM_SHAPES, rng, th),
             "shift_sum": lambda rng, q, th: shift_cases([(2, 28, 64, 64, 2)] if q else SHIFT_SHAPES,
                                                         rng, th),
-            # Not in the "channel" section: group norm + SiLU, channel layer norm (G = 1)
-            # and the GAP step ("more").
+            # Not in the "channel" section: group norm + SiLU, channel layer norm (G = 1),
+            # the GAP step and shift / unshift ("more"; "stack" alone).
             "more": lambda rng, q, th: itertools.chain(
                 norm_cases(SILU_SHAPES[2:3] if q else SILU_SHAPES, rng, th, act="silu"),
                 norm_cases([((1, 64, 28, 28), 1)] if q else CHANNEL_LN_SHAPES, rng, th),
-                gap_cases([(2, 28, 64, 64, 2)] if q else GAP_SHAPES, rng, th))}
+                gap_cases([(2, 28, 64, 64, 2)] if q else GAP_SHAPES, rng, th),
+                stack_cases([(2, 28, 64, 64, 2)] if q else STACK_SHAPES, rng, th)),
+            "stack": lambda rng, q, th: stack_cases([(2, 28, 64, 64, 2)] if q else STACK_SHAPES,
+                                                    rng, th)}
 
 
 def cases(families=None, quick=False, threads_list=(1, 2)):

@@ -14,7 +14,8 @@ Sections (each also runs alone through its script):
 - model (torch_peer.py --set model): whole PyTorch networks against the same networks
   converted with normkit.torch;
 - more (channel_peer.py --families more, torch_peer.py --set half_more): group norm +
-  SiLU, channel layer norm (G = 1), the GAP step, bfloat16 / float16 affine and RMS norm.
+  SiLU, channel layer norm (G = 1), the GAP step, shift / unshift, bfloat16 / float16
+  affine and RMS norm.
 
 Each peer is called the way its best users call it ("best") and, where that differs, the
 way most users write it ("plain"); normkit in place against a peer in place, out of place
@@ -61,7 +62,7 @@ TITLES = {
     "train": "Batch norm, training mode (forward and backward), float32",
     "model": "Whole networks through normkit.torch.convert",
     "more": "Fused and remaining ops: group norm + SiLU, channel layer norm (G = 1), the GAP "
-            "step; bfloat16 / float16 affine and RMS norm",
+            "step, shift / unshift; bfloat16 / float16 affine and RMS norm",
 }
 
 
