@@ -259,8 +259,9 @@ void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, 
   ShiftSumScratch<T> own;
   ShiftSumScratch<T>& pool = scratch ? *scratch : own;
   // xs has x's layout with (H', W') spatial dims. Channels-last along W: the x row as
-  // planes placed at their shifts in zeroed [C, W'] planes, transposed back into the xs
-  // row; along H: each channel's pixels copied from its source row, strided.
+  // planes placed at their shifts in [C, W'] planes, transposed back into the xs row (the
+  // planes are zeroed once: every row writes the same windows); along H: each channel's
+  // pixels copied from its source row, strided.
   const bool stream = StreamShiftOutput(p, true, sizeof(T));
   const auto make = [&](TaskRows<T>& s) {
     if (!p.along_h) Zeroed(s.planes, p.C * p.W_out);
@@ -270,7 +271,6 @@ void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, 
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H_out, r = row % p.H_out;
       if (!planes.empty()) {
-        std::fill(planes.begin(), planes.end(), T(0));
         ShiftSumToPlanes(x + ChannelsLastRow(p, b, r), p.W, p.C, p.C, &planes[p.Offset(0)],
                          p.W_out + p.step);
         ShiftSumFromPlanes(planes.data(), p.W_out, static_cast<const T*>(nullptr), 0, T(1), p.W_out,
@@ -329,7 +329,7 @@ void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x
 namespace {
 
 // Channels-last shift along W from x stored as XI into xs stored as XO (the float32
-// Shift's rows).
+// Shift's rows; the planes zeroed once, as there).
 template <class XI, class XO>
 void ShiftChannelsLast(const normkit_context& ctx, const ShiftSumProblem<float>& p, const XI* x,
                        XO* xs) {
@@ -342,7 +342,6 @@ void ShiftChannelsLast(const normkit_context& ctx, const ShiftSumProblem<float>&
   const auto task = [&](int64_t begin, int64_t end, TaskRows<float>& s) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H_out, r = row % p.H_out;
-      std::fill(s.planes.begin(), s.planes.end(), 0.0f);
       ShiftSumToPlanes(x + ChannelsLastRow(p, b, r), p.W, p.C, p.C, &s.planes[p.Offset(0)],
                        p.W_out + p.step);
       FromPlanesToRow(s.planes.data(), p.W_out, static_cast<const float*>(nullptr), 0, 1.0f,
