@@ -60,18 +60,84 @@ void AccumulateT(T* HWY_RESTRICT y, const X* HWY_RESTRICT x, const T* HWY_RESTRI
   }
 }
 
+// Channels [c0, c0 + cn) of tile t on row r. Where all of them cover a y position (the
+// body: y shifted by at most (cn - 1) * step), its sum is carried in a register through
+// the channels, one load and one store of y for cn vectors of x; the positions fewer
+// channels reach (the ends) take AccumulateT a channel at a time. Each position still
+// sums its channels in order: the bits of the channel-by-channel walk. (Channel by
+// channel, every vector of x cost a load and a store of y, both split across lines as
+// the shift moves them: a bfloat16 forward read its x at 0.46-0.55 of a copy.)
+template <bool kMask, class T, class X>
+void AccumulateTileRow(const ShiftSumTile<T, X>& t, int64_t r, int64_t c0, int64_t cn) {
+  constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(X));
+  const int64_t n = t.n, step = t.y_channel_step;
+  T* y = t.y + r * t.y_row_stride + c0 * step;  // channel c0 + k adds at y + k * step
+  const X* x = t.x + r * t.x_row_stride + c0 * t.x_channel_stride;
+  const T* m = kMask ? t.m + r * t.m_row_stride + c0 * t.m_channel_stride : nullptr;
+  // Row r requests its share of the prefetch range, [r * n, (r + 1) * n), at
+  // x_row(c, 0) + prefetch_offset + r * n: pf_delta past the element read.
+  const int64_t pf_n = std::clamp<int64_t>(t.prefetch_count - r * t.n, 0, t.n);
+  const int64_t pf_delta = t.prefetch_offset + r * t.n - r * t.x_row_stride;
+  const auto channel = [&](int64_t k, int64_t a, int64_t b, bool prefetch) {  // [a, b) of y
+    if (a >= b) return;
+    const int64_t e = a - k * step;  // its element in channel k's rows
+    const X* xk = x + k * t.x_channel_stride + e;
+    const int64_t pf_count = prefetch ? std::clamp<int64_t>(pf_n - e, 0, b - a) : 0;
+    AccumulateT(y + a, xk, kMask ? m + k * t.m_channel_stride + e : nullptr,
+                static_cast<size_t>(b - a), pf_count ? xk + pf_delta : nullptr,
+                static_cast<size_t>(pf_count));
+  };
+  const int64_t last = (cn - 1) * step;
+  const int64_t body_begin = std::max<int64_t>(0, last), body_end = std::min<int64_t>(n, n + last);
+  if (cn == 1 || body_begin >= body_end) {
+    for (int64_t k = 0; k < cn; ++k) channel(k, k * step, k * step + n, true);
+    return;
+  }
+  for (int64_t k = 0; k < cn; ++k) channel(k, k * step, body_begin, false);
+  const int64_t dx = t.x_channel_stride - step, dm = t.m_channel_stride - step;
+  ForRow<T>(static_cast<size_t>(body_end - body_begin), [&](auto d, size_t i) {
+    const int64_t j = body_begin + static_cast<int64_t>(i);
+    const X* px = x + j;
+    int64_t e = j;  // element of channel k's row
+    const auto request = [&] {
+      if (hn::Lanes(d) > 1 && e < pf_n && e % kLine < static_cast<int64_t>(hn::Lanes(d))) {
+        __builtin_prefetch(px + pf_delta, 0, 2);
+      }
+    };
+    auto acc = hn::LoadU(d, y + j);
+    if constexpr (kMask) {
+      const T* pm = m + j;
+      for (int64_t k = 0; k < cn; ++k, px += dx, pm += dm, e -= step) {
+        request();
+        acc = hn::MulAdd(hn::LoadU(d, pm), LoadF(d, px), acc);
+      }
+    } else {
+      for (int64_t k = 0; k < cn; ++k, px += dx, e -= step) {
+        request();
+        acc = hn::Add(acc, LoadF(d, px));
+      }
+    }
+    hn::StoreU(acc, d, y + j);
+  });
+  for (int64_t k = 0; k < cn; ++k) channel(k, body_end, k * step + n, false);
+  // The lines of x the body did not request: each channel's ends.
+  for (int64_t k = 0; k < cn && pf_n > 0; ++k) {
+    const X* pk = x + k * t.x_channel_stride + pf_delta;
+    __builtin_prefetch(pk, 0, 2);
+    __builtin_prefetch(pk + std::min(n, pf_n) - 1, 0, 2);
+  }
+}
+
+// Channels in groups of up to kTileGroupChannels (their x pointers stepped from one
+// base: no pointer per channel held), each group over all rows before the next.
+constexpr int64_t kTileGroupChannels = 8;
+
 template <class T, class X>
 void AccumulateTileT(const ShiftSumTile<T, X>& t) {
-  for (int64_t c = 0; c < t.channels; ++c) {
-    const X* x = t.x + c * t.x_channel_stride;
-    const T* m = t.m ? t.m + c * t.m_channel_stride : nullptr;
-    T* y = t.y + c * t.y_channel_step;
+  for (int64_t c0 = 0; c0 < t.channels; c0 += kTileGroupChannels) {
+    const int64_t cn = std::min(kTileGroupChannels, t.channels - c0);
     for (int64_t r = 0; r < t.rows; ++r) {
-      // Row r requests its share of the prefetch range, [r * n, (r + 1) * n).
-      const int64_t pf_n = std::clamp<int64_t>(t.prefetch_count - r * t.n, 0, t.n);
-      AccumulateT(y + r * t.y_row_stride, x + r * t.x_row_stride,
-                  m ? m + r * t.m_row_stride : nullptr, static_cast<size_t>(t.n),
-                  pf_n ? x + t.prefetch_offset + r * t.n : nullptr, static_cast<size_t>(pf_n));
+      t.m ? AccumulateTileRow<true>(t, r, c0, cn) : AccumulateTileRow<false>(t, r, c0, cn);
     }
   }
 }

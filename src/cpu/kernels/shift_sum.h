@@ -31,7 +31,9 @@ void ShiftSumAccumulate(T* y, const T* x, const T* m, int64_t n);
 //   y_row(c, r) = y + r * y_row_stride + c * y_channel_step   (the channel's shift),
 //   x_row(c, r) = x + r * x_row_stride + c * x_channel_stride,
 //   m_row(c, r) = m + r * m_row_stride + c * m_channel_stride (m null: all ones).
-// Channels are summed in order 0, 1, ..., each over all rows before the next.
+// Each y position sums its terms in channel order 0, 1, ... (channels in groups of up to
+// eight, each group over all rows before the next; within a group a position's sum is
+// carried in a register where all of its channels reach it).
 // As channel c's rows are read, prefetch_count elements from x_row(c, 0) +
 // prefetch_offset are requested into L2 (0: none), row r its share [r * n, (r + 1) * n)
 // of them, a line for each line of x it reads. One dispatch per tile, not one per
