@@ -365,6 +365,11 @@ std::vector<Geometry> StoredXPathShapes() {
       {2, 5, 4, 67, 1, false, NORMKIT_MASK_PHI_CHW, 1.0},  // NHWC planes in registers
       {1, 96, 3, 45, 3, false, NORMKIT_MASK_BCHW, 0.25},   // NHWC plane slices
       {2, 20, 3, 41, -1, false, NORMKIT_MASK_HW, 1.0},     // NHWC skewed GAP rows
+      // NHWC pixels from windows (|S| <= 2) of both signs, a channel count past a
+      // vector of every target, no mask; and under one vector of the widest
+      {1, 17, 2, 23, 1, false, NORMKIT_MASK_HW, 0.5},
+      {2, 28, 2, 19, -2, false, NORMKIT_MASK_NONE, 2.0 / 28},
+      {1, 3, 2, 11, 2, false, NORMKIT_MASK_HW, 1.0},
   };
 }
 

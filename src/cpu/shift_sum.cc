@@ -149,6 +149,7 @@ void AdjointImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, const 
   const auto make = [&](TaskRows<T>& s) {
     if (AdjointByPhases(p)) PhasesScratch(p, s);
     FromPlanesRowScratch<T, X>(p, s);
+    PixelWindowsScratch(p, !AdjointByPhases(p) && AdjointByPixelWindows<T, X>(p), s);
     if (!y.plain) Zeroed(s.rows, p.W_out);
   };
   const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
@@ -182,6 +183,7 @@ void PinvImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode 
       Zeroed(s.normalizer, p.W_out);
       if (AdjointByPhases(p)) PhasesScratch(p, s);
       FromPlanesRowScratch<T, X>(p, s);
+      PixelWindowsScratch(p, !AdjointByPhases(p) && AdjointByPixelWindows<T, X>(p), s);
     };
     const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
       const bool stream = StreamX(p);
@@ -230,6 +232,7 @@ void PinvImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode 
   const auto make_x = [&](TaskRows<T>& s) {
     if (p.channels_last) Zeroed(s.planes, p.C * p.W);
     FromPlanesRowScratch<T, X>(p, s);
+    PixelWindowsScratch(p, DivideByPixelWindows<T, X>(p), s);
   };
   const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
     std::vector<T>& planes = s.planes;
@@ -247,6 +250,12 @@ void PinvImpl(const normkit_context& ctx, const ShiftSumProblem<T>& p, PinvMode 
     };
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H, h = row % p.H;
+      if (DivideByPixelWindows<T, X>(p)) {
+        const T* m = AlignedMask(p, b, 0, h);
+        PixelsFromWindows(p, &z[(b * p.H_out + h) * p.W_out], m, T(1), m != nullptr,
+                          x + ChannelsLastRow(p, b, h), stream, s);
+        continue;
+      }
       for (int64_t c = 0; c < p.C; ++c) {
         const Placement at = Place(p, c, h);
         const T* zrow = &z[(b * p.H_out + at.r) * p.W_out + at.col];

@@ -37,6 +37,7 @@ using kernels::ShiftSumPlaceWindows;
 using kernels::ShiftSumScale;
 using kernels::ShiftSumScaledProduct;
 using kernels::ShiftSumToPlanes;
+using kernels::ShiftSumWindowsToPixels;
 
 // Bytes of x a task should cover: large enough to amortize the task, small enough to
 // balance two or more threads on the smallest seed shapes.
@@ -59,6 +60,8 @@ struct TaskRows {
   std::vector<hwy::float16_t> padded_f16[2];
   std::vector<T> gather;  // one channel's row of channels-last x (XRows)
   std::vector<T> x_row;   // a channels-last x row in float, for a half x (FromPlanesToRow)
+                          // or any x (PixelWindowsShape)
+  std::vector<T> window;  // a y row with room either side (PixelWindowsShape)
   std::vector<T> y_row;   // a half y row widened (the GAP step's; YSource)
 };
 
@@ -415,18 +418,85 @@ void FromPlanesRowScratch(const ShiftSumProblem<T>& p, TaskRows<T>& s) {
   if (!std::is_same_v<T, X> && p.channels_last) Zeroed(s.x_row, p.W * p.C);
 }
 
+// Values either side of a padded y row and past a staged x row (ShiftSumWindowsToPixels).
+template <class T>
+constexpr int64_t kWindowPad = 2 * kernels::kShiftSumPlanePadBytes /
+                               static_cast<int64_t>(sizeof(T));
+
+// Channels-last float rows along W with |step| <= 2 and no mask or a [H, W] one: each
+// pixel's channels can be one vector (two for |step| = 2) of the y row
+// (ShiftSumWindowsToPixels), formed in float in a row in cache and rounded or copied
+// out in one streamed span, instead of tiles of channel planes transposed.
+template <class T>
+bool PixelWindowsShape(const ShiftSumProblem<T>& p) {
+  const int64_t a = p.step < 0 ? -p.step : p.step;
+  return std::is_same_v<T, float> && p.channels_last && !p.along_h &&
+         (p.mask_kind == ShiftMask::kNone || p.mask_kind == ShiftMask::kHW) && p.C >= 2 &&
+         (a == 1 || a == 2);
+}
+
+// The adjoint (and the Moore-Penrose pinv) that way where x is half: the 4 x 4 tiles
+// into its float row cost about a cycle a value (a bfloat16 x took as long as a float
+// one). Seed 003's NHWC bf16 adjoint / pinv (C = 28) 1.03-1.28x. A float x keeps the
+// tiles, which stream straight into x (through the row here: 0.78-0.83x at one
+// thread). The phases take C past four vectors.
+template <class T, class X>
+bool AdjointByPixelWindows(const ShiftSumProblem<T>& p) {
+  return !std::is_same_v<X, float> && PixelWindowsShape(p);
+}
+
+// The divide-by-mask pinv that way where x is half, or where its [C, W] planes of a
+// float x row would not fit in L1: seed 003's 2 x 512 NHWC 0.39 -> 1.00 of memcpy (bf16
+// 0.28 -> 0.67); C = 28 float unchanged within the noise (0.86-1.10x).
+constexpr int64_t kDividePlanesBytes = int64_t{32} << 10;
+template <class T, class X>
+bool DivideByPixelWindows(const ShiftSumProblem<T>& p) {
+  return PixelWindowsShape(p) &&
+         (!std::is_same_v<X, float> || p.C * p.W * int64_t{sizeof(T)} > kDividePlanesBytes);
+}
+
+// The padded y row and staged x row of PixelWindowsShape (`used`: the call takes it).
+template <class T>
+void PixelWindowsScratch(const ShiftSumProblem<T>& p, bool used, TaskRows<T>& s) {
+  if (!used) return;
+  Zeroed(s.window, p.W_out + 2 * kWindowPad<T>);
+  Zeroed(s.x_row, p.W * p.C + kWindowPad<T>);
+}
+
+// A channels-last x row from y-shaped row `yrow` by ShiftSumWindowsToPixels (x_c =
+// s * window_c * m, or with `divide` window_c / m), where PixelWindowsShape(p): the
+// row copied into the padded window, the x row formed in x_row and rounded out.
+template <class T, class X>
+void PixelsFromWindows(const ShiftSumProblem<T>& p, const T* yrow, const T* m, T s, bool divide,
+                       X* xrow, bool stream, TaskRows<T>& rows) {
+  if constexpr (std::is_same_v<T, float>) {
+    T* window = rows.window.data() + kWindowPad<T>;
+    std::copy_n(yrow, p.W_out, window);
+    ShiftSumWindowsToPixels(window + p.Offset(0), p.step, m, s, p.W, p.C, rows.x_row.data(),
+                            divide);
+    constexpr kernels::Storage kX =
+        std::is_same_v<X, float> ? kernels::Storage::kFloat32 : kStorageOf<X>;
+    kernels::NarrowFromFloat(rows.x_row.data(), p.W * p.C, xrow, kX, stream);
+  }
+}
+
 // x rows of (b, h) from y-shaped rows: x_c = s * mask_c * window_c, where row_of(r) is
 // row r of sample b (along W only row h is read). The windows of consecutive channels
 // are YChannelStride apart, so channels-last rows are one transposition of those
 // windows (read as planes; along H across rows, so row_of must then index one array).
 template <class T, class X, class RowOf>
 void AdjointRows(const ShiftSumProblem<T>& p, const RowOf& row_of, int64_t b, int64_t h, X* x,
-                 bool stream, std::vector<T>& x_row) {
+                 bool stream, TaskRows<T>& s) {
   if (p.channels_last) {
     const Placement at = Place(p, 0, h);
+    if (AdjointByPixelWindows<T, X>(p)) {
+      PixelsFromWindows(p, row_of(h), AlignedMask(p, b, 0, h), p.scale, false,
+                        x + ChannelsLastRow(p, b, h), stream, s);
+      return;
+    }
     FromPlanesToRow(row_of(at.r) + at.col, YChannelStride(p), AlignedMask(p, b, 0, h),
                     MaskChannelStride(p), p.scale, p.W, p.C, x + ChannelsLastRow(p, b, h), stream,
-                    x_row);
+                    s.x_row);
     return;
   }
   for (int64_t c = 0; c < p.C; ++c) {
@@ -764,7 +834,7 @@ void AdjointRow(const ShiftSumProblem<T>& p, const RowOf& row_of, int64_t b, int
   if (AdjointByPhases(p)) {
     SpreadRowByPhases(p, row_of(h), b * p.H + h, p.scale, stream, false, s.phases, x);
   } else {
-    AdjointRows(p, row_of, b, h, x, stream, s.x_row);
+    AdjointRows(p, row_of, b, h, x, stream, s);
   }
 }
 

@@ -486,6 +486,80 @@ void ScaledProductT(Y* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RES
   for (; i < n; ++i) one(d1, i);
 }
 
+// How ShiftSumWindowsToPixels forms a pixel's values from its window values v.
+enum class PixelForm { kScale, kScaleMask, kDivideByMask };
+
+// ShiftSumWindowsToPixels for one step and form: a pixel's channels [c, c + N) are
+// a[w + (c + k) * kStep], k < N.
+template <int kStep, PixelForm kForm, class T>
+void WindowsToPixelsT(const T* HWY_RESTRICT a, const T* HWY_RESTRICT m, T s, int64_t pixels,
+                      int64_t channels, T* HWY_RESTRICT x) {
+#if HWY_TARGET == HWY_SCALAR
+  for (int64_t w = 0; w < pixels; ++w) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const T v = a[w + c * kStep];
+      T out = s * v;
+      if constexpr (kForm == PixelForm::kScaleMask) out = out * m[w];
+      if constexpr (kForm == PixelForm::kDivideByMask) out = m[w] != T(0) ? v / m[w] : T(0);
+      x[w * channels + c] = out;
+    }
+  }
+#else
+  const hn::ScalableTag<T> d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vs = hn::Set(d, s);
+  const auto channel_vector = [&](const T* aw, int64_t c) {
+    if constexpr (kStep == 1) {
+      return hn::LoadU(d, aw + c);
+    } else if constexpr (kStep == -1) {
+      return hn::Reverse(d, hn::LoadU(d, aw - c - (N - 1)));
+    } else if constexpr (kStep == 2) {
+      return hn::ConcatEven(d, hn::LoadU(d, aw + 2 * c + N), hn::LoadU(d, aw + 2 * c));
+    } else {  // -2: the even lanes of the 2N values ending at aw - 2c, reversed
+      const T* p = aw - 2 * c - 2 * N + 2;
+      return hn::Reverse(d, hn::ConcatEven(d, hn::LoadU(d, p + N), hn::LoadU(d, p)));
+    }
+  };
+  for (int64_t w = 0; w < pixels; ++w) {
+    T* xw = x + w * channels;
+    if constexpr (kForm == PixelForm::kDivideByMask) {
+      // ShiftSumDivideByMask's steps: z / m, or 0 where m = 0 (never 0 / 0).
+      if (m[w] == T(0)) {
+        for (int64_t c = 0; c < channels; c += N) hn::StoreU(hn::Zero(d), d, xw + c);
+        continue;
+      }
+      const auto mw = hn::Set(d, m[w]);
+      for (int64_t c = 0; c < channels; c += N) {
+        hn::StoreU(hn::Div(channel_vector(a + w, c), mw), d, xw + c);
+      }
+    } else {
+      const auto mw = kForm == PixelForm::kScaleMask ? hn::Set(d, m[w]) : vs;
+      for (int64_t c = 0; c < channels; c += N) {
+        const auto v = hn::Mul(vs, channel_vector(a + w, c));
+        hn::StoreU(kForm == PixelForm::kScaleMask ? hn::Mul(v, mw) : v, d, xw + c);
+      }
+    }
+  }
+#endif
+}
+
+template <class T>
+void WindowsToPixelsAny(const T* a, int64_t step, const T* m, T s, int64_t pixels, int64_t channels,
+                        T* x, bool divide) {
+  const auto walk = [&](auto form) {
+    constexpr PixelForm kForm = decltype(form)::value;
+    switch (step) {
+      case 1: return WindowsToPixelsT<1, kForm>(a, m, s, pixels, channels, x);
+      case -1: return WindowsToPixelsT<-1, kForm>(a, m, s, pixels, channels, x);
+      case 2: return WindowsToPixelsT<2, kForm>(a, m, s, pixels, channels, x);
+      default: return WindowsToPixelsT<-2, kForm>(a, m, s, pixels, channels, x);
+    }
+  };
+  if (!m) return walk(std::integral_constant<PixelForm, PixelForm::kScale>());
+  if (divide) return walk(std::integral_constant<PixelForm, PixelForm::kDivideByMask>());
+  walk(std::integral_constant<PixelForm, PixelForm::kScaleMask>());
+}
+
 template <bool kStream, bool kUpdate, class T, class X>
 void PhasesAdjointT(const ShiftSumPhaseAdjointRow<T, X>& s) {
   const hn::ScalableTag<T> d;
@@ -693,6 +767,8 @@ const ShiftSumKernelTable<T>* KernelTableT() {
       [](const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s, int64_t pixels,
          int64_t channels, T* x,
          bool stream) { FromPlanesAny(a, a_stride, m, m_stride, s, pixels, channels, x, stream); },
+      [](const T* a, int64_t step, const T* m, T s, int64_t pixels, int64_t channels, T* x,
+         bool divide) { WindowsToPixelsAny(a, step, m, s, pixels, channels, x, divide); },
       [](const T* planes, int64_t plane_stride, const T* r, int64_t r_step, const T* m,
          int64_t m_stride, T a, int64_t pixels, int64_t channels, T* x) {
         FromPlanesAxpyT(planes, plane_stride, r, r_step, m, m_stride, a, pixels, channels, x);

@@ -215,6 +215,21 @@ template <class T, class X>
 void ShiftSumFromPlanes(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s,
                         int64_t pixels, int64_t channels, X* x, bool stream = false);
 
+// A channels-last x row from one y-shaped row along W with no transposition, for
+// |step| <= 2: x[w * channels + c] = (s * a[w + c * step]) * m[w] (m null: no second
+// product; the roundings of ShiftSumScaledProduct and ShiftSumFromPlanes), or with
+// `divide` a[w + c * step] / m[w] (0 where m[w] = 0: ShiftSumDivideByMask's). A pixel's
+// channels are one vector of a (|step| = 2: the even lanes of two; negative steps
+// reversed), not a tile of planes transposed. a must be readable over
+// [lowest - pad, highest + pad] of the indices above, pad = 2 * kShiftSumPlanePadBytes /
+// sizeof(T) (a padded copy of the row). x is written pixel by pixel in whole vectors:
+// the lanes past a pixel's channels land on the next pixel's, written after them, and
+// the last pixel's on up to kShiftSumPlanePadBytes / sizeof(T) values past x's end,
+// which must be writable (a row in cache, then narrowed or copied out).
+template <class T>
+void ShiftSumWindowsToPixels(const T* a, int64_t step, const T* m, T s, int64_t pixels,
+                             int64_t channels, T* x, bool divide = false);
+
 // The GAP step's update of a channels-last row from its planes, ShiftSumAxpy and the
 // transposition back in one walk: x[w * channels + c] = p_c[w] + (a * m_c[w]) *
 // r[c * r_step + w] (one fused multiply-add, ShiftSumAxpy's steps), with
@@ -286,6 +301,8 @@ struct ShiftSumKernelTable {
                     int64_t plane_stride, const T* prefetch, int64_t prefetch_count);
   void (*from_planes)(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T s,
                       int64_t pixels, int64_t channels, T* x, bool stream);
+  void (*windows_to_pixels)(const T* a, int64_t step, const T* m, T s, int64_t pixels,
+                            int64_t channels, T* x, bool divide);
   void (*from_planes_axpy)(const T* planes, int64_t plane_stride, const T* r, int64_t r_step,
                            const T* m, int64_t m_stride, T a, int64_t pixels, int64_t channels,
                            T* x);
@@ -411,6 +428,11 @@ void ShiftSumFromPlanes(const T* a, int64_t a_stride, const T* m, int64_t m_stri
     ShiftSumStoredXKernels<X>().from_planes(a, a_stride, m, m_stride, s, pixels, channels, x,
                                             stream);
   }
+}
+template <class T>
+void ShiftSumWindowsToPixels(const T* a, int64_t step, const T* m, T s, int64_t pixels,
+                             int64_t channels, T* x, bool divide) {
+  ShiftSumKernels<T>().windows_to_pixels(a, step, m, s, pixels, channels, x, divide);
 }
 template <class T>
 void ShiftSumFromPlanesAxpy(const T* planes, int64_t plane_stride, const T* r, int64_t r_step,
