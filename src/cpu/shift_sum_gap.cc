@@ -250,33 +250,68 @@ bool StreamShiftOutput(const ShiftSumProblem<T>& p, bool forward, int64_t elemen
   return elems * element_bytes >= kStreamingStoreBytes;
 }
 
+// Channels-last shift along W from x stored as XI into xs stored as XO, math in T: each
+// x row's planes placed at their shifts in [C, W'] planes (zeroed once per worker: every
+// row writes the same windows), transposed back into the xs row.
+template <class T, class XI, class XO>
+void ShiftChannelsLast(const normkit_context& ctx, const ShiftSumProblem<T>& p, const XI* x, XO* xs,
+                       ShiftSumScratch<T>& pool) {
+  const bool stream = StreamShiftOutput(p, true, sizeof(XO));
+  const auto make = [&](TaskRows<T>& s) {
+    Zeroed(s.planes, p.C * p.W_out);
+    if (!std::is_same_v<XO, T>) Zeroed(s.x_row, p.W_out * p.C);
+  };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t b = row / p.H_out, r = row % p.H_out;
+      ShiftSumToPlanes(x + ChannelsLastRow(p, b, r), p.W, p.C, p.C, &s.planes[p.Offset(0)],
+                       p.W_out + p.step);
+      FromPlanesToRow(s.planes.data(), p.W_out, static_cast<const T*>(nullptr), 0, T(1), p.W_out,
+                      p.C, xs + row * p.W_out * p.C, stream, s.x_row);
+    }
+    if (stream) hwy::FlushStream();
+  };
+  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), pool.workers, make, task);
+}
+
+// Channels-last unshift along W from xs stored as XI into x stored as XO: the xs row as
+// [C, W'] planes, each channel's window transposed back into the x row.
+template <class T, class XI, class XO>
+void UnshiftChannelsLast(const normkit_context& ctx, const ShiftSumProblem<T>& p, const XI* xs,
+                         XO* x, ShiftSumScratch<T>& pool) {
+  const bool stream = StreamShiftOutput(p, false, sizeof(XO));
+  const auto make = [&](TaskRows<T>& s) {
+    Zeroed(s.planes, p.C * p.W_out);
+    FromPlanesRowScratch<T, XO>(p, s);
+  };
+  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t b = row / p.H, h = row % p.H;
+      ShiftSumToPlanes(xs + row * p.W_out * p.C, p.W_out, p.C, p.C, s.planes.data(), p.W_out);
+      FromPlanesToRow(&s.planes[p.Offset(0)], p.W_out + p.step, static_cast<const T*>(nullptr), 0,
+                      T(1), p.W, p.C, x + ChannelsLastRow(p, b, h), stream, s.x_row);
+    }
+    if (stream) hwy::FlushStream();
+  };
+  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
+}
+
 }  // namespace
 
 template <class T>
 void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, T* xs,
            ShiftSumScratch<T>* scratch) {
   if (!p.channels_last) return ShiftChannelsFirst(ctx, p, true, x, xs);
-  ShiftSumScratch<T> own;
-  ShiftSumScratch<T>& pool = scratch ? *scratch : own;
-  // xs has x's layout with (H', W') spatial dims. Channels-last along W: the x row as
-  // planes placed at their shifts in [C, W'] planes, transposed back into the xs row (the
-  // planes are zeroed once: every row writes the same windows); along H: each channel's
+  if (!p.along_h) {
+    ShiftSumScratch<T> own;
+    return ShiftChannelsLast(ctx, p, x, xs, scratch ? *scratch : own);
+  }
+  // xs has x's layout with (H', W') spatial dims. Channels-last along H: each channel's
   // pixels copied from its source row, strided.
   const bool stream = StreamShiftOutput(p, true, sizeof(T));
-  const auto make = [&](TaskRows<T>& s) {
-    if (!p.along_h) Zeroed(s.planes, p.C * p.W_out);
-  };
-  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
-    std::vector<T>& planes = s.planes;
+  const auto task = [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H_out, r = row % p.H_out;
-      if (!planes.empty()) {
-        ShiftSumToPlanes(x + ChannelsLastRow(p, b, r), p.W, p.C, p.C, &planes[p.Offset(0)],
-                         p.W_out + p.step);
-        ShiftSumFromPlanes(planes.data(), p.W_out, static_cast<const T*>(nullptr), 0, T(1), p.W_out,
-                           p.C, xs + row * p.W_out * p.C, stream);
-        continue;
-      }
       T* block = xs + row * p.W_out * p.C;
       std::fill(block, block + p.W_out * p.C, T(0));
       for (int64_t c = 0; c < p.C; ++c) {
@@ -289,31 +324,22 @@ void Shift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x, 
     }
     if (stream) hwy::FlushStream();
   };
-  ForRowRanges<T>(ctx, p.B * p.H_out, XRowBytes(p), pool.workers, make, task);
+  ForRowRanges(ctx, p.B * p.H_out, XRowBytes(p), task);
 }
 
 template <class T>
 void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* xs, T* x,
              ShiftSumScratch<T>* scratch) {
   if (!p.channels_last) return ShiftChannelsFirst(ctx, p, false, xs, x);
-  ShiftSumScratch<T> own;
-  ShiftSumScratch<T>& pool = scratch ? *scratch : own;
-  // Channels-last along W: the xs row as [C, W'] planes, each channel's window
-  // transposed back into the x row; along H: each channel's window copied, strided.
+  if (!p.along_h) {
+    ShiftSumScratch<T> own;
+    return UnshiftChannelsLast(ctx, p, xs, x, scratch ? *scratch : own);
+  }
+  // Channels-last along H: each channel's window copied, strided.
   const bool stream = StreamShiftOutput(p, false, sizeof(T));
-  const auto make = [&](TaskRows<T>& s) {
-    if (!p.along_h) Zeroed(s.planes, p.C * p.W_out);
-  };
-  const auto task = [&](int64_t begin, int64_t end, TaskRows<T>& s) {
-    std::vector<T>& planes = s.planes;
+  const auto task = [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / p.H, h = row % p.H;
-      if (!planes.empty()) {
-        ShiftSumToPlanes(xs + row * p.W_out * p.C, p.W_out, p.C, p.C, planes.data(), p.W_out);
-        ShiftSumFromPlanes(&planes[p.Offset(0)], p.W_out + p.step, static_cast<const T*>(nullptr),
-                           0, T(1), p.W, p.C, x + ChannelsLastRow(p, b, h), stream);
-        continue;
-      }
       for (int64_t c = 0; c < p.C; ++c) {
         const Placement at = Place(p, c, h);
         const T* src = xs + ((b * p.H_out + at.r) * p.W_out + at.col) * p.C + c;
@@ -323,57 +349,10 @@ void Unshift(const normkit_context& ctx, const ShiftSumProblem<T>& p, const T* x
     }
     if (stream) hwy::FlushStream();
   };
-  ForRowRanges<T>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
+  ForRowRanges(ctx, p.B * p.H, XRowBytes(p), task);
 }
 
 namespace {
-
-// Channels-last shift along W from x stored as XI into xs stored as XO (the float32
-// Shift's rows; the planes zeroed once, as there).
-template <class XI, class XO>
-void ShiftChannelsLast(const normkit_context& ctx, const ShiftSumProblem<float>& p, const XI* x,
-                       XO* xs) {
-  ShiftSumScratch<float> pool;
-  const bool stream = StreamShiftOutput(p, true, sizeof(XO));
-  const auto make = [&](TaskRows<float>& s) {
-    Zeroed(s.planes, p.C * p.W_out);
-    if (!std::is_same_v<XO, float>) Zeroed(s.x_row, p.W_out * p.C);
-  };
-  const auto task = [&](int64_t begin, int64_t end, TaskRows<float>& s) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t b = row / p.H_out, r = row % p.H_out;
-      ShiftSumToPlanes(x + ChannelsLastRow(p, b, r), p.W, p.C, p.C, &s.planes[p.Offset(0)],
-                       p.W_out + p.step);
-      FromPlanesToRow(s.planes.data(), p.W_out, static_cast<const float*>(nullptr), 0, 1.0f,
-                      p.W_out, p.C, xs + row * p.W_out * p.C, stream, s.x_row);
-    }
-    if (stream) hwy::FlushStream();
-  };
-  ForRowRanges<float>(ctx, p.B * p.H_out, XRowBytes(p), pool.workers, make, task);
-}
-
-// Channels-last unshift along W from xs stored as XI into x stored as XO (the float32
-// Unshift's rows).
-template <class XI, class XO>
-void UnshiftChannelsLast(const normkit_context& ctx, const ShiftSumProblem<float>& p, const XI* xs,
-                         XO* x) {
-  ShiftSumScratch<float> pool;
-  const bool stream = StreamShiftOutput(p, false, sizeof(XO));
-  const auto make = [&](TaskRows<float>& s) {
-    Zeroed(s.planes, p.C * p.W_out);
-    FromPlanesRowScratch<float, XO>(p, s);
-  };
-  const auto task = [&](int64_t begin, int64_t end, TaskRows<float>& s) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t b = row / p.H, h = row % p.H;
-      ShiftSumToPlanes(xs + row * p.W_out * p.C, p.W_out, p.C, p.C, s.planes.data(), p.W_out);
-      FromPlanesToRow(&s.planes[p.Offset(0)], p.W_out + p.step, static_cast<const float*>(nullptr),
-                      0, 1.0f, p.W, p.C, x + ChannelsLastRow(p, b, h), stream, s.x_row);
-    }
-    if (stream) hwy::FlushStream();
-  };
-  ForRowRanges<float>(ctx, p.B * p.H, XRowBytes(p), pool.workers, make, task);
-}
 
 // Shift (forward) or unshift on stored tensors: channels-first in either direction,
 // channels-last along W (along H it takes sample chunks, shift_sum_half.cc).
@@ -387,7 +366,9 @@ void ShiftStack(const normkit_context& ctx, const ShiftSumProblem<float>& p, boo
       if constexpr (std::is_same_v<XI, XO> || std::is_same_v<XI, float> ||
                     std::is_same_v<XO, float>) {
         if (!p.channels_last) return ShiftChannelsFirst(ctx, p, forward, src, dst);
-        forward ? ShiftChannelsLast(ctx, p, src, dst) : UnshiftChannelsLast(ctx, p, src, dst);
+        ShiftSumScratch<float> pool;
+        forward ? ShiftChannelsLast(ctx, p, src, dst, pool)
+                : UnshiftChannelsLast(ctx, p, src, dst, pool);
       }
     });
   });
