@@ -382,9 +382,7 @@ std::vector<Geometry> StoredXPathShapes() {
 // vector alignment), bitwise the float32 call on the same target.
 TEST(HalfShiftSum, StoredXEveryPathOnEveryTargetMisaligned) {
   const Pair pairs[] = {{kBF16, kBF16}, {kF16, kF32}, {kF32, kF16}};
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
+  ForEachHalfTarget([&] {
     for (const Geometry& g : StoredXPathShapes()) {
       for (bool cl : {false, true}) {
         for (const Pair& pair : pairs) {
@@ -397,8 +395,7 @@ TEST(HalfShiftSum, StoredXEveryPathOnEveryTargetMisaligned) {
         }
       }
     }
-  }
-  hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
+  });
 }
 
 // bfloat16 keeps float's exponent range: values near FLT_MAX (sums that stay finite, and

@@ -116,12 +116,7 @@ class EveryTarget : public ::testing::Test {
  protected:
   template <class F>
   void ForEachTarget(F&& f) {
-    for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-      hwy::SetSupportedTargetsForTest(target);
-      SCOPED_TRACE(hwy::TargetName(target));
-      f();
-    }
-    hwy::SetSupportedTargetsForTest(0);
+    ForEachHalfTarget(f);
   }
 };
 
@@ -546,9 +541,7 @@ TEST(HalfStorage, RowNormsHugeValuesAndEveryTarget) {
       RunRowNormCase(rms, {kBF16, kF32}, D, false, 6e37f);
     }
   }
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
+  ForEachHalfTarget([] {
     int k = 0;
     for (const Pair& pair : kPairs) {
       for (int64_t D : {7, 100, 768}) {
@@ -556,8 +549,7 @@ TEST(HalfStorage, RowNormsHugeValuesAndEveryTarget) {
         RunRowNormCase(rms, pair, D, pair.x == pair.y && D == 100);
       }
     }
-  }
-  hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
+  });
 }
 
 }  // namespace
@@ -761,12 +753,9 @@ TEST(HalfStorage, GroupNormEveryPairAndPlan) {
 // The kernels load half storage per SIMD target (F16C or NEON conversions, or the
 // integer ones): a share of the cases on every target this CPU supports.
 TEST(HalfStorage, GroupNormPlansOnEveryTarget) {
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
+  ForEachHalfTarget([] {
     RunGroupNormPlans(5);  // prime to the 2 and 3 that pick alignment and activation
-  }
-  hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
+  });
 }
 
 // bfloat16 x near FLT_MAX (values to 3e38): the groups' float sums overflow, and the exact

@@ -11,11 +11,12 @@
 #define NORMKIT_CPU_KERNELS_ACTIVATION_INL_H_
 #endif
 
-#include "cpu/kernels/group_norm.h"
 #include "cpu/kernels/float_tags-inl.h"
+#include "cpu/kernels/group_norm.h"
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 #include "hwy/highway.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -104,6 +105,6 @@ HWY_INLINE V Activate(D d, V v) {
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #endif  // NORMKIT_CPU_KERNELS_ACTIVATION_INL_H_ toggle

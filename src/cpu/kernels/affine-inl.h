@@ -15,10 +15,11 @@
 
 #include "cpu/kernels/storage-inl.h"
 #include "cpu/kernels/store-inl.h"
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 #include "cpu/kernels/vec_slots-inl.h"
 #include "hwy/highway.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -423,6 +424,6 @@ HWY_INLINE void AffinePeriodicSpan(const TX* x, TY* y, size_t n, const float* sc
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #endif  // include guard

@@ -9,10 +9,11 @@
 #define HWY_TARGET_INCLUDE "cpu/kernels/affine_half.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep: must precede highway.h
 #include "hwy/highway.h"
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 // clang-format on
 #include "cpu/kernels/affine_ranges-inl.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -48,7 +49,7 @@ void AffinePeriodicHalfImpl(const AffinePeriodicJob& job, int64_t begin, int64_t
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace normkit {

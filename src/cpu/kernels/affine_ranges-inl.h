@@ -18,10 +18,11 @@
 
 #include "cpu/kernels/affine-inl.h"
 #include "cpu/kernels/affine.h"
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -313,6 +314,6 @@ struct PeriodicFn {
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #endif  // NORMKIT_CPU_KERNELS_AFFINE_RANGES_INL_H_ toggle

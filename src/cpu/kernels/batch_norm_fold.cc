@@ -16,9 +16,10 @@
 #define HWY_TARGET_INCLUDE "cpu/kernels/batch_norm_fold.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep: must precede highway.h
 #include "hwy/highway.h"
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 // clang-format on
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -95,7 +96,7 @@ bool FoldIsExactImpl(const float* mean, const float* var, float eps, int64_t cha
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace normkit {

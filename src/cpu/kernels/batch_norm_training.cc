@@ -17,10 +17,11 @@
 #define HWY_TARGET_INCLUDE "cpu/kernels/batch_norm_training.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep: must precede highway.h
 #include "hwy/highway.h"
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 // clang-format on
 #include "cpu/kernels/moments-inl.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -655,7 +656,7 @@ void ApplyGradRowsImpl(const float* x, const float* dy, float* dx, int64_t rows,
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace normkit {

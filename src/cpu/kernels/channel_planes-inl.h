@@ -14,10 +14,11 @@
 
 #include "cpu/kernels/storage-inl.h"
 #include "cpu/kernels/store-inl.h"
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -235,6 +236,6 @@ void FromPlanesAny(const T* a, int64_t a_stride, const T* m, int64_t m_stride, T
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #endif  // NORMKIT_CPU_KERNELS_CHANNEL_PLANES_INL_H_ toggle

@@ -17,10 +17,11 @@
 #include "cpu/kernels/float_tags-inl.h"
 #include "cpu/kernels/moments-inl.h"
 #include "cpu/kernels/storage-inl.h"
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -432,6 +433,6 @@ inline void ColumnMeanRstdImpl(const void* x, Storage storage, int64_t rows, int
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #endif  // NORMKIT_CPU_KERNELS_COLUMN_MOMENTS_INL_H_ toggle

@@ -16,9 +16,10 @@
 #define NORMKIT_CPU_KERNELS_FLOAT_TAGS_INL_H_
 #endif
 
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 #include "hwy/highway.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -35,6 +36,6 @@ using DH = hn::Half<DF>;
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #endif  // NORMKIT_CPU_KERNELS_FLOAT_TAGS_INL_H_ toggle

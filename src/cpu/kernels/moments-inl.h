@@ -20,10 +20,11 @@
 #include "cpu/kernels/float_tags-inl.h"
 #include "cpu/kernels/group_norm.h"
 #include "cpu/kernels/storage-inl.h"
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 #include "cpu/kernels/vec_slots-inl.h"
 #include "hwy/highway.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -683,6 +684,6 @@ inline void SpanRmsEachImpl(const void* x, Storage storage, int64_t n, int64_t c
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #endif  // NORMKIT_CPU_KERNELS_MOMENTS_INL_H_ toggle

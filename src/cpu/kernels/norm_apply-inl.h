@@ -24,11 +24,12 @@
 #include "cpu/kernels/moments-inl.h"
 #include "cpu/kernels/storage-inl.h"
 #include "cpu/kernels/store-inl.h"
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 #include "cpu/kernels/vec_slots-inl.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -99,9 +100,9 @@ struct OneMean {
   HWY_INLINE float operator[](size_t) const { return value; }
 };
 template <Activation kAct, bool kStream, class OnVector = NoVectorHook, bool kAlignStores = true,
-          class Means = const float*, typename TX = float>
-HWY_INLINE void NormPlanesT(const TX* x, float* y, size_t n, size_t plane, size_t offset,
-                            Means mean, const float* scale, const float* shift,
+          class Means = const float*, typename TX = float, typename TY = float>
+HWY_INLINE void NormPlanesT(const TX* x, TY* y, size_t n, size_t plane, size_t offset, Means mean,
+                            const float* scale, const float* shift,
                             OnVector&& on_vector = OnVector()) {
   const DF d;
   const size_t N = hn::Lanes(d);
@@ -111,12 +112,12 @@ HWY_INLINE void NormPlanesT(const TX* x, float* y, size_t n, size_t plane, size_
   size_t i = 0;
   const auto one = [&] {
     const auto v = hn::Sub(LoadF(d1, x + i), hn::Set(d1, mean[j]));
-    hn::StoreU(Activate<kAct>(d1, hn::MulAdd(v, hn::Set(d1, scale[j]), hn::Set(d1, shift[j]))), d1,
-               y + i);
+    StoreF(d1, Activate<kAct>(d1, hn::MulAdd(v, hn::Set(d1, scale[j]), hn::Set(d1, shift[j]))),
+           y + i);
     ++i;
     if (++off == plane) off = 0, ++j;
   };
-  const auto put = [&](hn::Vec<DF> v, size_t at) { PutVector<kStream>(DF(), v, y + at); };
+  const auto put = [&](hn::Vec<DF> v, size_t at) { PutF<kStream>(DF(), v, y + at); };
   // Aligned stores: required to stream, and a split-line store costs two.
   if constexpr (kAlignStores || kStream) {
     while (i < n && !IsVectorAligned(d, y + i)) one();
@@ -448,10 +449,10 @@ template <class Means>
 struct NormPlanesOf {
   template <Activation kAct, bool kStream>
   struct Fn {
-    template <typename TX>
-    static void Run(const TX* x, float* y, int64_t n, int64_t plane, int64_t offset, Means mean,
+    template <typename TX, typename TY>
+    static void Run(const TX* x, TY* y, int64_t n, int64_t plane, int64_t offset, Means mean,
                     const float* scale, const float* shift) {
-      NormPlanesT<kAct, kStream, NoVectorHook, true, Means, TX>(
+      NormPlanesT<kAct, kStream, NoVectorHook, true, Means, TX, TY>(
           x, y, static_cast<size_t>(n), static_cast<size_t>(plane), static_cast<size_t>(offset),
           mean, scale, shift);
     }
@@ -475,7 +476,7 @@ template <bool kStream, class TY>
 HWY_INLINE void NarrowSpan(const float* x, TY* y, size_t n) {
 #if HWY_TARGET == HWY_AVX3
   if constexpr (std::is_same_v<TY, hwy::bfloat16_t>) {
-    if (HaveBF16Hardware()) {
+    if (UseBF16Instruction()) {
       return NarrowToBF16Hardware(x, n, reinterpret_cast<uint16_t*>(y), kStream);
     }
   }
@@ -510,36 +511,27 @@ inline void ThroughFloatChunks(void* y, Storage y_storage, size_t n, bool stream
   narrow(static_cast<hwy::float16_t*>(y));
 }
 
-// The means from plane j on: a pointer's suffix, or the one mean of a group's planes.
-inline const float* MeansFrom(const float* mean, int64_t j) {
-  return mean + j;
-}
-inline OneMean MeansFrom(OneMean mean, int64_t) {
-  return mean;
-}
-
 // The apply passes over planes: x of `x_storage`, loaded widened (exactly) into float
-// vectors; a float32 y stored directly, a half y through ThroughFloatChunks (a chunk at
-// `begin` starts (offset + begin) % plane into plane (offset + begin) / plane).
+// vectors, y stored in its storage (a half y rounded from the float vectors: bitwise the
+// float32 output rounded). The pairs the API takes: a half y with float32 x or the same
+// half x.
 template <class Means>
 inline void ApplyPlanes(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t n,
                         int64_t plane, int64_t offset, Means mean, const float* scale,
                         const float* shift, Activation act, bool stream) {
   WithStorage(x, x_storage, [&](const auto* xs) {
-    if (y_storage == Storage::kFloat32) {
-      return DispatchActivation<NormPlanesOf<Means>::template Fn>(
-          act, stream, xs, static_cast<float*>(y), n, plane, offset, mean, scale, shift);
+    using TX = std::remove_cv_t<std::remove_pointer_t<decltype(xs)>>;
+    const auto apply = [&](auto* ys) {
+      DispatchActivation<NormPlanesOf<Means>::template Fn>(act, stream, xs, ys, n, plane, offset,
+                                                           mean, scale, shift);
+    };
+    if constexpr (!std::is_same_v<TX, hwy::float16_t>) {
+      if (y_storage == Storage::kBFloat16) return apply(static_cast<hwy::bfloat16_t*>(y));
     }
-    const auto to = static_cast<size_t>(n);
-    const auto chunk = [to](size_t begin) { return std::min(kNarrowChunk, to - begin); };
-    ThroughFloatChunks(y, y_storage, to, stream, chunk,
-                       [&](float* out, size_t begin, size_t count) {
-                         const int64_t at = offset + static_cast<int64_t>(begin);
-                         const int64_t j = at / plane;
-                         DispatchActivation<NormPlanesOf<Means>::template Fn>(
-                             act, false, xs + begin, out, static_cast<int64_t>(count), plane,
-                             at % plane, MeansFrom(mean, j), scale + j, shift + j);
-                       });
+    if constexpr (!std::is_same_v<TX, hwy::bfloat16_t>) {
+      if (y_storage == Storage::kFloat16) return apply(static_cast<hwy::float16_t*>(y));
+    }
+    apply(static_cast<float*>(y));
   });
 }
 
@@ -610,26 +602,6 @@ inline void ApplyNormRowsImpl(const void* x, Storage x_storage, void* y, Storage
 template <class TX, class TY>
 inline void RowNormDispatch(const TX* x, TY* y, size_t n, float mean, float rstd, float offset,
                             const float* gamma, const float* beta, bool stream) {
-#if HWY_TARGET == HWY_AVX3
-  if constexpr (std::is_same_v<TY, hwy::bfloat16_t>) {
-    // bfloat16 y: float chunks rounded by AVX512_BF16 (NarrowSpan), where the CPU has it.
-    if (HaveBF16Hardware()) {
-      alignas(64) float out[kNarrowChunk];
-      for (size_t i = 0; i < n; i += kNarrowChunk) {
-        const size_t count = std::min(kNarrowChunk, n - i);
-        RowNormDispatch(x + i, out, count, mean, rstd, offset, gamma ? gamma + i : nullptr,
-                        beta ? beta + i : nullptr, false);
-        if (stream) {
-          NarrowSpan<true>(out, y + i, count);
-        } else {
-          NarrowSpan<false>(out, y + i, count);
-        }
-      }
-      if (stream) hwy::FlushStream();
-      return;
-    }
-  }
-#endif
   const int which = (gamma ? 2 : 0) + (beta ? 1 : 0);
   switch (which * 2 + (stream ? 1 : 0)) {
     case 0: return RowNormT<false, false, false>(x, y, n, mean, rstd, offset, gamma, beta);
@@ -716,6 +688,6 @@ inline void ResidualAddImpl(const float* x, const float* r, const float* bias, i
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #endif  // NORMKIT_CPU_KERNELS_NORM_APPLY_INL_H_ toggle

@@ -11,13 +11,14 @@
 #define HWY_TARGET_INCLUDE "cpu/kernels/shift_sum.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep: must precede highway.h
 #include "hwy/highway.h"
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 // clang-format on
 #include "cpu/kernels/channel_planes-inl.h"
 #include "cpu/kernels/storage-inl.h"
 #include "cpu/kernels/store-inl.h"
 #include "cpu/kernels/vec_slots-inl.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -291,7 +292,7 @@ void SkewT(const ShiftSumSkewRows<T, X>& s) {
     }
   };
   // Walks phases [phase, phase + P), each its own systolic array per row.
-  const auto walk = [&](int64_t phase, auto phases) HWY_ATTR {
+  const auto walk = [&](int64_t phase, auto phases) NORMKIT_ATTR {
     constexpr int P = decltype(phases)::value;
     const int64_t pixels = pixels_of(phase);
     int64_t t0[P];  // the first pixel walked
@@ -308,7 +309,7 @@ void SkewT(const ShiftSumSkewRows<T, X>& s) {
         for (int k = 0; k < NB; ++k) acc.Set(at(r, p, k), hn::Zero(d));
     // One step: every partial sum moves one channel up, and the top lane of the last
     // block, a finished y element, leaves.
-    const auto advance = [&](int64_t q) HWY_ATTR {
+    const auto advance = [&](int64_t q) NORMKIT_ATTR {
       for (int r = 0; r < R; ++r) {
         for (int p = 0; p < P; ++p) {
           VecSlots<hn::ScalableTag<T>, NB> moved;
@@ -841,7 +842,7 @@ const ShiftSumStoredXKernelTable<hwy::float16_t>* StoredXKernelTableF16() {
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace normkit {

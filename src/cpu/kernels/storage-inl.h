@@ -6,8 +6,9 @@
 //
 // float16 uses the CPU's conversions where Highway 1.0 has them (F16C on AVX2 and AVX-512,
 // aarch64's NEON / SVE); elsewhere the integer conversions below: Highway 1.0's own
-// emulation truncates and maps Inf and NaN to finite values. bfloat16 stores always use
-// the integer rounding (Highway 1.0 truncates, and has no AVX512_BF16 target).
+// emulation truncates and maps Inf and NaN to finite values. bfloat16 stores use AVX512_BF16's
+// instruction on the AVX-512 targets where the CPU has it, else the integer rounding
+// (Highway 1.0 truncates, and has no AVX512_BF16 target).
 
 #if defined(NORMKIT_CPU_KERNELS_STORAGE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef NORMKIT_CPU_KERNELS_STORAGE_INL_H_
@@ -20,6 +21,7 @@
 
 #include "cpu/kernels/storage.h"
 #include "cpu/kernels/store-inl.h"
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 #include "hwy/highway.h"
 
 #undef NORMKIT_HARDWARE_F16
@@ -30,7 +32,7 @@
 #define NORMKIT_HARDWARE_F16 0
 #endif
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -180,6 +182,13 @@ HWY_INLINE hn::Vec<D> Narrowed(D, hn::Vec<D> v, const double*) {  // double math
 }
 template <class D>
 HWY_INLINE hn::Vec<hn::Rebind<bfloat16_t, D>> Narrowed(D d, hn::Vec<D> v, const bfloat16_t*) {
+#if NORMKIT_TARGET_BF16
+  // A whole AVX-512 vector: AVX512_BF16's instruction where the CPU has it (one
+  // instruction against the integer rounding's ten, which bound the bfloat16 kernels).
+  if constexpr (hn::MaxLanes(D()) == 16) {
+    if (UseBF16Instruction()) return hn::Vec<hn::Rebind<bfloat16_t, D>>{RoundToBF16(v.raw)};
+  }
+#endif
   return Narrow16(d, BF16BitsFromFloat(d, v), static_cast<bfloat16_t*>(nullptr));
 }
 template <class D>
@@ -231,6 +240,6 @@ HWY_INLINE void StoreFreshLanes(D d, hn::Vec<D> v, size_t kept, T* p) {
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #endif  // NORMKIT_CPU_KERNELS_STORAGE_INL_H_ toggle

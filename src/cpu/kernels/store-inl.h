@@ -12,9 +12,10 @@
 
 #include <cstdint>
 
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 #include "hwy/highway.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -40,6 +41,6 @@ HWY_INLINE void PutVector(D d, V v, T* p) {
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #endif  // NORMKIT_CPU_KERNELS_STORE_INL_H_ toggle

@@ -14,9 +14,10 @@
 
 #include <cstddef>
 
+#include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 #include "hwy/highway.h"
 
-HWY_BEFORE_NAMESPACE();
+NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
 namespace kernels {
 namespace HWY_NAMESPACE {
@@ -57,6 +58,6 @@ class VecSlots {
 }  // namespace HWY_NAMESPACE
 }  // namespace kernels
 }  // namespace normkit
-HWY_AFTER_NAMESPACE();
+NORMKIT_AFTER_NAMESPACE();
 
 #endif  // NORMKIT_CPU_KERNELS_VEC_SLOTS_INL_H_ toggle
