@@ -76,8 +76,8 @@ HWY_INLINE hn::Vec<DF> NormOf(const TX* HWY_RESTRICT x, hn::Vec<DF> mean, hn::Ve
 
 // y[i] = act((x[i] - mean[i]) * scale[i] + shift[i]) for i < n (MapSpan: NormOf's
 // operations, so the same bits as the vector walks).
-template <Activation kAct, bool kStream, typename TX>
-HWY_INLINE void NormSpan(const TX* x, float* y, size_t n, const float* mean, const float* scale,
+template <Activation kAct, bool kStream, typename TX, typename TY>
+HWY_INLINE void NormSpan(const TX* x, TY* y, size_t n, const float* mean, const float* scale,
                          const float* shift) {
   MapSpan<kStream>(x, y, n, [&](auto d, size_t c, auto v) {
     const auto dev = hn::Sub(v, hn::LoadU(d, mean + c));
@@ -218,10 +218,10 @@ inline Moments NormPlanesThenMomentsT(const TX* x, float* y, size_t n, size_t pl
 }
 
 // y = act((x - mean) * scale + shift) for one vector.
-template <Activation kAct, bool kStream, typename TX>
-HWY_INLINE void NormVector(const TX* HWY_RESTRICT x, float* HWY_RESTRICT y, hn::Vec<DF> mean,
+template <Activation kAct, bool kStream, typename TX, typename TY>
+HWY_INLINE void NormVector(const TX* HWY_RESTRICT x, TY* HWY_RESTRICT y, hn::Vec<DF> mean,
                            hn::Vec<DF> scale, hn::Vec<DF> shift) {
-  PutVector<kStream>(DF(), NormOf<kAct>(x, mean, scale, shift), y);
+  PutF<kStream>(DF(), NormOf<kAct>(x, mean, scale, shift), y);
 }
 
 // Rows of kVectors whole vectors (one to four): all parameters in registers and the
@@ -229,8 +229,8 @@ HWY_INLINE void NormVector(const TX* HWY_RESTRICT x, float* HWY_RESTRICT y, hn::
 // vectors a vector column at a time, strided: 1x32x112x112 G=8 channels-last spent
 // 1.3 times a same-size memcpy in its apply pass that way (and 1x64x56x56 G=32, rows
 // of four vectors, went from 0.55 to 0.57 of memcpy here, C driver).
-template <Activation kAct, bool kStream, size_t kVectors, typename TX>
-HWY_INLINE void NormNarrowRowsT(const TX* x, float* y, size_t rows, const NormRows& p) {
+template <Activation kAct, bool kStream, size_t kVectors, typename TX, typename TY>
+HWY_INLINE void NormNarrowRowsT(const TX* x, TY* y, size_t rows, const NormRows& p) {
   const DF d;
   const size_t N = hn::Lanes(d);
   constexpr size_t K = kVectors;
@@ -254,7 +254,7 @@ HWY_INLINE void NormNarrowRowsT(const TX* x, float* y, size_t rows, const NormRo
     for (size_t j = 0; j < kStepVectors; ++j) {
       const size_t c = j % K;
       const auto r = Activate<kAct>(d, hn::MulAdd(hn::Sub(v.Get(j), m.Get(c)), s.Get(c), b.Get(c)));
-      PutVector<kStream>(DF(), r, y + i + j * N);
+      PutF<kStream>(DF(), r, y + i + j * N);
     }
   }
   for (; i < n; i += K * N) {
@@ -264,12 +264,12 @@ HWY_INLINE void NormNarrowRowsT(const TX* x, float* y, size_t rows, const NormRo
   }
 }
 
-template <Activation kAct, typename TX>
-inline void NormRowsShiftedT(const TX* x, float* y, size_t rows, size_t C, const NormRows& p,
+template <Activation kAct, typename TX, typename TY>
+inline void NormRowsShiftedT(const TX* x, TY* y, size_t rows, size_t C, const NormRows& p,
                              bool from_memory);
 
-template <Activation kAct, bool kStream, typename TX>
-inline void NormRowsT(const TX* x, float* y, size_t rows, size_t C, const NormRows& p,
+template <Activation kAct, bool kStream, typename TX, typename TY>
+inline void NormRowsT(const TX* x, TY* y, size_t rows, size_t C, const NormRows& p,
                       bool from_memory) {
   const DF d;
   const size_t N = hn::Lanes(d);
@@ -300,7 +300,7 @@ inline void NormRowsT(const TX* x, float* y, size_t rows, size_t C, const NormRo
     const float* HWY_RESTRICT shift = p.shift;
     for (size_t r = 0; r < rows; ++r) {
       const TX* HWY_RESTRICT xr = x + r * C;
-      float* HWY_RESTRICT yr = y + r * C;
+      TY* HWY_RESTRICT yr = y + r * C;
       size_t c = 0;
       for (; c + 4 * N <= C; c += 4 * N) {
         // All four results before any store: SiLU's long chains then overlap.
@@ -314,10 +314,10 @@ inline void NormRowsT(const TX* x, float* y, size_t rows, size_t C, const NormRo
         const auto r3 =
             NormOf<kAct>(xr + c + 3 * N, hn::LoadU(d, mean + c + 3 * N),
                          hn::LoadU(d, scale + c + 3 * N), hn::LoadU(d, shift + c + 3 * N));
-        PutVector<kStream>(DF(), r0, yr + c);
-        PutVector<kStream>(DF(), r1, yr + c + N);
-        PutVector<kStream>(DF(), r2, yr + c + 2 * N);
-        PutVector<kStream>(DF(), r3, yr + c + 3 * N);
+        PutF<kStream>(DF(), r0, yr + c);
+        PutF<kStream>(DF(), r1, yr + c + N);
+        PutF<kStream>(DF(), r2, yr + c + 2 * N);
+        PutF<kStream>(DF(), r3, yr + c + 3 * N);
       }
       for (; c < C; c += N) {
         NormVector<kAct, kStream>(xr + c, yr + c, hn::LoadU(d, mean + c), hn::LoadU(d, scale + c),
@@ -347,10 +347,10 @@ inline void NormRowsT(const TX* x, float* y, size_t rows, size_t C, const NormRo
           const auto r1 = NormOf<kAct>(x + o + N, m1, s1, b1);
           const auto r2 = NormOf<kAct>(x + o + 2 * N, m2, s2, b2);
           const auto r3 = NormOf<kAct>(x + o + 3 * N, m3, s3, b3);
-          PutVector<kStream>(DF(), r0, y + o);
-          PutVector<kStream>(DF(), r1, y + o + N);
-          PutVector<kStream>(DF(), r2, y + o + 2 * N);
-          PutVector<kStream>(DF(), r3, y + o + 3 * N);
+          PutF<kStream>(DF(), r0, y + o);
+          PutF<kStream>(DF(), r1, y + o + N);
+          PutF<kStream>(DF(), r2, y + o + 2 * N);
+          PutF<kStream>(DF(), r3, y + o + 3 * N);
         }
       }
       for (; c < C; c += N) {
@@ -389,15 +389,15 @@ inline void NormRowsT(const TX* x, float* y, size_t rows, size_t C, const NormRo
 // the aligned walk: the same bits wherever y is.
 constexpr size_t kMaxRotatedChannels = 1024;
 
-template <Activation kAct, typename TX>
-inline void NormRowsShiftedT(const TX* x, float* y, size_t rows, size_t C, const NormRows& p,
+template <Activation kAct, typename TX, typename TY>
+inline void NormRowsShiftedT(const TX* x, TY* y, size_t rows, size_t C, const NormRows& p,
                              bool from_memory) {
-  const size_t vector_bytes = hn::Lanes(DF()) * sizeof(float);
+  const size_t vector_bytes = hn::Lanes(DF()) * sizeof(TY);
   const size_t misalign = reinterpret_cast<uintptr_t>(y) % vector_bytes;
-  if (misalign % sizeof(float) != 0 || C > kMaxRotatedChannels || rows < 2) {
+  if (misalign % sizeof(TY) != 0 || C > kMaxRotatedChannels || rows < 2) {
     return NormRowsT<kAct, false>(x, y, rows, C, p, from_memory);
   }
-  const size_t peel = (vector_bytes - misalign) / sizeof(float);  // < Lanes <= C
+  const size_t peel = (vector_bytes - misalign) / sizeof(TY);  // < Lanes <= C
   alignas(64) float mean[kMaxRotatedChannels], scale[kMaxRotatedChannels],
       shift[kMaxRotatedChannels];
   for (size_t c = 0; c < C; ++c) {
@@ -460,8 +460,8 @@ struct NormPlanesOf {
 };
 template <Activation kAct, bool kStream>
 struct NormRowsFn {
-  template <typename TX>
-  static void Run(const TX* x, float* y, int64_t rows, int64_t C, const NormRows& p,
+  template <typename TX, typename TY>
+  static void Run(const TX* x, TY* y, int64_t rows, int64_t C, const NormRows& p,
                   bool from_memory) {
     NormRowsT<kAct, kStream>(x, y, static_cast<size_t>(rows), static_cast<size_t>(C), p,
                              from_memory);
@@ -474,7 +474,7 @@ struct NormRowsFn {
 // integer rounding, 0.10 ns an element against 0.04 for float16's F16C).
 template <bool kStream, class TY>
 HWY_INLINE void NarrowSpan(const float* x, TY* y, size_t n) {
-#if HWY_TARGET == HWY_AVX3
+#if NORMKIT_TARGET_BF16
   if constexpr (std::is_same_v<TY, hwy::bfloat16_t>) {
     if (UseBF16Instruction()) {
       return NarrowToBF16Hardware(x, n, reinterpret_cast<uint16_t*>(y), kStream);
@@ -482,33 +482,6 @@ HWY_INLINE void NarrowSpan(const float* x, TY* y, size_t n) {
   }
 #endif
   MapSpan<kStream>(x, y, n, [](auto, size_t, auto v) { return v; });
-}
-
-// Half y: the float kernels write a chunk of L1 that is then rounded into y, so a half
-// output is bitwise the float output rounded. fn(out, begin, count) writes elements
-// [begin, begin + count) of the result to out; chunk(begin) says how many elements from
-// begin one call takes (at most kNarrowChunk, more than 0).
-constexpr size_t kNarrowChunk = 2048;
-
-template <class Chunk, class Fn>
-inline void ThroughFloatChunks(void* y, Storage y_storage, size_t n, bool stream,
-                               const Chunk& chunk, const Fn& fn) {
-  alignas(64) float out[kNarrowChunk];
-  const auto narrow = [&](auto* yt) {
-    for (size_t i = 0; i < n;) {
-      const size_t count = chunk(i);
-      fn(out, i, count);
-      if (stream) {
-        NarrowSpan<true>(out, yt + i, count);
-      } else {
-        NarrowSpan<false>(out, yt + i, count);
-      }
-      i += count;
-    }
-    if (stream) hwy::FlushStream();
-  };
-  if (y_storage == Storage::kBFloat16) return narrow(static_cast<hwy::bfloat16_t*>(y));
-  narrow(static_cast<hwy::float16_t*>(y));
 }
 
 // The apply passes over planes: x of `x_storage`, loaded widened (exactly) into float
@@ -576,26 +549,18 @@ inline void ApplyNormRowsImpl(const void* x, Storage x_storage, void* y, Storage
                               int64_t rows, int64_t channels, const NormRows& p, Activation act,
                               bool stream, bool from_memory) {
   WithStorage(x, x_storage, [&](const auto* xs) {
-    if (y_storage == Storage::kFloat32) {
-      return DispatchActivation<NormRowsFn>(act, stream, xs, static_cast<float*>(y), rows, channels,
-                                            p, from_memory);
-    }
-    // Chunks of whole rows, or of one row's channels where a row is longer than a chunk.
-    const auto C = static_cast<size_t>(channels);
-    const size_t n = static_cast<size_t>(rows) * C;
-    const size_t chunk_rows = kNarrowChunk / C;
-    const auto chunk = [&](size_t begin) {
-      if (chunk_rows > 0) return std::min(chunk_rows * C, n - begin);
-      return std::min(kNarrowChunk, C - begin % C);
+    using TX = std::remove_cv_t<std::remove_pointer_t<decltype(xs)>>;
+    const auto apply = [&](auto* ys) {
+      DispatchActivation<NormRowsFn>(act, stream, xs, ys, rows, channels, p, from_memory);
     };
-    ThroughFloatChunks(y, y_storage, n, stream, chunk, [&](float* out, size_t begin, size_t count) {
-      const size_t c = begin % C;  // 0 for whole rows
-      const NormRows piece{p.mean + c, p.scale + c, p.shift + c};
-      const bool whole = chunk_rows > 0;
-      DispatchActivation<NormRowsFn>(act, false, xs + begin, out,
-                                     static_cast<int64_t>(whole ? count / C : 1),
-                                     static_cast<int64_t>(whole ? C : count), piece, from_memory);
-    });
+    // The pairs the API takes: a half y with float32 x or the same half x.
+    if constexpr (!std::is_same_v<TX, hwy::float16_t>) {
+      if (y_storage == Storage::kBFloat16) return apply(static_cast<hwy::bfloat16_t*>(y));
+    }
+    if constexpr (!std::is_same_v<TX, hwy::bfloat16_t>) {
+      if (y_storage == Storage::kFloat16) return apply(static_cast<hwy::float16_t*>(y));
+    }
+    apply(static_cast<float*>(y));
   });
 }
 
