@@ -5,16 +5,11 @@
 #ifndef NORMKIT_TESTS_HALF_REFERENCE_H_
 #define NORMKIT_TESTS_HALF_REFERENCE_H_
 
-#include <gtest/gtest.h>
-
 #include <cfenv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <string>
 
-#include "cpu/kernels/bf16_hardware.h"
-#include "hwy/targets.h"
 #include "normkit/normkit.h"
 
 namespace normkit_test {
@@ -110,26 +105,6 @@ inline uint16_t EncodeNaN(float nan, HalfFormat f) {
 // The storage bits of float `v` in the format: Encode, or EncodeNaN.
 inline uint16_t Narrow(float v, HalfFormat f) {
   return std::isnan(v) ? EncodeNaN(v, f) : Encode(v, f);
-}
-
-// f() on every SIMD target this CPU runs, and on the AVX-512 ones once more with the
-// bfloat16 rounding instruction turned off where the CPU has it (as a CPU without
-// AVX512_BF16 runs them: the integer rounding).
-template <class F>
-void ForEachHalfTarget(F&& f) {
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
-    f();
-    const bool avx512 = (target & (HWY_AVX3 | HWY_AVX3_DL)) != 0;
-    if (avx512 && normkit::kernels::HaveBF16Hardware()) {
-      SCOPED_TRACE("without AVX512_BF16");
-      normkit::kernels::SetBF16InstructionForTest(false);
-      f();
-      normkit::kernels::SetBF16InstructionForTest(true);
-    }
-  }
-  hwy::SetSupportedTargetsForTest(0);  // back to what the CPU reports
 }
 
 }  // namespace normkit_test

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "half_reference.h"
+#include "half_targets.h"
 #include "hwy/targets.h"
 #include "shift_sum_reference.h"
 #include "test_util.h"

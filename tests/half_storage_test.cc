@@ -13,6 +13,7 @@
 
 #include "cpu/kernels/group_norm.h"
 #include "half_reference.h"
+#include "half_targets.h"
 #include "hwy/cache_control.h"
 #include "hwy/targets.h"
 #include "normkit/normkit.h"
