@@ -340,6 +340,15 @@ TEST(HalfStorage, AffineLargeTensorsStreamAndThread) {
       RunAffineCase(pair, {{3, 64, 256, 256}, layout, false, false, false}, 3);
     }
   }
+  // In place past the in-cache size: channels-last walks each span's two halves in step.
+  for (const Pair& pair : {Pair{kBF16, kBF16}, Pair{kF16, kF16}}) {
+    for (bool per_sample : {false, true}) {
+      SCOPED_TRACE(std::string(DtypeLabel(pair.x)) + " in place NHWC" +
+                   (per_sample ? " per-sample" : ""));
+      RunAffineCase(pair, {{2, 256, 96, 96}, NORMKIT_LAYOUT_CHANNELS_LAST, per_sample, true, false},
+                    3);
+    }
+  }
 }
 
 // Affine with absent terms (the half kernels apply 1 and -0 instead): scale-only and
