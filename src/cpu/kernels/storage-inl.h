@@ -138,6 +138,55 @@ HWY_INLINE hn::Vec<D> LoadF(D d, const double* p) {
   return hn::LoadU(d, p);
 }
 
+// Lanes [lo, hi) of d as a mask (0 <= lo <= hi <= Lanes(d)).
+template <class D>
+HWY_INLINE hn::Mask<D> LanesBetween(D d, size_t lo, size_t hi) {
+  const hn::RebindToSigned<D> di;
+  using TI = hn::TFromD<decltype(di)>;
+  const auto lane = hn::Iota(di, 0);
+  return hn::RebindMask(d, hn::AndNot(hn::Lt(lane, hn::Set(di, static_cast<TI>(lo))),
+                                      hn::Lt(lane, hn::Set(di, static_cast<TI>(hi)))));
+}
+
+// LoadF of lanes [lo, hi) only, the others zero. Reads no other lane's memory only where
+// hn::MaskedLoad suppresses faults for X's lane size (MaskedLoadsSafe below).
+template <class D>
+HWY_INLINE hn::Vec<D> LoadLanesF(D d, const float* p, size_t lo, size_t hi) {
+  return hn::MaskedLoad(LanesBetween(d, lo, hi), d, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadLanesF(D d, const double* p, size_t lo, size_t hi) {
+  return hn::MaskedLoad(LanesBetween(d, lo, hi), d, p);
+}
+template <class D, typename T, hwy::EnableIf<sizeof(T) == 2>* = nullptr>
+HWY_INLINE hn::Vec<D> LoadLanesF(D d, const T* p, size_t lo, size_t hi) {
+  const hn::Rebind<uint16_t, D> du16;
+  const auto bits =
+      hn::MaskedLoad(LanesBetween(du16, lo, hi), du16, reinterpret_cast<const uint16_t*>(p));
+  if constexpr (std::is_same<T, bfloat16_t>::value) {
+    return hn::PromoteTo(d, hn::BitCast(hn::Rebind<bfloat16_t, D>(), bits));
+  } else {
+#if NORMKIT_HARDWARE_F16
+    return hn::PromoteTo(d, hn::BitCast(hn::Rebind<float16_t, D>(), bits));
+#else
+    return FloatFromF16Bits(d, hn::PromoteTo(hn::RebindToUnsigned<D>(), bits));
+#endif
+  }
+}
+
+// Whether LoadLanesF of storage X never reads a masked-off lane's memory on this
+// target: AVX-512's masked loads of every lane size, AVX2's of 32 and 64 bits.
+template <class X>
+constexpr bool MaskedLoadsSafe() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return true;
+#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+  return sizeof(X) >= 4;
+#else
+  return false;
+#endif
+}
+
 // Element 0 at p widened to float: the scalar paths of the kernels templated on storage.
 HWY_INLINE float FloatAt(const float* p) {
   return *p;
