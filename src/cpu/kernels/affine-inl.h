@@ -322,11 +322,11 @@ HWY_INLINE void AffinePeriodicSpan(const TX* x, TY* y, size_t n, const float* sc
                       (!AllTermsHeld<kScale, kShift, kCenter>(vectors) || from_memory);
   // The tuned bodies below are compiled for float32 storage only (each is instantiated
   // per term set, stream flag and SIMD target; per storage pair too they would take the
-  // kernel's compile to minutes). Half storage takes the plain runs.
+  // kernel's compile to minutes). Half storage takes the plain runs, except in place
+  // (same type, plain stores), where it takes the paired halves too, as far apart in
+  // bytes: 64x256x64x64 channels-last in place, one thread, 5 rounds alternating builds:
+  // float16 0.75 -> 0.82-0.83 of a copy, bfloat16 0.72 -> 0.75.
   constexpr bool kTuned = std::is_same<TX, float>::value && std::is_same<TY, float>::value;
-  // Half storage in place (same type, plain stores) takes the paired halves too, as far
-  // apart in bytes: 64x256x64x64 channels-last in place, one thread, 5 rounds alternating
-  // builds: float16 0.75 -> 0.82-0.83 of a copy, bfloat16 0.72 -> 0.75.
   constexpr bool kHalfPairs = std::is_same<TX, TY>::value && sizeof(TX) == 2 && !kStream;
   while (i + lanes <= n) {
     if constexpr (kHalfPairs) {
