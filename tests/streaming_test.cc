@@ -99,6 +99,45 @@ TEST(Streaming, GroupNormMisalignedOutput) {
   }
 }
 
+// Layer / RMS norm rows longer than their blocked threshold (1024) into a y of 25+ MB:
+// a task's rows' statistics first, then their outputs walked in column chunks across
+// the rows (the last chunk partial), streamed into a y 4 bytes off any vector, with the
+// next task's rows prefetched as these are written; also in place (no streaming) and at
+// one thread. Against the double reference, and bitwise the same at 1 and 2 threads.
+TEST(Streaming, RowNormsLongRowsMisalignedOutput) {
+  const int64_t rows = 1303, D = 4999;  // 26 MB; tasks of 6 rows, chunks 1024 x 4 + 903
+  const int64_t numel = rows * D;
+  const std::vector<float> x = RandomVector(numel, 31, -3.0f, 5.0f), gamma = RandomVector(D, 32),
+                           beta = RandomVector(D, 33);
+  std::vector<float> ybuf(numel + 1), first;
+  float* y = ybuf.data() + 1;
+  for (bool rms : {false, true}) {
+    const NormReference want = ReferenceRowNorm(x, rows, D, gamma.data(), beta.data(), 1e-5, rms);
+    for (int threads : {2, 1}) {
+      SCOPED_TRACE(std::string(rms ? "rms_norm" : "layer_norm") + " threads " +
+                   std::to_string(threads));
+      Context ctx(threads);
+      normkit_tensor xt = Desc(const_cast<float*>(x.data()), NORMKIT_LAYOUT_CHANNELS_FIRST,
+                               {rows, D}),
+                     yt = Desc(y, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D});
+      const auto run = [&](const normkit_tensor* in, const normkit_tensor* out) {
+        return rms ? normkit_rms_norm(ctx.ctx, in, gamma.data(), 1e-5f, out, nullptr)
+                   : normkit_layer_norm(ctx.ctx, in, gamma.data(), beta.data(), 1e-5f, out, nullptr,
+                                        nullptr);
+      };
+      ASSERT_EQ(run(&xt, &yt), NORMKIT_SUCCESS) << normkit_last_error();
+      const std::vector<float> got(y, y + numel);
+      ExpectNormNear(got, want, "row norm streamed");
+      if (threads == 2) first = got;
+      EXPECT_TRUE(first == got) << "not the two-thread call's bits";
+      std::vector<float> z(x);  // in place: plain stores
+      normkit_tensor zt = Desc(z.data(), NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D});
+      ASSERT_EQ(run(&zt, &zt), NORMKIT_SUCCESS) << normkit_last_error();
+      EXPECT_TRUE(z == got) << "in place is not the streamed call's bits";
+    }
+  }
+}
+
 // Channels-last rows of whole vectors (C = 64 and 256: the narrow and the wide walks on
 // every x86 target) into a y 1 to 15 floats off a 64-byte line, and x as misaligned
 // (NumPy's large arrays sit 16 bytes past one): the shifted walk (a peel, rows from

@@ -474,6 +474,9 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
 constexpr int64_t kBatchedRowFloats = 512;
 constexpr int64_t kBatchedRowsMaxBytes = int64_t{4} << 20;
 constexpr int64_t kMaxRowBatch = 256;
+// Rows longer than this (and made in no scratch) are normalized a task's rows at a time:
+// see RowNorm.
+constexpr int64_t kBlockedRowFloats = 1024;
 
 // gamma and beta as the row loops load them, a vector a row position: the caller's
 // arrays where they start on a cache line, else aligned copies in `storage` (a NumPy
@@ -533,9 +536,10 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   // from cache.
   const kernels::Storage rs = add ? kernels::Storage::kFloat32 : xs;
   const int64_t row_bytes = D * kernels::StorageBytes(rs);
-  // Row r's outputs (and optional mean / rstd) from its values xr (stored as rs), its
-  // mean (0 for RMS norm) and rstd.
-  const auto apply_row = [&](int64_t r, const char* xr, double mean, double rstd) {
+  // Row r's scales (and its optional mean / rstd outputs) from its values xr (stored as
+  // rs), its mean (0 for RMS norm) and rstd.
+  const auto row_scales = [&](int64_t r, const char* xr, double mean, double rstd, float* mean_f,
+                              float* rstd_f, float* offset) {
     if (!FastStatisticsHold(mean, rstd)) {
       const auto value = [xr, rs](int64_t i) { return kernels::ElementAt(xr, rs, i); };
       const MeanRstd exact = ExactMeanRstdOf(value, 1, D, 0, args.eps, args.rms);
@@ -546,9 +550,14 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
     if (args.rstd) args.rstd[r] = static_cast<float>(rstd);
     // As in group norm: subtract the float nearest the mean, fold the residual
     // into an offset added before gamma.
-    const float mean_f = static_cast<float>(mean);
-    const float rstd_f = static_cast<float>(rstd);
-    const float offset = static_cast<float>(-(mean - static_cast<double>(mean_f)) * rstd_f);
+    *mean_f = static_cast<float>(mean);
+    *rstd_f = static_cast<float>(rstd);
+    *offset = static_cast<float>(-(mean - static_cast<double>(*mean_f)) * *rstd_f);
+  };
+  // Row r's outputs from its values xr, its mean and rstd.
+  const auto apply_row = [&](int64_t r, const char* xr, double mean, double rstd) {
+    float mean_f, rstd_f, offset;
+    row_scales(r, xr, mean, rstd, &mean_f, &rstd_f, &offset);
     kernels::ApplyRowNorm(xr, rs, yd + r * D * y_elem, ys, D, mean_f, rstd_f, offset, params.gamma,
                           params.beta, stream);
   };
@@ -561,6 +570,12 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   int64_t batch_rows = std::clamp<int64_t>(kUnitBatchBytes / D_bytes, 1, kMaxRowBatch);
   if (batch_rows > kUnitBatchMultiple) batch_rows -= batch_rows % kUnitBatchMultiple;
   const bool use_scratch = add && (residual->h == nullptr || stream_h);
+  // Rows longer than kBlockedRowFloats (and made in no scratch): a task's rows'
+  // statistics first, then their outputs in one call, which walks columns across the
+  // rows so that gamma and beta stay in L1 (kernels::ApplyRowNorms), and past the cache
+  // prefetches the rows read next as it writes these.
+  const bool blocked = !batched && D > kBlockedRowFloats && !use_scratch;
+  static_assert((int64_t{1} << 15) / kBlockedRowFloats <= kMaxRowBatch, "a task's rows fit");
   const int64_t scratch_floats = use_scratch ? (batched ? batch_rows : 1) * D : 0;
   const int64_t workers = use_scratch ? ParallelWorkers(ctx, tasks) : 0;
   std::vector<AlignedArray<float>> scratch(static_cast<size_t>(workers));
@@ -600,9 +615,10 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
       return;
     }
     const int64_t elem = kernels::StorageBytes(rs);
-    for (int64_t r = r0; r < r_end; ++r) {
-      const char* xr = rows_of(r, 1, worker);
-      double mean = 0.0, ms;
+    // The mean (0 for RMS norm) and rstd of the row at xr.
+    const auto statistics = [&](const char* xr, double* mean, double* rstd) {
+      double ms;
+      *mean = 0.0;
       if (args.rms) {
         double sum = 0.0;
         for (int64_t b = 0; b < D; b += kStatsBlockElems) {
@@ -616,9 +632,32 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
               m, kernels::RowMoments(xr + b * elem, rs, std::min(kStatsBlockElems, D - b)));
         }
         ms = m.m2 / m.count;
-        mean = m.mean;
+        *mean = m.mean;
       }
-      apply_row(r, xr, mean, 1.0 / std::sqrt(ms + static_cast<double>(args.eps)));
+      *rstd = 1.0 / std::sqrt(ms + static_cast<double>(args.eps));
+    };
+    if (blocked) {
+      const int64_t count = r_end - r0;
+      const char* xb = rows_of(r0, count, worker);
+      float mean_f[kMaxRowBatch], rstd_f[kMaxRowBatch], offset[kMaxRowBatch];
+      for (int64_t k = 0; k < count; ++k) {
+        double mean, rstd;
+        statistics(xb + k * row_bytes, &mean, &rstd);
+        row_scales(r0 + k, xb + k * row_bytes, mean, rstd, &mean_f[k], &rstd_f[k], &offset[k]);
+      }
+      // Past the cache, the rows read next (this thread's, mostly: tasks are split in
+      // contiguous runs) are fetched into L2 while these rows are written.
+      const int64_t ahead = stream && !add ? std::min(count, rows - r_end) : 0;
+      kernels::ApplyRowNorms(xb, rs, yd + r0 * D * y_elem, ys, count, D,
+                             kernels::RowScales{mean_f, rstd_f, offset}, params.gamma, params.beta,
+                             stream, xd + r_end * row_bytes, ahead);
+      return;
+    }
+    for (int64_t r = r0; r < r_end; ++r) {
+      const char* xr = rows_of(r, 1, worker);
+      double mean, rstd;
+      statistics(xr, &mean, &rstd);
+      apply_row(r, xr, mean, rstd);
     }
   };
   const auto run_task = [&](int64_t task, int64_t worker) {

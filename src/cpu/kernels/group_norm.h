@@ -212,15 +212,24 @@ inline void ApplyNormRows(const float* x, void* y, Storage y_storage, int64_t ro
 //   y[d] = ((x[d] - mean) * rstd + offset) * gamma[d] + beta[d]
 // where mean is the float nearest the row's mean m and offset = -(m - mean) * rstd.
 // gamma and beta may be null (1 and 0); RMS norm passes mean = offset = 0. y is stored as
-// y_storage (half: the float result rounded to nearest even).
+// y_storage (half: the float result rounded to nearest even); `stream`: non-temporal
+// stores, fenced before the call returns.
 void ApplyRowNorm(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t n,
                   float mean, float rstd, float offset, const float* gamma, const float* beta,
                   bool stream);
-inline void ApplyRowNorm(const float* x, void* y, Storage y_storage, int64_t n, float mean,
-                         float rstd, float offset, const float* gamma, const float* beta,
-                         bool stream) {
-  ApplyRowNorm(x, Storage::kFloat32, y, y_storage, n, mean, rstd, offset, gamma, beta, stream);
-}
+
+// Rows [0, rows) of a [rows, D] layer / RMS norm, each as ApplyRowNorm with its own
+// mean[r], rstd[r] and offset[r]: row r at x + r * D and y + r * D, walked in column chunks
+// across the rows (gamma and beta stay in L1). next: null, or the next_rows rows (of x's
+// storage, D apart) to be read after these, prefetched into L2 as these are written.
+struct RowScales {
+  const float* mean;
+  const float* rstd;
+  const float* offset;
+};
+void ApplyRowNorms(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t rows,
+                   int64_t D, const RowScales& s, const float* gamma, const float* beta,
+                   bool stream, const void* next = nullptr, int64_t next_rows = 0);
 
 // out[i] = x[i] widened to float for i < n, x stored as `storage`: the shift-sum family's
 // half chunks (its row kernels compute in their stored type). The norms load half x

@@ -19,6 +19,7 @@ namespace kernels {
 
 HWY_EXPORT(ApplyNormRowsImpl);
 HWY_EXPORT(ApplyRowNormImpl);
+HWY_EXPORT(ApplyRowNormsImpl);
 
 void ApplyNormRows(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t rows,
                    int64_t channels, const NormRows& p, Activation act, bool stream,
@@ -32,6 +33,13 @@ void ApplyRowNorm(const void* x, Storage x_storage, void* y, Storage y_storage, 
                   bool stream) {
   HWY_DYNAMIC_DISPATCH(ApplyRowNormImpl)
   (x, x_storage, y, y_storage, n, mean, rstd, offset, gamma, beta, stream);
+}
+
+void ApplyRowNorms(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t rows,
+                   int64_t D, const RowScales& s, const float* gamma, const float* beta,
+                   bool stream, const void* next, int64_t next_rows) {
+  HWY_DYNAMIC_DISPATCH(ApplyRowNormsImpl)
+  (x, x_storage, y, y_storage, rows, D, s, gamma, beta, stream, next, next_rows);
 }
 
 }  // namespace kernels
