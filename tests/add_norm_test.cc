@@ -120,9 +120,12 @@ TEST(AddNorm, RmsNormMatchesReference) {
   RunAddNorm({101, 200, true, false, true, false, true, 3, 1.0e3f});
 }
 
-// Every way the outputs may be the inputs: the same bits as out of place.
-TEST(AddNorm, InPlaceOnEveryInput) {
-  const int64_t rows = 37, D = 96, n = rows * D;
+// Every way the outputs may be the inputs: the same bits as out of place. Rows of up to
+// 1024 values go one at a time; longer ones with h an output a task's rows at a time (h
+// of all of them made before any y is written).
+void ExpectInPlaceOnEveryInput(int64_t rows, int64_t D) {
+  SCOPED_TRACE("[" + std::to_string(rows) + ", " + std::to_string(D) + "]");
+  const int64_t n = rows * D;
   const std::vector<float> x0 = RandomVector(n, 81), r0 = RandomVector(n, 82);
   const std::vector<float> bias = RandomVector(D, 83), gamma = RandomVector(D, 84),
                            beta = RandomVector(D, 85);
@@ -169,6 +172,12 @@ TEST(AddNorm, InPlaceOnEveryInput) {
     ASSERT_EQ(call(x.data(), x.data(), y.data(), twice.data()), NORMKIT_SUCCESS);
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(twice[i], (x0[i] + x0[i]) + bias[i % D]) << i;
   }
+}
+
+TEST(AddNorm, InPlaceOnEveryInput) {
+  ExpectInPlaceOnEveryInput(37, 96);
+  ExpectInPlaceOnEveryInput(21, 1500);
+  ExpectInPlaceOnEveryInput(13, 5000);
 }
 
 // Calls whose arrays together reach twice kStreamingStoreBytes (48 MiB: here 4 x 12.6
