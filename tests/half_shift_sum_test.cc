@@ -451,6 +451,23 @@ TEST(HalfShiftSum, StreamedX) {
   }
 }
 
+// Streamed half x is rounded two vectors to a store on x86 (one 64-byte line on AVX-512):
+// bfloat16 subnormal results (which AVX512_BF16's instruction reads as zero) on every
+// target, off the pair's boundary, and results near FLT_MAX.
+TEST(HalfShiftSum, StreamedBfloatNearFloatMaxAndSubnormal) {
+  const Geometry g{2, 8, 130, 3200, 2, false, NORMKIT_MASK_HW, 0.25};
+  const auto run = [&](Op op, Pair pair, float magnitude, int64_t lead) {
+    Case c{g, false, pair};
+    c.lead = lead;
+    c.magnitude = magnitude;
+    SCOPED_TRACE(Describe(op, c) + " magnitude " + std::to_string(magnitude));
+    RunCase(op, c, 2);
+  };
+  ForEachHalfTarget([&] { run(Op::kAdjoint, {kBF16, kBF16}, 3.0e-38f, 16); });
+  run(Op::kPinvMP, {kF32, kBF16}, 3.0e-38f, 0);
+  run(Op::kAdjoint, {kF32, kBF16}, 3.0e38f, 0);
+}
+
 // The same bits for any thread count.
 TEST(HalfShiftSum, BitwiseIdenticalAcrossThreadCounts) {
   const Geometry g{3, 28, 40, 96, 2, false, NORMKIT_MASK_CHW, 1.0};
