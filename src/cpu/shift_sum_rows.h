@@ -539,11 +539,12 @@ int64_t XRowBytes(const ShiftSumProblem<T>& p) {
 // Every y element still sums its channels in order c = 0, 1, ..., so the result is
 // the same bit for bit whatever the tile.
 constexpr int64_t kTileRows = 2;
-constexpr int64_t kForwardTileRows = 1;                    // channels-first forward along H
-constexpr int64_t kForwardGroupRows = 16;                  // along W: at most, rows a tile
-constexpr int64_t kForwardTileBytes = int64_t{16} << 10;   // and bytes of y a tile
-constexpr int64_t kForwardGroupChannels = 7;               // channels summed a row at a time
-constexpr int64_t kGapPrefetchBytes = int64_t{128} << 10;  // GAP: bytes of x ahead
+constexpr int64_t kForwardTileRows = 1;                          // channels-first forward along H
+constexpr int64_t kForwardGroupRows = 16;                        // along W: at most, rows a tile
+constexpr int64_t kForwardTileBytes = int64_t{16} << 10;         // and bytes of y a tile
+constexpr int64_t kForwardGroupChannels = 7;                     // channels summed a row at a time
+constexpr int64_t kGapPrefetchBytes = int64_t{128} << 10;        // GAP: bytes of x ahead
+constexpr int64_t kGapUpdatePrefetchBytes = int64_t{256} << 10;  // GAP: tiles of x prefetched
 
 // Calls tile(b, r0, r1) over rows [begin, end) of a [B, rows_per_sample] range, in
 // tiles of at most tile_rows rows that never cross a sample.
