@@ -18,6 +18,7 @@
 #endif
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cpu/kernels/storage.h"
 #include "cpu/kernels/store-inl.h"
