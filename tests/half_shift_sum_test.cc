@@ -451,9 +451,9 @@ TEST(HalfShiftSum, StreamedX) {
   }
 }
 
-// Streamed half x is rounded two vectors to a store on x86 (one 64-byte line on AVX-512):
-// bfloat16 subnormal results (which AVX512_BF16's instruction reads as zero) on every
-// target, off the pair's boundary, and results near FLT_MAX.
+// Streamed bfloat16 x (non-temporal stores of the rounded values): subnormal results
+// (which AVX512_BF16's instruction reads as zero) on every target, 32 bytes off a cache
+// line, and results near FLT_MAX.
 TEST(HalfShiftSum, StreamedBfloatNearFloatMaxAndSubnormal) {
   const Geometry g{2, 8, 130, 3200, 2, false, NORMKIT_MASK_HW, 0.25};
   const auto run = [&](Op op, Pair pair, float magnitude, int64_t lead) {

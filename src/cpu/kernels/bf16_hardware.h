@@ -61,18 +61,6 @@ NORMKIT_BF16_TARGET inline __attribute__((always_inline)) __m256i RoundToBF16(__
   }
   return r;
 }
-
-// Thirty-two floats (lo then hi) rounded to bfloat16 bits by one instruction, as
-// RoundToBF16 rounds each half (one subnormal test for both halves).
-NORMKIT_BF16_TARGET inline __attribute__((always_inline)) __m512i RoundPairToBF16(__m512 lo,
-                                                                                  __m512 hi) {
-  const __mmask16 subnormal =
-      _kor_mask16(_mm512_fpclass_ps_mask(lo, 0x20), _mm512_fpclass_ps_mask(hi, 0x20));
-  if (subnormal != 0) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(RoundToBF16(lo)), RoundToBF16(hi), 1);
-  }
-  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
-}
 #endif
 
 }  // namespace kernels

@@ -570,10 +570,19 @@ int64_t SkewMaxChannelsT() {
 template <bool kStream, class T, class Y>
 void ScaledProductT(Y* HWY_RESTRICT y, const T* HWY_RESTRICT x, const T* HWY_RESTRICT m, T s,
                     size_t n) {
-  PutRow<kStream, T>(y, n, [&](auto dt, size_t i) {
+  const hn::ScalableTag<T> d;
+  const hn::CappedTag<T, 1> d1;
+  const size_t N = hn::Lanes(d);
+  const auto one = [&](auto dt, size_t i) {
     const auto v = hn::Mul(hn::Set(dt, s), hn::LoadU(dt, x + i));
-    return m ? hn::Mul(v, hn::LoadU(dt, m + i)) : v;
-  });
+    PutF<kStream>(dt, m ? hn::Mul(v, hn::LoadU(dt, m + i)) : v, y + i);
+  };
+  size_t i = 0;
+  if constexpr (kStream) {  // Stream needs aligned addresses: peel to the next one
+    for (; i < n && !IsVectorAligned(d, y + i); ++i) one(d1, i);
+  }
+  for (; i + N <= n; i += N) one(d, i);
+  for (; i < n; ++i) one(d1, i);
 }
 
 // How ShiftSumWindowsToPixels forms a pixel's values from its window values v.
@@ -728,12 +737,21 @@ void GapResidualT(T* HWY_RESTRICT r, const T* HWY_RESTRICT y, const T* HWY_RESTR
 
 template <bool kStream, class T, class X>
 void DivideByMaskT(X* HWY_RESTRICT x, const T* HWY_RESTRICT z, const T* HWY_RESTRICT m, size_t n) {
-  PutRow<kStream, T>(x, n, [&](auto dt, size_t i) {
+  const hn::ScalableTag<T> d;
+  const hn::CappedTag<T, 1> d1;
+  const size_t N = hn::Lanes(d);
+  const auto one = [&](auto dt, size_t i) {
     const auto mv = hn::LoadU(dt, m + i);
     const auto nonzero = hn::Ne(mv, hn::Zero(dt));
     const auto q = hn::Div(hn::LoadU(dt, z + i), hn::IfThenElse(nonzero, mv, hn::Set(dt, T(1))));
-    return hn::IfThenElseZero(nonzero, q);
-  });
+    PutF<kStream>(dt, hn::IfThenElseZero(nonzero, q), x + i);
+  };
+  size_t i = 0;
+  if constexpr (kStream) {  // Stream needs aligned addresses: peel to the next one
+    for (; i < n && !IsVectorAligned(d, x + i); ++i) one(d1, i);
+  }
+  for (; i + N <= n; i += N) one(d, i);
+  for (; i < n; ++i) one(d1, i);
 }
 
 template <class T, class X>

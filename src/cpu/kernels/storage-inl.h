@@ -18,7 +18,6 @@
 #endif
 
 #include <cstdint>
-#include <type_traits>
 
 #include "cpu/kernels/storage.h"
 #include "cpu/kernels/store-inl.h"
@@ -268,66 +267,6 @@ HWY_INLINE void PutF(D d, hn::Vec<D> v, T* p) {
   } else {
     PutVector<kStream && kWhole>(hn::Rebind<T, D>(), narrowed, p);
   }
-}
-
-// Whether PutRow stores 16-bit T two float vectors to one register: on x86, where a
-// streaming store of half a register stalled (the bfloat16 adjoint's 32-byte stores on
-// AVX-512 wrote x at half float32's byte rate) and one whole register writes a full line.
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR
-template <class D, typename T>
-constexpr bool kPairedHalfStores = sizeof(T) == 2 && sizeof(hn::TFromD<D>) == 4;
-
-// v0 and v1 stored as T at p and p + Lanes(d) by one streaming store (p on the boundary of
-// twice d's 16-bit width).
-template <class D, typename T>
-HWY_INLINE void StreamHalfPair(D d, hn::Vec<D> v0, hn::Vec<D> v1, T* p) {
-  const hn::Rebind<uint16_t, D> dh;
-  const hn::Twice<decltype(dh)> dw;
-#if NORMKIT_TARGET_BF16
-  if constexpr (std::is_same_v<T, bfloat16_t> && hn::MaxLanes(D()) == 16) {
-    if (UseBF16Instruction()) {
-      hn::Stream(hn::Vec<decltype(dw)>{RoundPairToBF16(v0.raw, v1.raw)}, dw,
-                 reinterpret_cast<uint16_t*>(p));
-      return;
-    }
-  }
-#endif
-  const auto lo = hn::BitCast(dh, Narrowed(d, v0, static_cast<const T*>(p)));
-  const auto hi = hn::BitCast(dh, Narrowed(d, v1, static_cast<const T*>(p)));
-  hn::Stream(hn::Combine(dw, hi, lo), dw, reinterpret_cast<uint16_t*>(p));
-}
-#else
-template <class D, typename T>
-constexpr bool kPairedHalfStores = false;
-
-template <class D, typename T>
-HWY_INLINE void StreamHalfPair(D d, hn::Vec<D> v0, hn::Vec<D> v1, T* p) {
-  PutF<true>(d, v0, p);
-  PutF<true>(d, v1, p + hn::Lanes(d));
-}
-#endif
-
-// y[i] = value(d, i) stored as T for i < n, value giving the float lanes [i, i + Lanes(d))
-// for d a whole vector of F or one lane. kStream: non-temporal stores after a peel to the
-// boundary they need (paired 16-bit stores: two vectors' boundary).
-template <bool kStream, class F, class T, class Value>
-HWY_INLINE void PutRow(T* HWY_RESTRICT y, size_t n, const Value& value) {
-  const hn::ScalableTag<F> d;
-  const hn::CappedTag<F, 1> d1;
-  const size_t N = hn::Lanes(d);
-  size_t i = 0;
-  if constexpr (kStream) {
-    for (; i < n && !IsVectorAligned(d, y + i); ++i) PutF<false>(d1, value(d1, i), y + i);
-    if constexpr (kPairedHalfStores<decltype(d), T>) {
-      if (i + N <= n && reinterpret_cast<uintptr_t>(y + i) % (2 * N * sizeof(T)) != 0) {
-        PutF<true>(d, value(d, i), y + i);
-        i += N;
-      }
-      for (; i + 2 * N <= n; i += 2 * N) StreamHalfPair(d, value(d, i), value(d, i + N), y + i);
-    }
-  }
-  for (; i + N <= n; i += N) PutF<kStream>(d, value(d, i), y + i);
-  for (; i < n; ++i) PutF<false>(d1, value(d1, i), y + i);
 }
 
 // Stores lanes [kept, Lanes(d)) of v at p, keeping the first `kept` elements there: the
