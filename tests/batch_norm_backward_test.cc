@@ -161,7 +161,8 @@ void ExpectMatchesReference(const Shape& s, const Inputs& in, const Grads& g, bo
 
 // Seed 001's ranks, and the channels-last paths: C = 1, 2, 4 (a divisor of the vector:
 // one flat span), 3, 5, 7 (neither: padded rows), 64, 1024, 300 (whole vectors, a padded
-// tail); channels-first planes of two sum blocks, short planes, rank 2.
+// tail), 1030 (past 1024, a padded tail); channels-first planes of two sum blocks, short planes,
+// rank 2.
 const std::vector<Shape>& Shapes() {
   static const std::vector<Shape> shapes = {
       {{8, 3, 1000}, NORMKIT_LAYOUT_CHANNELS_FIRST},
@@ -178,6 +179,9 @@ const std::vector<Shape>& Shapes() {
       {{3, 300, 5, 7}, NORMKIT_LAYOUT_CHANNELS_LAST},
       {{1, 1024, 3, 3}, NORMKIT_LAYOUT_CHANNELS_LAST},
       {{300, 5, 17}, NORMKIT_LAYOUT_CHANNELS_LAST},
+      // Rows past 1024 channels: a partial last vector, two row blocks, float runs
+      // flushed twice.
+      {{10, 1030, 15}, NORMKIT_LAYOUT_CHANNELS_LAST},
       // Channels-first planes of a few values in channel blocks (planes of 16, 1, 12, 6;
       // tails with a partial vector, two chunks of samples).
       {{20, 37, 16}, NORMKIT_LAYOUT_CHANNELS_FIRST},
@@ -205,7 +209,7 @@ TEST(BatchNormBackward, MatchesReferenceEveryRankAndLayout) {
 }
 
 // Every SIMD target this CPU runs: the pattern lanes (C = 2, 4), padded rows (C = 3,
-// 19), padded span tails (planes of 45), the double flushes (planes of 3000).
+// 19, 1030), padded span tails (planes of 45), the double flushes (planes of 3000).
 TEST(BatchNormBackward, EverySimdTargetMatchesReference) {
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
@@ -215,6 +219,7 @@ TEST(BatchNormBackward, EverySimdTargetMatchesReference) {
                            Shape{{3, 3, 5, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
                            Shape{{3, 19, 5, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
                            Shape{{3, 19, 5, 9}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                           Shape{{7, 1030, 10}, NORMKIT_LAYOUT_CHANNELS_LAST},
                            Shape{{2, 3, 3000}, NORMKIT_LAYOUT_CHANNELS_FIRST},
                            Shape{{70, 19, 12}, NORMKIT_LAYOUT_CHANNELS_FIRST},
                            Shape{{70, 150}, NORMKIT_LAYOUT_CHANNELS_FIRST}}) {
