@@ -5,7 +5,10 @@
  * copy swing more than the change (docs/performance.md, "Streamed half x two vectors to a
  * store"). Build and run against two libraries, alternating:
  *   gcc -O2 bench/shift_sum_half_timer.c -Iinclude -Lbuild -lnormkit -o /tmp/timer
- *   for i in 1 2 3; do LD_LIBRARY_PATH=OLD /tmp/timer adjoint; LD_LIBRARY_PATH=build /tmp/timer adjoint; done
+ *   mkdir -p /tmp/lib-old /tmp/lib-new   # each library from a `cp` of its own: a freshly
+ *   cp OLD/libnormkit.so.0 /tmp/lib-old/    # linked file once ran 1.8x slower than a copy
+ *   cp build/libnormkit.so.0 /tmp/lib-new/  # of its bytes (docs/performance.md)
+ *   for i in 1 2 3; do for l in old new; do LD_LIBRARY_PATH=/tmp/lib-$l /tmp/timer adjoint; done; done
  * Modes: adjoint (normkit_shift_sum_adjoint), gap (normkit_shift_sum_gap_step). */
 #include <normkit/normkit.h>
 #include <stdint.h>
