@@ -9,7 +9,8 @@
  *   cp OLD/libnormkit.so.0 /tmp/lib-old/    # linked file once ran 1.8x slower than a copy
  *   cp build/libnormkit.so.0 /tmp/lib-new/  # of its bytes (docs/performance.md)
  *   for i in 1 2 3; do for l in old new; do LD_LIBRARY_PATH=/tmp/lib-$l /tmp/timer adjoint; done; done
- * Modes: adjoint (normkit_shift_sum_adjoint), gap (normkit_shift_sum_gap_step). */
+ * Modes: adjoint (normkit_shift_sum_adjoint), gap (normkit_shift_sum_gap_step). X_OFFSET=K:
+ * x K bytes (even) past a 64-byte boundary instead of malloc's placement. */
 #include <normkit/normkit.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,7 +29,11 @@ int main(int argc, char** argv) {
   const int64_t B = 2, C = 512, H = 256, W = 256, S = 2, W_out = W + S * (C - 1);
   float* y = malloc(sizeof(float) * (size_t)(B * H * W_out));
   float* m = malloc(sizeof(float) * (size_t)(H * W));
-  uint16_t* x = malloc(sizeof(uint16_t) * (size_t)(B * C * H * W));
+  /* x from malloc (16 bytes off a cache line here, as NumPy's), or X_OFFSET bytes off one */
+  const char* offset = getenv("X_OFFSET");
+  const size_t x_bytes = sizeof(uint16_t) * (size_t)(B * C * H * W);
+  char* x_base = offset ? aligned_alloc(64, x_bytes + 64) : malloc(x_bytes);
+  uint16_t* x = x_base ? (uint16_t*)(x_base + (offset ? atoi(offset) : 0)) : NULL;
   if (!y || !m || !x) return 1;
   for (int64_t i = 0; i < B * H * W_out; ++i) y[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
   for (int64_t i = 0; i < H * W; ++i) m[i] = (i * 31 % 7) < 3 ? 0.0f : 1.0f;
@@ -58,7 +63,7 @@ int main(int argc, char** argv) {
   }
   printf("%s best of 15: %.2f ms\n", gap ? "gap" : "adjoint", best * 1e3);
   normkit_context_destroy(ctx);
-  free(x);
+  free(x_base);
   free(m);
   free(y);
   return 0;
