@@ -8,7 +8,8 @@
  *   mkdir -p /tmp/lib-old /tmp/lib-new   # each library from a `cp` of its own: a freshly
  *   cp OLD/libnormkit.so.0 /tmp/lib-old/    # linked file once ran 1.8x slower than a copy
  *   cp build/libnormkit.so.0 /tmp/lib-new/  # of its bytes (docs/performance.md)
- *   for i in 1 2 3; do for l in old new; do LD_LIBRARY_PATH=/tmp/lib-$l /tmp/timer adjoint; done; done
+ *   for i in 1 2 3; do for l in old new; do
+ *     LD_LIBRARY_PATH=/tmp/lib-$l /tmp/timer adjoint; done; done
  * Modes: adjoint (normkit_shift_sum_adjoint), gap (normkit_shift_sum_gap_step). X_OFFSET=K:
  * x K bytes (even) past a 64-byte boundary instead of malloc's placement. */
 #include <normkit/normkit.h>
