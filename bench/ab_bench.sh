@@ -11,7 +11,7 @@ rounds=${ROUNDS:-3}
 out=$(mktemp -d)
 # Each library runs from a fresh copy: on the 2-core VM one freshly linked file ran the
 # bfloat16 shift-sum adjoint 1.8x slower (23-25 ms against 13) than a `cp` of the same
-# bytes, in every run, while another linked file of the same bytes ran at copy speed.
+# bytes, in every run, while another linked file (other bytes) ran at its copy's speed.
 for which in old new; do
   src=$old
   if [ "$which" = new ]; then src=$new; fi
