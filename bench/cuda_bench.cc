@@ -149,18 +149,20 @@ const char* LayoutName(normkit_layout l) {
   return l == NORMKIT_LAYOUT_CHANNELS_LAST ? "NHWC" : "NCHW";
 }
 
-// Affine and batch norm with x and y in `dtype` (float32, or bfloat16 / float16: half the
-// bytes), checked bitwise against the CPU path and timed against a copy of the op's own
-// bytes.
-void BenchAffine(const std::vector<int64_t>& shape, normkit_layout layout, int32_t dtype) {
-  const int64_t n = Numel(shape), C = shape[1];
-  const int64_t elem = dtype == NORMKIT_DTYPE_FLOAT32 ? 4 : 2, bytes = 2 * n * elem;
-  const std::vector<float> values = Random(n, 1), scale = Random(C, 2), shift = Random(C, 3),
-                           var = Random(C, 4, 0.1f, 2.0f);
-  // x's bytes: the floats, or the top 16 bits of each (bfloat16; float16 with the top
-  // exponent bit cleared, so finite).
-  std::vector<uint8_t> x(n * elem);
-  for (int64_t i = 0; i < n; ++i) {
+int64_t ElemBytes(int32_t dtype) {
+  return dtype == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+}
+
+const char* DtypeSuffix(int32_t dtype) {
+  return dtype == NORMKIT_DTYPE_FLOAT32 ? "" : dtype == NORMKIT_DTYPE_BFLOAT16 ? " bf16" : " f16";
+}
+
+// Bytes of `dtype` holding the floats, or the top 16 bits of each (bfloat16; float16 with
+// the top exponent bit cleared, so finite).
+std::vector<uint8_t> StoredBytes(const std::vector<float>& values, int32_t dtype) {
+  const int64_t elem = ElemBytes(dtype);
+  std::vector<uint8_t> x(values.size() * elem);
+  for (size_t i = 0; i < values.size(); ++i) {
     uint32_t u;
     std::memcpy(&u, &values[i], 4);
     if (elem == 2) {
@@ -171,17 +173,60 @@ void BenchAffine(const std::vector<int64_t>& shape, normkit_layout layout, int32
       std::memcpy(&x[4 * i], &u, 4);
     }
   }
+  return x;
+}
+
+// The values of stored bytes (finite half values, as the benchmark makes them).
+std::vector<float> WidenedValues(const std::vector<uint8_t>& bytes, int32_t dtype) {
+  const int64_t elem = ElemBytes(dtype);
+  std::vector<float> v(bytes.size() / elem);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (elem == 4) {
+      std::memcpy(&v[i], &bytes[4 * i], 4);
+      continue;
+    }
+    uint16_t h;
+    std::memcpy(&h, &bytes[2 * i], 2);
+    if (dtype == NORMKIT_DTYPE_BFLOAT16) {
+      const uint32_t u = static_cast<uint32_t>(h) << 16;
+      std::memcpy(&v[i], &u, 4);
+    } else {
+      const int e = (h >> 10) & 31, m = h & 1023;
+      const double mag = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+      v[i] = static_cast<float>((h & 0x8000) ? -mag : mag);
+    }
+  }
+  return v;
+}
+
+// Half results agree when within two units of the format's last place at max(|cpu|, 1)
+// (the GPU and CPU sum in different orders, so a rounding may fall either way).
+bool StoredAgree(const std::vector<uint8_t>& gpu, const std::vector<uint8_t>& cpu, int32_t dtype,
+                 double float_rel) {
+  const double rel = dtype == NORMKIT_DTYPE_FLOAT32    ? float_rel
+                     : dtype == NORMKIT_DTYPE_BFLOAT16 ? 2 * 0x1p-7
+                                                       : 2 * 0x1p-10;
+  return Agree(WidenedValues(gpu, dtype), WidenedValues(cpu, dtype), rel);
+}
+
+// Affine and batch norm with x and y in `dtype` (float32, or bfloat16 / float16: half the
+// bytes), checked bitwise against the CPU path and timed against a copy of the op's own
+// bytes.
+void BenchAffine(const std::vector<int64_t>& shape, normkit_layout layout, int32_t dtype) {
+  const int64_t n = Numel(shape), C = shape[1];
+  const int64_t elem = ElemBytes(dtype), bytes = 2 * n * elem;
+  const std::vector<float> values = Random(n, 1), scale = Random(C, 2), shift = Random(C, 3),
+                           var = Random(C, 4, 0.1f, 2.0f);
+  const std::vector<uint8_t> x = StoredBytes(values, dtype);
   DeviceBuffer dx(n * elem), dy(n * elem), ds(C * 4), dh(C * 4), dv(C * 4);
   Upload(dx, x), Upload(ds, scale), Upload(dh, shift), Upload(dv, var);
-  normkit_tensor xc = Desc(x.data(), layout, shape);
+  normkit_tensor xc = Desc(const_cast<uint8_t*>(x.data()), layout, shape);
   xc.dtype = dtype;
   normkit_tensor xt = OnDevice(xc, dx.ptr), yt = OnDevice(xc, dy.ptr);
   std::vector<uint8_t> cpu(n * elem);
   normkit_tensor yc = xc;
   yc.data = cpu.data();
-  const std::string suffix = dtype == NORMKIT_DTYPE_FLOAT32    ? ""
-                             : dtype == NORMKIT_DTYPE_BFLOAT16 ? " bf16"
-                                                               : " f16";
+  const std::string suffix = DtypeSuffix(dtype);
   normkit_affine(nullptr, &xc, scale.data(), shift.data(), NORMKIT_PARAMS_PER_CHANNEL, &yc);
   const auto affine = [&] {
     normkit_affine(nullptr, &xt, ds.as<float>(), dh.as<float>(), NORMKIT_PARAMS_PER_CHANNEL, &yt);
@@ -202,16 +247,22 @@ void BenchAffine(const std::vector<int64_t>& shape, normkit_layout layout, int32
       TimeAgainstCopy(bn, bytes), bytes, ok);
 }
 
+// Group norm (groups > 0), or layer norm (groups = 0; RMS norm with activation < 0), x
+// and y in `dtype`.
 void BenchGroupNorm(const char* name, const std::vector<int64_t>& shape, int64_t groups,
-                    normkit_layout layout, int32_t activation) {
-  const int64_t n = Numel(shape), C = shape[1], bytes = 2 * n * 4;
-  const std::vector<float> x = Random(n, 5), gamma = Random(C, 6), beta = Random(C, 7);
-  DeviceBuffer dx(n * 4), dy(n * 4), dg(C * 4), db(C * 4);
+                    normkit_layout layout, int32_t activation,
+                    int32_t dtype = NORMKIT_DTYPE_FLOAT32) {
+  const int64_t n = Numel(shape), C = shape[1], elem = ElemBytes(dtype), bytes = 2 * n * elem;
+  const std::vector<uint8_t> x = StoredBytes(Random(n, 5), dtype);
+  const std::vector<float> gamma = Random(C, 6), beta = Random(C, 7);
+  DeviceBuffer dx(n * elem), dy(n * elem), dg(C * 4), db(C * 4);
   Upload(dx, x), Upload(dg, gamma), Upload(db, beta);
-  normkit_tensor xc = Desc(const_cast<float*>(x.data()), layout, shape);
+  normkit_tensor xc = Desc(const_cast<uint8_t*>(x.data()), layout, shape);
+  xc.dtype = dtype;
   normkit_tensor xt = OnDevice(xc, dx.ptr), yt = OnDevice(xc, dy.ptr);
-  std::vector<float> cpu(n);
-  normkit_tensor yc = Desc(cpu.data(), layout, shape);
+  std::vector<uint8_t> cpu(n * elem);
+  normkit_tensor yc = xc;
+  yc.data = cpu.data();
   const bool rows = groups == 0;
   const auto run = [&](const normkit_tensor* in, const normkit_tensor* out, const float* g,
                        const float* b) {
@@ -224,18 +275,26 @@ void BenchGroupNorm(const char* name, const std::vector<int64_t>& shape, int64_t
   run(&xc, &yc, gamma.data(), beta.data());
   const auto op = [&] { run(&xt, &yt, dg.as<float>(), db.as<float>()); };
   const normkit_status st = run(&xt, &yt, dg.as<float>(), db.as<float>());
-  const bool ok = st == NORMKIT_SUCCESS && Agree(Download<float>(dy, n), cpu, 2e-5);
+  const bool ok =
+      st == NORMKIT_SUCCESS && StoredAgree(Download<uint8_t>(dy, n * elem), cpu, dtype, 2e-5);
   if (st != NORMKIT_SUCCESS) std::printf("  %s\n", normkit_last_error());
-  Row(name, ShapeName(shape), LayoutName(layout), TimeAgainstCopy(op, bytes), bytes, ok);
+  Row((name + std::string(DtypeSuffix(dtype))).c_str(), ShapeName(shape), LayoutName(layout),
+      TimeAgainstCopy(op, bytes), bytes, ok);
 }
 
-void BenchShiftSum(int64_t B, int64_t C, int64_t H, int64_t W, int64_t S) {
+// The shift-sum family along W, channels-first, x and y in `dtype` (Phi_s and the mask
+// float32).
+void BenchShiftSum(int64_t B, int64_t C, int64_t H, int64_t W, int64_t S,
+                   int32_t dtype = NORMKIT_DTYPE_FLOAT32) {
   const int64_t Wo = W + (C - 1) * std::abs(S);
-  const int64_t nx = B * C * H * W, ny = B * H * Wo;
+  const int64_t nx = B * C * H * W, ny = B * H * Wo, elem = ElemBytes(dtype);
   const std::vector<int64_t> xs = {B, C, H, W}, ys = {B, 1, H, Wo};
   const std::string shape = ShapeName(xs) + " S=" + std::to_string(S);
-  const std::vector<float> x = Random(nx, 8), y = Random(ny, 9), mask = Random(H * W, 10, 0, 1);
-  DeviceBuffer dx(nx * 4), dy(ny * 4), dm(H * W * 4), dout(nx * 4), dphi(H * Wo * 4);
+  const std::string suffix = DtypeSuffix(dtype);
+  const std::vector<uint8_t> x = StoredBytes(Random(nx, 8), dtype),
+                             y = StoredBytes(Random(ny, 9), dtype);
+  const std::vector<float> mask = Random(H * W, 10, 0, 1);
+  DeviceBuffer dx(nx * elem), dy(ny * elem), dm(H * W * 4), dout(nx * elem), dphi(H * Wo * 4);
   Upload(dx, x), Upload(dy, y), Upload(dm, mask);
   normkit_shift_sum_params hp, dp;
   normkit_shift_sum_params_init(&hp, S);
@@ -244,47 +303,53 @@ void BenchShiftSum(int64_t B, int64_t C, int64_t H, int64_t W, int64_t S) {
   dp = hp;
   dp.mask = dm.ptr;
   const auto cf = NORMKIT_LAYOUT_CHANNELS_FIRST;
-  normkit_tensor xc = Desc(const_cast<float*>(x.data()), cf, xs);
-  normkit_tensor yc = Desc(const_cast<float*>(y.data()), cf, ys);
+  normkit_tensor xc = Desc(const_cast<uint8_t*>(x.data()), cf, xs);
+  normkit_tensor yc = Desc(const_cast<uint8_t*>(y.data()), cf, ys);
+  xc.dtype = yc.dtype = dtype;
   normkit_tensor xt = OnDevice(xc, dx.ptr), yt = OnDevice(yc, dy.ptr);
   normkit_tensor ot = OnDevice(xc, dout.ptr), oyt = OnDevice(yc, dout.ptr);
-  const int64_t bytes = (nx + ny) * 4;
+  const int64_t bytes = (nx + ny) * elem;
+  const auto host_out = [&](std::vector<uint8_t>* buf, const std::vector<int64_t>& s) {
+    normkit_tensor t = Desc(buf->data(), cf, s);
+    t.dtype = dtype;
+    return t;
+  };
   {
-    std::vector<float> cpu(ny);
-    normkit_tensor oc = Desc(cpu.data(), cf, ys);
+    std::vector<uint8_t> cpu(ny * elem);
+    normkit_tensor oc = host_out(&cpu, ys);
     normkit_shift_sum(nullptr, &xc, &hp, &oc);
     const auto op = [&] { normkit_shift_sum(nullptr, &xt, &dp, &oyt); };
     op();
-    Row("shift_sum (A)", shape, "NCHW", TimeAgainstCopy(op, bytes), bytes,
-        Agree(Download<float>(dout, ny), cpu, 2e-5));
+    Row(("shift_sum (A)" + suffix).c_str(), shape, "NCHW", TimeAgainstCopy(op, bytes), bytes,
+        StoredAgree(Download<uint8_t>(dout, ny * elem), cpu, dtype, 2e-5));
   }
   {
-    std::vector<float> cpu(nx);
-    normkit_tensor oc = Desc(cpu.data(), cf, xs);
+    std::vector<uint8_t> cpu(nx * elem);
+    normkit_tensor oc = host_out(&cpu, xs);
     normkit_shift_sum_adjoint(nullptr, &yc, &hp, &oc);
     const auto op = [&] { normkit_shift_sum_adjoint(nullptr, &yt, &dp, &ot); };
     op();
-    Row("shift_sum_adjoint (A^T)", shape, "NCHW", TimeAgainstCopy(op, bytes), bytes,
-        Agree(Download<float>(dout, nx), cpu, 2e-5));
+    Row(("shift_sum_adjoint (A^T)" + suffix).c_str(), shape, "NCHW", TimeAgainstCopy(op, bytes),
+        bytes, StoredAgree(Download<uint8_t>(dout, nx * elem), cpu, dtype, 2e-5));
     normkit_shift_sum_normalizer(nullptr, &xt, &dp, dphi.ptr);
     normkit_shift_sum_pinv(nullptr, &yc, &hp, NORMKIT_PINV_MOORE_PENROSE, nullptr, &oc);
     const auto pinv = [&] {
       normkit_shift_sum_pinv(nullptr, &yt, &dp, NORMKIT_PINV_MOORE_PENROSE, dphi.ptr, &ot);
     };
     pinv();
-    Row("shift_sum_pinv", shape, "NCHW", TimeAgainstCopy(pinv, bytes), bytes,
-        Agree(Download<float>(dout, nx), cpu, 2e-5));
+    Row(("shift_sum_pinv" + suffix).c_str(), shape, "NCHW", TimeAgainstCopy(pinv, bytes), bytes,
+        StoredAgree(Download<uint8_t>(dout, nx * elem), cpu, dtype, 2e-5));
   }
   {
-    std::vector<float> cpu = x;
-    normkit_tensor cc = Desc(cpu.data(), cf, xs);
+    std::vector<uint8_t> cpu = x;
+    normkit_tensor cc = host_out(&cpu, xs);
     normkit_shift_sum_gap_step(nullptr, &cc, &yc, &hp, 0.5, 0.1, nullptr);
-    CUDA_OK(cudaMemcpy(dout.ptr, dx.ptr, nx * 4, cudaMemcpyDeviceToDevice));
+    CUDA_OK(cudaMemcpy(dout.ptr, dx.ptr, nx * elem, cudaMemcpyDeviceToDevice));
     normkit_shift_sum_gap_step(nullptr, &ot, &yt, &dp, 0.5, 0.1, dphi.ptr);
-    const bool ok = Agree(Download<float>(dout, nx), cpu, 2e-4);
+    const bool ok = StoredAgree(Download<uint8_t>(dout, nx * elem), cpu, dtype, 2e-4);
     const auto op = [&] { normkit_shift_sum_gap_step(nullptr, &ot, &yt, &dp, 0.0, 0.1, dphi.ptr); };
-    Row("shift_sum_gap_step (x r+w)", shape, "NCHW", TimeAgainstCopy(op, 2 * nx * 4), 2 * nx * 4,
-        ok);
+    Row(("shift_sum_gap_step (x r+w)" + suffix).c_str(), shape, "NCHW",
+        TimeAgainstCopy(op, 2 * nx * elem), 2 * nx * elem, ok);
   }
 }
 
@@ -348,6 +413,18 @@ int main(int argc, char** argv) {
   }
   BenchGroupNorm("layer_norm", {4096, 768}, 0, cf, 0);
   BenchGroupNorm("rms_norm", {4096, 768}, 0, cf, -1);
+  // bfloat16 / float16 x and y: the ratio is to a copy of the op's own (half) bytes.
+  for (int32_t dtype : {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT16}) {
+    for (const auto& s : big) {
+      for (auto l : {cf, cl}) {
+        BenchGroupNorm("group_norm G=32", s, 32, l, NORMKIT_ACTIVATION_NONE, dtype);
+      }
+    }
+    BenchGroupNorm("group_norm G=32 + SiLU", big[0], 32, cf, NORMKIT_ACTIVATION_SILU, dtype);
+    BenchGroupNorm("layer_norm", {4096, 768}, 0, cf, 0, dtype);
+    BenchGroupNorm("rms_norm", {4096, 768}, 0, cf, -1, dtype);
+    if (!quick) BenchGroupNorm("layer_norm", {16384, 4096}, 0, cf, 0, dtype);
+  }
   if (quick && !norms_only) {
     BenchShiftSum(2, 28, 64, 64, 2);
   } else if (!norms_only) {
@@ -355,6 +432,15 @@ int main(int argc, char** argv) {
     BenchShiftSum(16, 512, 256, 256, 2);
     BenchShiftSum(1, 28, 660, 660, 2);
     BenchShiftSum(16, 31, 256, 256, 1);
+  }
+  if (!norms_only) {
+    for (int32_t dtype : {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT16}) {
+      if (quick) {
+        BenchShiftSum(2, 28, 64, 64, 2, dtype);
+      } else {
+        BenchShiftSum(16, 28, 256, 256, 2, dtype);
+      }
+    }
   }
   std::printf("\n%s\n", g_failures ? "SOME RESULTS DISAGREE WITH THE CPU"
                                    : "all results agree with the CPU path");

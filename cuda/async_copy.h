@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Copies from global to shared memory that need no registers to stage them: cp.async
-// (16 bytes per thread, Ampere and later) and the bulk copy engine (any multiple of 16
+// (8 or 16 bytes per thread, Ampere and later) and the bulk copy engine (any multiple of 16
 // bytes from one thread, Hopper), which completes on an mbarrier. Device code only;
 // callers keep each use behind the matching __CUDA_ARCH__ and a run-time capability check.
 #ifndef NORMKIT_CUDA_ASYNC_COPY_H_
@@ -22,6 +22,12 @@ __device__ inline void AsyncCopy16(void* dst, const void* src) {
                : "memory");
 }
 
+// 8 bytes from `src` (global) to `dst` (shared), both 8-byte aligned (through L1: the
+// 16-byte form alone may bypass it).
+__device__ inline void AsyncCopy8(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(SharedAddress(dst)), "l"(src)
+               : "memory");
+}
 // Waits for this thread's cp.async copies (a __syncthreads must follow before other
 // threads read them).
 __device__ inline void AsyncCopyWaitAll() {

@@ -16,9 +16,14 @@
 //    positions; channels-first, a cluster per (n, group), each block a contiguous run of
 //    it. The blocks merge their moments through distributed shared memory in rank order.
 //  - warp rows (norm_math.h): [rows, D] layer / RMS norm, a warp per row in registers.
+//
+// x and y are float32, bfloat16 or float16 (cuda/storage.h: read as float, statistics as for
+// float, the result rounded to nearest even). The half types take the flat, fused, split and
+// warp-row plans, their values widened into the float cache; the cluster plans are float only.
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/async_copy.h"
 #include "cuda/norm_cluster_math.h"
@@ -53,7 +58,8 @@ __device__ double BlockSum(double v, double* shared /* kMaxWarps + 1 */) {
 
 // Moments of elements [begin, end) of `unit`; every thread of the block gets them.
 // With `cache`, the values are also kept there (index k - begin) for later passes.
-__device__ Moments ChunkMoments(const float* x, const NormShape& s, int64_t unit, int64_t begin,
+template <class TX>
+__device__ Moments ChunkMoments(const TX* x, const NormShape& s, int64_t unit, int64_t begin,
                                 int64_t end, bool rms, float* cache, double* shared) {
   Moments m;
   m.count = static_cast<double>(end - begin);
@@ -66,9 +72,11 @@ __device__ Moments ChunkMoments(const float* x, const NormShape& s, int64_t unit
   return m;
 }
 
-struct NormKernelArgs {
-  const float* x;
-  float* y;
+// x and y of storage types TX / TY (cuda/storage.h); the cluster plans take float only.
+template <class TX, class TY>
+struct NormArgsOf {
+  const TX* x;
+  TY* y;
   const float* gamma;
   const float* beta;
   float eps;
@@ -77,9 +85,10 @@ struct NormKernelArgs {
   float* mean_out;
   float* rstd_out;
 };
+using NormKernelArgs = NormArgsOf<float, float>;
 
-__device__ void WriteStats(const NormKernelArgs& a, int64_t unit, const Moments& m,
-                           const UnitAffine& ua) {
+template <class Args>
+__device__ void WriteStats(const Args& a, int64_t unit, const Moments& m, const UnitAffine& ua) {
   if (a.mean_out != nullptr) a.mean_out[unit] = static_cast<float>(m.mean);
   if (a.rstd_out != nullptr) a.rstd_out[unit] = ua.rstd;
 }
@@ -88,7 +97,8 @@ __device__ double Variance(const Moments& m, bool rms) {
   return rms ? m.mean : m.m2 / m.count;
 }
 
-__global__ void FusedNormKernel(NormKernelArgs a, NormShape s, bool cached) {
+template <class TX, class TY>
+__global__ void FusedNormKernel(NormArgsOf<TX, TY> a, NormShape s, bool cached) {
   extern __shared__ float dynamic_cache[];
   __shared__ double shared[kMaxWarps + 1];
   float* cache = cached ? dynamic_cache : nullptr;
@@ -130,28 +140,35 @@ __device__ ShiftedSums BlockSums(ShiftedSums v, double* shared /* 2 * (kMaxWarps
 }
 
 // How the flat kernel fills its shared memory: through registers (FlatLoadSums), with
-// 16-byte asynchronous copies (Ampere and later, items of 4 floats: every item in
-// flight at once, channels-last units too), or with one bulk copy (Hopper, contiguous
-// units). The last two sum the cache afterwards in FlatLoadSums' per-thread order: the
-// same bits whichever fills it.
+// asynchronous copies of one item each (Ampere and later, items of 4 elements: 16 bytes
+// of float, 8 of a half type; every item in flight at once, channels-last units too), or
+// with one bulk copy (Hopper, contiguous units of a multiple of 16 bytes). The last two
+// sum the cache afterwards in FlatLoadSums' per-thread order: the same bits whichever
+// fills it.
 enum class FlatLoad { kRegisters, kAsyncCopy, kBulkCopy };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 // Items [first, first + items) of the unit, copied to `cache` with cp.async (this
 // thread's share), then waits for them.
-__device__ void AsyncLoad(const float* x, const FlatUnits& f, uint32_t unit, uint32_t first,
-                          uint32_t items, float* cache) {
+template <class TX>
+__device__ void AsyncLoad(const TX* x, const FlatUnits& f, uint32_t unit, uint32_t first,
+                          uint32_t items, TX* cache) {
   for (uint32_t q = threadIdx.x; q < items; q += blockDim.x) {
-    AsyncCopy16(cache + 4 * q, x + f.Offset(unit, 4 * (first + q)));
+    if constexpr (sizeof(TX) == 4) {
+      AsyncCopy16(cache + 4 * q, x + f.Offset(unit, 4 * (first + q)));
+    } else {
+      AsyncCopy8(cache + 4 * q, x + f.Offset(unit, 4 * (first + q)));
+    }
   }
   AsyncCopyWaitAll();
   __syncthreads();
 }
 #endif
-// The flat plan (norm_math.h): block `unit` holds its unit in shared memory.
-template <FlatLoad kLoad>
-__global__ void FlatNormKernel(NormKernelArgs a, FlatUnits f) {
-  extern __shared__ __align__(16) float cache[];
+// The flat plan (norm_math.h): block `unit` holds its unit in shared memory, as stored.
+template <FlatLoad kLoad, class TX, class TY>
+__global__ void FlatNormKernel(NormArgsOf<TX, TY> a, FlatUnits f) {
+  extern __shared__ __align__(16) unsigned char flat_smem[];
+  TX* cache = reinterpret_cast<TX*>(flat_smem);
   __shared__ double shared[2 * (kMaxWarps + 1)];
   const uint32_t unit = blockIdx.x;
   const double count = f.count;
@@ -161,7 +178,7 @@ __global__ void FlatNormKernel(NormKernelArgs a, FlatUnits f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (kLoad == FlatLoad::kBulkCopy) {
     __shared__ uint64_t barrier;
-    const uint32_t bytes = f.count * static_cast<uint32_t>(sizeof(float));
+    const uint32_t bytes = f.count * static_cast<uint32_t>(sizeof(TX));
     const BulkCopies copies(&barrier, bytes);
     if (threadIdx.x == 0) copies.Copy(cache, a.x + f.Offset(unit, 0), bytes);
     copies.Wait();
@@ -175,10 +192,10 @@ __global__ void FlatNormKernel(NormKernelArgs a, FlatUnits f) {
   }
 #endif
   if (cached) {
-    pivot = a.rms ? 0.0f : cache[0];
+    pivot = a.rms ? 0.0f : Element<TX>::ToFloat(cache[0]);
     s = BlockSums(FlatCacheSums(cache, f, threadIdx.x, blockDim.x, pivot), shared);
   } else {
-    pivot = a.rms ? 0.0f : a.x[f.Offset(unit, 0)];
+    pivot = a.rms ? 0.0f : Element<TX>::ToFloat(a.x[f.Offset(unit, 0)]);
     s = BlockSums(FlatLoadSums(a.x, f, unit, threadIdx.x, blockDim.x, pivot, cache), shared);
   }
   double mean, var;
@@ -482,8 +499,9 @@ __device__ int64_t ChunkEnd(int64_t begin, int64_t chunk, int64_t count) {
 }
 
 // Block (unit, q) -> moments of chunk q of the unit.
-__global__ void PartialMomentsKernel(NormKernelArgs a, NormShape s, int64_t chunks, int64_t chunk,
-                                     Moments* partial) {
+template <class TX, class TY>
+__global__ void PartialMomentsKernel(NormArgsOf<TX, TY> a, NormShape s, int64_t chunks,
+                                     int64_t chunk, Moments* partial) {
   __shared__ double shared[kMaxWarps + 1];
   for (int64_t b = blockIdx.x; b < s.units * chunks; b += gridDim.x) {
     const int64_t unit = b / chunks, begin = (b - unit * chunks) * chunk;
@@ -494,7 +512,8 @@ __global__ void PartialMomentsKernel(NormKernelArgs a, NormShape s, int64_t chun
 }
 
 // One thread per unit merges its chunks in chunk order.
-__global__ void MergeMomentsKernel(NormKernelArgs a, NormShape s, int64_t chunks,
+template <class TX, class TY>
+__global__ void MergeMomentsKernel(NormArgsOf<TX, TY> a, NormShape s, int64_t chunks,
                                    const Moments* partial, UnitAffine* affine) {
   for (int64_t unit = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; unit < s.units;
        unit += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -506,7 +525,8 @@ __global__ void MergeMomentsKernel(NormKernelArgs a, NormShape s, int64_t chunks
   }
 }
 
-__global__ void ApplyKernel(NormKernelArgs a, NormShape s, int64_t chunks, int64_t chunk,
+template <class TX, class TY>
+__global__ void ApplyKernel(NormArgsOf<TX, TY> a, NormShape s, int64_t chunks, int64_t chunk,
                             const UnitAffine* affine) {
   for (int64_t b = blockIdx.x; b < s.units * chunks; b += gridDim.x) {
     const int64_t unit = b / chunks, begin = (b - unit * chunks) * chunk;
@@ -526,8 +546,8 @@ __device__ double WarpSum(float v) {
 // The warp-per-row plan (norm_math.h): warp w of the grid takes rows w, w + warps, ...
 // A lane's channels are the same in every row, so its gamma and beta (16-byte aligned,
 // or null: 1 and 0) are loaded once, as float4 items.
-template <uint32_t kItems>
-__global__ void WarpRowsKernel(NormKernelArgs a, uint32_t rows, uint32_t D) {
+template <uint32_t kItems, class TX, class TY>
+__global__ void WarpRowsKernel(NormArgsOf<TX, TY> a, uint32_t rows, uint32_t D) {
   const uint32_t lane = threadIdx.x % 32, warps_per_block = blockDim.x / 32;
   const uint32_t n = WarpRowLaneItems(D, lane);
   const double count = D;
@@ -545,7 +565,7 @@ __global__ void WarpRowsKernel(NormKernelArgs a, uint32_t rows, uint32_t D) {
     Float4 v[kItems];
 #pragma unroll
     for (uint32_t i = 0; i < kItems; ++i) {
-      if (i < n) v[i] = LoadFloat4(a.x + first + 4 * (lane + 32 * i));
+      if (i < n) v[i] = Load4(a.x + first + 4 * (lane + 32 * i));
     }
     float m1 = 0.0f, s1, s2;
     if (!a.rms) {
@@ -568,10 +588,10 @@ __global__ void WarpRowsKernel(NormKernelArgs a, uint32_t rows, uint32_t D) {
       if (i >= n) break;
       const uint32_t c = 4 * (lane + 32 * i);
       const int32_t act = a.activation;
-      StoreFloat4(a.y + first + c, {ua.Apply(v[i].x, gamma[i].x, beta[i].x, act),
-                                    ua.Apply(v[i].y, gamma[i].y, beta[i].y, act),
-                                    ua.Apply(v[i].z, gamma[i].z, beta[i].z, act),
-                                    ua.Apply(v[i].w, gamma[i].w, beta[i].w, act)});
+      Store4(a.y + first + c, {ua.Apply(v[i].x, gamma[i].x, beta[i].x, act),
+                               ua.Apply(v[i].y, gamma[i].y, beta[i].y, act),
+                               ua.Apply(v[i].z, gamma[i].z, beta[i].z, act),
+                               ua.Apply(v[i].w, gamma[i].w, beta[i].w, act)});
     }
   }
 }
@@ -582,36 +602,34 @@ unsigned Blocks(int64_t work) {
   return static_cast<unsigned>(std::min(work, kMaxGrid));
 }
 
-}  // namespace
-
-normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView& x,
-                    const TensorView& y, const NormArgs& args, bool rows) {
-  DeviceScope scope(x.device_index);
-  if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
-  const cudaStream_t stream = StreamOf(ctx);
-
+// Norm for x and y of storage types TX / TY.
+template <class TX, class TY>
+normkit_status NormOf(const char* op, cudaStream_t stream, const TensorView& x, const TensorView& y,
+                      const NormArgs& args, bool rows) {
+  constexpr bool kFloat = std::is_same<TX, float>::value && std::is_same<TY, float>::value;
   const NormShape s =
       rows ? NormShape::ForRows(x.batch, x.channels)
            : NormShape::ForGroups(x.batch, x.channels, x.spatial, args.groups, x.channels_last());
-  const NormKernelArgs a{static_cast<const float*>(x.data),
-                         static_cast<float*>(y.data),
-                         args.gamma,
-                         args.beta,
-                         args.eps,
-                         args.activation,
-                         args.rms,
-                         args.mean,
-                         args.rstd};
+  const NormArgsOf<TX, TY> a{static_cast<const TX*>(x.data),
+                             static_cast<TY*>(y.data),
+                             args.gamma,
+                             args.beta,
+                             args.eps,
+                             args.activation,
+                             args.rms,
+                             args.mean,
+                             args.rstd};
 
-  const bool aligned =
-      (reinterpret_cast<uintptr_t>(x.data) | reinterpret_cast<uintptr_t>(y.data)) % 16 == 0;
+  // x and y on a boundary of 4 of their elements (16 bytes for float, 8 for the half types).
+  const bool aligned = reinterpret_cast<uintptr_t>(x.data) % (4 * sizeof(TX)) == 0 &&
+                       reinterpret_cast<uintptr_t>(y.data) % (4 * sizeof(TY)) == 0;
   const bool params_aligned =
       (reinterpret_cast<uintptr_t>(args.gamma) | reinterpret_cast<uintptr_t>(args.beta)) % 16 == 0;
   if (rows && UseWarpRows(s, aligned && params_aligned)) {
     const uint32_t items = static_cast<uint32_t>((s.count / 4 + 31) / 32);
-    const auto kernel = items <= 4   ? WarpRowsKernel<4>
-                        : items <= 8 ? WarpRowsKernel<8>
-                                     : WarpRowsKernel<kWarpRowItems>;
+    const auto kernel = items <= 4   ? WarpRowsKernel<4, TX, TY>
+                        : items <= 8 ? WarpRowsKernel<8, TX, TY>
+                                     : WarpRowsKernel<kWarpRowItems, TX, TY>;
     constexpr int64_t kWarpsPerBlock = kBlockThreads / 32;
     const unsigned blocks = Blocks((s.units + kWarpsPerBlock - 1) / kWarpsPerBlock);
     kernel<<<blocks, kBlockThreads, 0, stream>>>(a, static_cast<uint32_t>(s.units),
@@ -620,33 +638,38 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
   }
   const DeviceLimits device{ComputeCapabilityMajor(), MultiprocessorCount(), MaxDynamicShared()};
   const NormPlan plan = PlanNorm(s, device.multiprocessors);
-  const bool flat = UseFlatNorm(s, plan, device.max_shared);
+  const bool flat = UseFlatNorm(s, plan, device.max_shared, sizeof(TX));
   // A cluster plan where the flat plan does not apply (few large groups: H100,
   // 1x32x112x112 G=8 NHWC 54 -> 18 us; H200, against the split plan in one run, NCHW
   // 44 -> 11-12 us, 1x512x64x64 G=32 58 -> 20 us, 1x128x256x256 108 -> 44 us) or, channels-last,
   // reads 4 bytes a position (instance norm 8x64x128x128: 0.13 -> 0.35 of a copy). Where the flat
   // plan reads 32 bytes a position it stays faster (128x256x28x28 G=32 NHWC: 0.72 against 0.52,
-  // 32x512x56x56 0.67 against 0.52).
-  if (!rows && !args.rms && (!flat || (s.channels_last && s.Cg == 1))) {
-    cudaError_t error;
-    if (LaunchClusterNorm(a, s, aligned, device, stream, &error)) {
-      return error != cudaSuccess ? CudaFail(op, "the cluster group norm launch", error)
-                                  : LaunchStatus(op);
+  // 32x512x56x56 0.67 against 0.52). The cluster kernels read and write float only.
+  if constexpr (kFloat) {
+    if (!rows && !args.rms && (!flat || (s.channels_last && s.Cg == 1))) {
+      cudaError_t error;
+      if (LaunchClusterNorm(a, s, aligned, device, stream, &error)) {
+        return error != cudaSuccess ? CudaFail(op, "the cluster group norm launch", error)
+                                    : LaunchStatus(op);
+      }
     }
   }
-  const int64_t unit_bytes = s.count * static_cast<int64_t>(sizeof(float));
   if (flat) {
+    const int64_t unit_bytes = s.count * static_cast<int64_t>(sizeof(TX));
     const FlatUnits f = FlatUnits::Of(s, aligned);
     // Asynchronous copies pay off where one batch of register loads per thread cannot
     // hold the unit (H100, NHWC 32x512x56x56 G=32: 0.56 -> 0.67 of a copy; on
-    // 128x256x28x28, 4 items a thread, they measured 0.70 against 0.73).
+    // 128x256x28x28, 4 items a thread, they measured 0.70 against 0.73). The bulk copy
+    // needs a unit of whole 16-byte pieces at a 16-byte boundary (always so for float
+    // items; a half unit of a multiple of 8 elements).
     const int threads = FlatThreads(f);
     const bool big = f.items > kFlatBatch * static_cast<uint32_t>(threads);
-    const auto kernel = !f.vector ? FlatNormKernel<FlatLoad::kRegisters>
-                        : !f.channels_last && device.major >= 9
-                            ? FlatNormKernel<FlatLoad::kBulkCopy>
-                        : big && device.major >= 8 ? FlatNormKernel<FlatLoad::kAsyncCopy>
-                                                   : FlatNormKernel<FlatLoad::kRegisters>;
+    const bool bulk = f.vector && !f.channels_last && device.major >= 9 && unit_bytes % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+    const auto kernel = bulk ? FlatNormKernel<FlatLoad::kBulkCopy, TX, TY>
+                        : f.vector && big && device.major >= 8
+                            ? FlatNormKernel<FlatLoad::kAsyncCopy, TX, TY>
+                            : FlatNormKernel<FlatLoad::kRegisters, TX, TY>;
     if (unit_bytes > 48 * 1024) {
       const cudaError_t e = cudaFuncSetAttribute(
           kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(unit_bytes));
@@ -655,6 +678,7 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
     kernel<<<static_cast<unsigned>(s.units), threads, unit_bytes, stream>>>(a, f);
     return LaunchStatus(op);
   }
+  const int64_t unit_bytes = s.count * static_cast<int64_t>(sizeof(float));  // a float cache
   if (plan.chunks == 1) {
     const bool cached = unit_bytes <= kCachedUnitBytes;
     FusedNormKernel<<<Blocks(s.units), kBlockThreads, cached ? unit_bytes : 0, stream>>>(a, s,
@@ -674,6 +698,18 @@ normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView
   MergeMomentsKernel<<<GridFor(s.units), kBlockThreads, 0, stream>>>(a, s, chunks, partial, affine);
   ApplyKernel<<<Blocks(s.units * chunks), kBlockThreads, 0, stream>>>(a, s, chunks, chunk, affine);
   return LaunchStatus(op);
+}
+
+}  // namespace
+
+normkit_status Norm(const char* op, const normkit_context* ctx, const TensorView& x,
+                    const TensorView& y, const NormArgs& args, bool rows) {
+  DeviceScope scope(x.device_index);
+  if (scope.status() != cudaSuccess) return CudaFail(op, "cudaSetDevice", scope.status());
+  const cudaStream_t stream = StreamOf(ctx);
+  return DispatchStoragePair(x.dtype, y.dtype, [&](auto tx, auto ty) {
+    return NormOf<decltype(tx), decltype(ty)>(op, stream, x, y, args, rows);
+  });
 }
 
 }  // namespace cuda

@@ -12,6 +12,7 @@
 #include "core/host_device.h"
 #include "core/moments.h"
 #include "cuda/channel_cursor.h"
+#include "cuda/storage.h"
 #include "normkit/normkit.h"
 
 namespace normkit {
@@ -106,15 +107,19 @@ struct UnitAffine {
 // tid, begin + tid + threads, ... below end). The kernels add the partial results of
 // all threads with a fixed tree; the CPU tests run every thread in turn. ----
 
+// x and y are arrays of a storage type (cuda/storage.h): widened to float on load, the
+// float result rounded to nearest even on store.
+
 // Sum of x (or of x^2 for RMS) over the thread's elements; copies them to `cache`
 // (index k - begin) when it is not NULL.
-NORMKIT_HOST_DEVICE inline double ThreadSum(const float* x, const NormShape& s, int64_t unit,
+template <class TX>
+NORMKIT_HOST_DEVICE inline double ThreadSum(const TX* x, const NormShape& s, int64_t unit,
                                             int64_t begin, int64_t end, int64_t tid,
                                             int64_t threads, bool rms, float* cache) {
   double sum = 0.0;
   DivModCursor at = s.Cursor(begin + tid, threads);
   for (int64_t k = begin + tid; k < end; k += threads, at.Next()) {
-    const float v = x[s.Offset(unit, k, at)];
+    const float v = Element<TX>::ToFloat(x[s.Offset(unit, k, at)]);
     if (cache != nullptr) cache[k - begin] = v;
     sum += rms ? static_cast<double>(v) * v : static_cast<double>(v);
   }
@@ -122,14 +127,16 @@ NORMKIT_HOST_DEVICE inline double ThreadSum(const float* x, const NormShape& s, 
 }
 
 // Sum of (x - mean)^2 over the thread's elements, read from `cache` when not NULL.
-NORMKIT_HOST_DEVICE inline double ThreadDeviations(const float* x, const NormShape& s, int64_t unit,
+template <class TX>
+NORMKIT_HOST_DEVICE inline double ThreadDeviations(const TX* x, const NormShape& s, int64_t unit,
                                                    int64_t begin, int64_t end, int64_t tid,
                                                    int64_t threads, double mean,
                                                    const float* cache) {
   double dev = 0.0;
   DivModCursor at = s.Cursor(begin + tid, threads);
   for (int64_t k = begin + tid; k < end; k += threads, at.Next()) {
-    const float v = cache != nullptr ? cache[k - begin] : x[s.Offset(unit, k, at)];
+    const float v =
+        cache != nullptr ? cache[k - begin] : Element<TX>::ToFloat(x[s.Offset(unit, k, at)]);
     const double d = static_cast<double>(v) - mean;
     dev += d * d;
   }
@@ -137,8 +144,9 @@ NORMKIT_HOST_DEVICE inline double ThreadDeviations(const float* x, const NormSha
 }
 
 // Writes y for the thread's elements (x from `cache` when not NULL).
-NORMKIT_HOST_DEVICE inline void ThreadApply(const float* x, float* y, const NormShape& s,
-                                            int64_t unit, int64_t begin, int64_t end, int64_t tid,
+template <class TX, class TY>
+NORMKIT_HOST_DEVICE inline void ThreadApply(const TX* x, TY* y, const NormShape& s, int64_t unit,
+                                            int64_t begin, int64_t end, int64_t tid,
                                             int64_t threads, const UnitAffine& ua,
                                             const float* gamma, const float* beta,
                                             int32_t activation, const float* cache) {
@@ -146,8 +154,9 @@ NORMKIT_HOST_DEVICE inline void ThreadApply(const float* x, float* y, const Norm
   for (int64_t k = begin + tid; k < end; k += threads, at.Next()) {
     const int64_t offset = s.Offset(unit, k, at);
     const int64_t c = s.Channel(unit, at);
-    const float v = cache != nullptr ? cache[k - begin] : x[offset];
-    y[offset] = ua.Apply(v, gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f, activation);
+    const float v = cache != nullptr ? cache[k - begin] : Element<TX>::ToFloat(x[offset]);
+    y[offset] = Element<TY>::FromFloat(
+        ua.Apply(v, gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f, activation));
   }
 }
 
@@ -182,38 +191,20 @@ inline NormPlan PlanNorm(const NormShape& s, int64_t multiprocessors) {
 // One block per unit; pass 1 reads the unit once into shared memory and takes its sums
 // about the unit's first element, pass 2 writes y from shared memory (between them, a
 // second sum over shared memory in the rare case the first element was far from the
-// mean). An item is 4 floats (one 16-byte load) where the layout allows it, else 1.
+// mean). An item is 4 elements (one 16-byte load of floats, 8 bytes of a half type) where
+// the layout allows it, else 1. The shared-memory copy of the unit holds x as stored (a
+// half unit takes half the shared memory), widened where it is read.
 // Floats are summed in float over one item, then in double: one conversion per item
 // instead of per element (conversions, not bytes, bound the double-per-element form). ----
-
-struct Float4 {
-  float x, y, z, w;
-};
-
-NORMKIT_HOST_DEVICE inline Float4 LoadFloat4(const float* p) {
-#if defined(__CUDA_ARCH__)
-  const float4 v = *reinterpret_cast<const float4*>(p);
-  return {v.x, v.y, v.z, v.w};
-#else
-  return {p[0], p[1], p[2], p[3]};
-#endif
-}
-
-NORMKIT_HOST_DEVICE inline void StoreFloat4(float* p, const Float4& v) {
-#if defined(__CUDA_ARCH__)
-  *reinterpret_cast<float4*>(p) = make_float4(v.x, v.y, v.z, v.w);
-#else
-  p[0] = v.x, p[1] = v.y, p[2] = v.z, p[3] = v.w;
-#endif
-}
 
 struct FlatUnits {
   U32Divider groups_div, spatial_div, cg_div;
   uint32_t C = 1, Cg = 1, spatial = 1, count = 0;
   bool channels_last = false;
-  bool vector = false;  // items of 4 floats
+  bool vector = false;  // items of 4 elements
   uint32_t items = 0;   // per unit
 
+  // `aligned`: x and y start on a boundary of 4 of their elements.
   static FlatUnits Of(const NormShape& s, bool aligned) {
     FlatUnits f;
     f.groups_div = U32Divider::Of(static_cast<uint32_t>(s.groups));
@@ -266,35 +257,36 @@ struct ShiftedSums {
   }
 };
 
-// Pass 1 of thread `tid`: copies its items of the unit into `cache` (unit-local order)
-// and sums them about `pivot`.
-NORMKIT_HOST_DEVICE inline ShiftedSums FlatLoadSums(const float* x, const FlatUnits& f,
-                                                    uint32_t unit, uint32_t tid, uint32_t threads,
-                                                    float pivot, float* cache) {
+// Pass 1 of thread `tid`: copies its items of the unit into `cache` (unit-local order,
+// as stored: a widened half value rounds back to itself) and sums them about `pivot`.
+template <class TX>
+NORMKIT_HOST_DEVICE inline ShiftedSums FlatLoadSums(const TX* x, const FlatUnits& f, uint32_t unit,
+                                                    uint32_t tid, uint32_t threads, float pivot,
+                                                    TX* cache) {
   ShiftedSums sums;
   for (uint32_t q0 = tid; q0 < f.items; q0 += kFlatBatch * threads) {
     if (f.vector) {
       Float4 v[kFlatBatch];
       for (uint32_t j = 0; j < kFlatBatch; ++j) {
         const uint32_t q = q0 + j * threads;
-        if (q < f.items) v[j] = LoadFloat4(x + f.Offset(unit, 4 * q));
+        if (q < f.items) v[j] = Load4(x + f.Offset(unit, 4 * q));
       }
       for (uint32_t j = 0; j < kFlatBatch; ++j) {
         const uint32_t q = q0 + j * threads;
         if (q >= f.items) break;
-        StoreFloat4(cache + 4 * q, v[j]);
+        Store4(cache + 4 * q, v[j]);
         sums.Add(v[j], pivot);
       }
     } else {
       float v[kFlatBatch];
       for (uint32_t j = 0; j < kFlatBatch; ++j) {
         const uint32_t q = q0 + j * threads;
-        if (q < f.items) v[j] = x[f.Offset(unit, q)];
+        if (q < f.items) v[j] = Element<TX>::ToFloat(x[f.Offset(unit, q)]);
       }
       for (uint32_t j = 0; j < kFlatBatch; ++j) {
         const uint32_t q = q0 + j * threads;
         if (q >= f.items) break;
-        cache[q] = v[j];
+        cache[q] = StoredAs<TX>(v[j]);
         sums.Add(v[j], pivot);
       }
     }
@@ -303,14 +295,15 @@ NORMKIT_HOST_DEVICE inline ShiftedSums FlatLoadSums(const float* x, const FlatUn
 }
 
 // The same sums from the cache, about another pivot.
-NORMKIT_HOST_DEVICE inline ShiftedSums FlatCacheSums(const float* cache, const FlatUnits& f,
+template <class TC>
+NORMKIT_HOST_DEVICE inline ShiftedSums FlatCacheSums(const TC* cache, const FlatUnits& f,
                                                      uint32_t tid, uint32_t threads, float pivot) {
   ShiftedSums sums;
   for (uint32_t q = tid; q < f.items; q += threads) {
     if (f.vector) {
-      sums.Add(LoadFloat4(cache + 4 * q), pivot);
+      sums.Add(Load4(cache + 4 * q), pivot);
     } else {
-      sums.Add(cache[q], pivot);
+      sums.Add(Element<TC>::ToFloat(cache[q]), pivot);
     }
   }
   return sums;
@@ -338,17 +331,19 @@ NORMKIT_HOST_DEVICE inline bool FlatMoments(bool rms, const ShiftedSums& s, doub
 }
 
 // The flat plan runs a norm when it fits: one launch (chunks == 1), 32-bit indices,
-// and a unit in the shared memory a block may have.
-inline bool UseFlatNorm(const NormShape& s, const NormPlan& plan, int64_t max_shared_bytes) {
+// and a unit (of `elem_bytes` elements) in the shared memory a block may have.
+inline bool UseFlatNorm(const NormShape& s, const NormPlan& plan, int64_t max_shared_bytes,
+                        int64_t elem_bytes = sizeof(float)) {
   return plan.chunks == 1 && s.units * s.count < kMaxIndex32 &&
-         s.count * static_cast<int64_t>(sizeof(float)) <= max_shared_bytes;
+         s.count * elem_bytes <= max_shared_bytes;
 }
 
 // Pass 2: y for the thread's items.
-NORMKIT_HOST_DEVICE inline void FlatApply(const float* cache, float* y, const FlatUnits& f,
-                                          uint32_t unit, uint32_t tid, uint32_t threads,
-                                          const UnitAffine& ua, const float* gamma,
-                                          const float* beta, int32_t activation) {
+template <class TC, class TY>
+NORMKIT_HOST_DEVICE inline void FlatApply(const TC* cache, TY* y, const FlatUnits& f, uint32_t unit,
+                                          uint32_t tid, uint32_t threads, const UnitAffine& ua,
+                                          const float* gamma, const float* beta,
+                                          int32_t activation) {
   const auto affine = [&](uint32_t k, float v) {
     const uint32_t c = f.Channel(unit, k);
     return ua.Apply(v, gamma ? gamma[c] : 1.0f, beta ? beta[c] : 0.0f, activation);
@@ -356,11 +351,11 @@ NORMKIT_HOST_DEVICE inline void FlatApply(const float* cache, float* y, const Fl
   for (uint32_t q = tid; q < f.items; q += threads) {
     if (f.vector) {
       const uint32_t k = 4 * q;
-      const Float4 v = LoadFloat4(cache + k);
-      StoreFloat4(y + f.Offset(unit, k),
-                  {affine(k, v.x), affine(k + 1, v.y), affine(k + 2, v.z), affine(k + 3, v.w)});
+      const Float4 v = Load4(cache + k);
+      Store4(y + f.Offset(unit, k),
+             {affine(k, v.x), affine(k + 1, v.y), affine(k + 2, v.z), affine(k + 3, v.w)});
     } else {
-      y[f.Offset(unit, q)] = affine(q, cache[q]);
+      y[f.Offset(unit, q)] = Element<TY>::FromFloat(affine(q, Element<TC>::ToFloat(cache[q])));
     }
   }
 }
@@ -372,7 +367,7 @@ inline int FlatThreads(const FlatUnits& f) {
 }
 
 // ---- Rows of a [rows, D] layer / RMS norm in registers: a warp per row. Lane l holds
-// the float4 items l, l + 32, ... of its row (kWarpRowItems at most: D up to 2048), so
+// the 4-element items l, l + 32, ... of its row (kWarpRowItems at most: D up to 2048), so
 // the statistics take two passes over registers and the row is read from memory once,
 // with no shared memory and no block barrier. The mean comes from sums about a pivot
 // (the row's first element), then is corrected by sums of the deviations from it (the
@@ -383,8 +378,8 @@ inline int FlatThreads(const FlatUnits& f) {
 
 constexpr uint32_t kWarpRowItems = 16;
 
-// Whether a [rows, D] norm takes the warp-per-row kernel: whole float4 items (D a
-// multiple of 4; x, y, gamma and beta 16-byte aligned: `aligned`), D up to
+// Whether a [rows, D] norm takes the warp-per-row kernel: whole 4-element items (D a
+// multiple of 4; x and y aligned to 4 elements, gamma and beta to 16 bytes: `aligned`), D up to
 // 32 * 4 * kWarpRowItems, 32-bit indices.
 inline bool UseWarpRows(const NormShape& s, bool aligned) {
   return aligned && s.count % 4 == 0 && s.count <= 32 * 4 * kWarpRowItems &&

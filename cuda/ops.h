@@ -83,6 +83,28 @@ template <class T>
 normkit_status ShiftStack(const char* op, const normkit_context* ctx, int32_t device,
                           const ShiftSumProblem<T>& p, bool forward, const T* in, T* out);
 
+// A tensor of a shift-sum call with a bfloat16 / float16 side: its data and dtype.
+struct StoredArray {
+  void* data;
+  normkit_dtype dtype;
+};
+
+// The operator `op` on stored tensors (shift_sum_half.cu): `in` is the tensor it reads
+// (x of the forward and shift, y of the adjoint, pinv and GAP step, xs of unshift), `out`
+// the one it writes (x in place for the GAP step, which also reads it). Chunks of whole
+// samples are widened into a float scratch on the device, the float32 kernels run on
+// them and the output is rounded to nearest even: bitwise the float32 CUDA call on the
+// widened values, rounded. Masks, normalizers and parameters are float32 device arrays.
+struct ShiftSumStoredCall {
+  ShiftSumOp op;
+  StoredArray in, out;
+  PinvMode mode = PinvMode::kMoorePenrose;
+  float lambda = 1.0f, gamma = 0.0f;
+  const float* normalizer = nullptr;  // null: computed
+};
+normkit_status ShiftSumStored(const char* op, const normkit_context* ctx, int32_t device,
+                              const ShiftSumProblem<float>& p, const ShiftSumStoredCall& call);
+
 // Explicit instantiations of the shift-sum family for T (float and double), in the
 // file that defines them (shift_sum.cu, or unavailable.cc without the module).
 #define NORMKIT_CUDA_INSTANTIATE_SHIFT_SUM(T)                                                      \

@@ -5,11 +5,13 @@
 // cover a few columns of one row, so the row's coordinates are decoded once per row
 // and consecutive threads touch consecutive addresses (channels-first).
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/async_copy.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
 #include "cuda/shift_sum_math.h"
+#include "cuda/shift_sum_stored.h"
 
 namespace normkit {
 namespace cuda {
@@ -122,19 +124,20 @@ FlatDecode DecodeY(const ShiftSumProblem<T>& p) {
           U32Divider::Of(static_cast<uint32_t>(p.H_out)), U32Divider::Of(1)};
 }
 
-// y (b, r, v) = A x, element i of y.
-template <class T>
+// y (b, r, v) = A x, element i of y. SX / SY: how x and y are stored (T, or a half
+// type with float math).
+template <class T, class SX = T, class SY = T>
 struct ForwardFlat {
   ShiftSumMath<T> m;
   FlatDecode d;
-  const T* x;
-  T* y;
+  const SX* x;
+  SY* y;
   __device__ T Value(uint32_t i) const {
     int64_t b, r, v;
     d.Y(i, &b, &r, &v);
     return m.ForwardWalk(x, b, r, v);
   }
-  __device__ void Store(uint32_t i, T value) const { y[i] = value; }
+  __device__ void Store(uint32_t i, T value) const { y[i] = StoredAs<SY>(value); }
 };
 
 // The GAP residual (y - A x) / (s^2 Phi_s + gamma), element i of y.
@@ -158,23 +161,23 @@ struct ResidualFlat {
 // Element i of x from the shifted domain: A^T z, the pseudo-inverse, or the GAP update.
 enum class XFlatKind { kAdjoint, kPinv, kGapUpdate };
 
-template <class T, XFlatKind kKind>
+template <class T, XFlatKind kKind, class SZ = T, class SX = T>
 struct XFlat {
   ShiftSumMath<T> m;
   FlatDecode d;
-  const T* z;      // y, or the GAP residual
+  const SZ* z;     // y, or the GAP residual
   const T* phi_s;  // kPinv
   T lambda;        // kGapUpdate
-  T* x;
+  SX* x;
   __device__ T Value(uint32_t i) const {
     int64_t b, c, h, w;
     d.X(i, &b, &c, &h, &w);
     const typename ShiftSumMath<T>::XRow r = m.XRowAt(b, c, h);
     if constexpr (kKind == XFlatKind::kAdjoint) return m.AdjointRow(z, r, w);
     if constexpr (kKind == XFlatKind::kPinv) return m.PinvMoorePenroseRow(z, phi_s, r, w);
-    return x[i] + lambda * m.AdjointRow(z, r, w);
+    return ValueAt<T>(x, i) + lambda * m.AdjointRow(z, r, w);
   }
-  __device__ void Store(uint32_t i, T value) const { x[i] = value; }
+  __device__ void Store(uint32_t i, T value) const { x[i] = StoredAs<SX>(value); }
 };
 
 template <class T, class ElemOp>
@@ -315,9 +318,14 @@ __device__ inline void StoreRun(double* p, const Run<double>& r) {
   reinterpret_cast<double2*>(p)[0] = make_double2(r.v[0], r.v[1]);
   reinterpret_cast<double2*>(p)[1] = make_double2(r.v[2], r.v[3]);
 }
+// A run of float math stored as bfloat16 / float16: rounded, one 8-byte store.
+template <class S>
+__device__ inline void StoreRun(S* p, const Run<float>& r) {
+  Store4(p, {r.v[0], r.v[1], r.v[2], r.v[3]});
+}
 
-template <class T, XFlatKind kKind>
-__global__ void XRunKernel(uint32_t runs, XFlat<T, kKind> op) {
+template <class T, XFlatKind kKind, class SZ, class SX>
+__global__ void XRunKernel(uint32_t runs, XFlat<T, kKind, SZ, SX> op) {
   const uint32_t first = blockIdx.x * kRunsPerBlock + threadIdx.x;
   Run<T> out[kRunUnroll];
 #pragma unroll
@@ -328,7 +336,10 @@ __global__ void XRunKernel(uint32_t runs, XFlat<T, kKind> op) {
     op.d.X(kRun * q, &b, &c, &h, &w);
     const typename ShiftSumMath<T>::XRow r = op.m.XRowAt(b, c, h);
     Run<T> old{};
-    if constexpr (kKind == XFlatKind::kGapUpdate) old = LoadRun(op.x + kRun * q);
+    if constexpr (kKind == XFlatKind::kGapUpdate) {
+      static_assert(std::is_same<SX, T>::value, "the GAP update runs on T's own x");
+      old = LoadRun(op.x + kRun * q);
+    }
 #pragma unroll
     for (int k = 0; k < kRun; ++k) {
       if constexpr (kKind == XFlatKind::kAdjoint) out[j].v[k] = op.m.AdjointRow(op.z, r, w + k);
@@ -348,13 +359,13 @@ __global__ void XRunKernel(uint32_t runs, XFlat<T, kKind> op) {
 }
 
 // x-domain ops: runs where the layout allows, else one element per item.
-template <class T, XFlatKind kKind>
+template <class T, XFlatKind kKind, class SZ, class SX>
 normkit_status LaunchXFlat(const char* op_name, cudaStream_t stream, const ShiftSumProblem<T>& p,
-                           const XFlat<T, kKind>& op) {
+                           const XFlat<T, kKind, SZ, SX>& op) {
   const int64_t count = p.B * p.C * p.H * p.W;
-  if (p.W % kRun == 0 && reinterpret_cast<uintptr_t>(op.x) % 16 == 0) {
+  if (p.W % kRun == 0 && reinterpret_cast<uintptr_t>(op.x) % (kRun * sizeof(SX)) == 0) {
     const auto runs = static_cast<uint32_t>(count / kRun);
-    XRunKernel<T, kKind>
+    XRunKernel<T, kKind, SZ, SX>
         <<<(runs + kRunsPerBlock - 1) / kRunsPerBlock, kBlockThreads, 0, stream>>>(runs, op);
     return LaunchStatus(op_name);
   }
@@ -368,40 +379,43 @@ normkit_status LaunchXFlat(const char* op_name, cudaStream_t stream, const Shift
 // kernel with another ending. ----
 enum class RowEpilogue { kForward, kGapResidual };
 
-template <class T>
+// SX / SOut: how x and the output are stored (T, or a half type for the forward).
+template <class T, class SX = T, class SOut = T>
 struct ForwardRowArgs {
   ShiftSumMath<T> m;
-  const T* x;
-  T* out;          // y, or the GAP residual
+  const SX* x;
+  SOut* out;       // y, or the GAP residual
   const T* y;      // kGapResidual
   const T* phi_s;  // kGapResidual (NULL: computed)
   T gamma;         // kGapResidual
 };
 
-template <class T, RowEpilogue kEpilogue>
-__global__ void ForwardRowKernel(ForwardRowArgs<T> a) {
+template <class T, RowEpilogue kEpilogue, class SX, class SOut>
+__global__ void ForwardRowKernel(ForwardRowArgs<T, SX, SOut> a) {
   extern __shared__ __align__(16) unsigned char row_smem[];
-  T* rows = reinterpret_cast<T*>(row_smem);
+  SX* rows = reinterpret_cast<SX*>(row_smem);
   const ShiftSumProblem<T>& p = a.m.p;
   const bool masked = p.mask_kind == ShiftMask::kHW;
-  T* mask_row = masked ? rows + p.C * p.W : nullptr;
+  // After the C rows of x (each a multiple of 16 bytes: UseForwardRows).
+  T* mask_row = masked ? reinterpret_cast<T*>(rows + p.C * p.W) : nullptr;
   const int64_t b = blockIdx.x / p.H, r = blockIdx.x - b * p.H;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   __shared__ uint64_t barrier;
-  const auto row_bytes = static_cast<uint32_t>(p.W * sizeof(T));
-  const BulkCopies copies(&barrier, row_bytes * static_cast<uint32_t>(p.C + (masked ? 1 : 0)));
+  const auto row_bytes = static_cast<uint32_t>(p.W * sizeof(SX));
+  const auto mask_bytes = static_cast<uint32_t>(masked ? p.W * sizeof(T) : 0);
+  const BulkCopies copies(&barrier, row_bytes * static_cast<uint32_t>(p.C) + mask_bytes);
   if (threadIdx.x == 0) {
     for (int64_t c = 0; c < p.C; ++c) {
       copies.Copy(rows + c * p.W, a.x + ((b * p.C + c) * p.H + r) * p.W, row_bytes);
     }
-    if (masked) copies.Copy(mask_row, p.mask + r * p.W, row_bytes);
+    if (masked) copies.Copy(mask_row, p.mask + r * p.W, mask_bytes);
   }
   copies.Wait();
   const int64_t yb = (b * p.H_out + r) * p.W_out;
   for (int64_t v = threadIdx.x; v < p.W_out; v += blockDim.x) {
     const T forward = a.m.ForwardFromRows(rows, mask_row, r, v);
     if constexpr (kEpilogue == RowEpilogue::kForward) {
-      a.out[yb + v] = forward;
+      a.out[yb + v] = StoredAs<SOut>(forward);
     } else {
       a.out[yb + v] = a.m.GapResidualOf(a.y, a.phi_s, a.gamma, b, r, v, forward);
     }
@@ -409,52 +423,56 @@ __global__ void ForwardRowKernel(ForwardRowArgs<T> a) {
 #endif
 }
 
-// Rows of x (and the mask row) for ForwardRowKernel, in bytes.
-template <class T>
+// Rows of x (stored as SX) and the mask row for ForwardRowKernel, in bytes.
+template <class T, class SX = T>
 int64_t ForwardRowBytes(const ShiftSumProblem<T>& p) {
-  return (p.C + (p.mask_kind == ShiftMask::kHW ? 1 : 0)) * p.W * static_cast<int64_t>(sizeof(T));
+  return p.C * p.W * static_cast<int64_t>(sizeof(SX)) +
+         (p.mask_kind == ShiftMask::kHW ? p.W * static_cast<int64_t>(sizeof(T)) : 0);
 }
 
 // Hopper, channels-first along W, no mask or an HW mask, rows of 16-byte multiples at
 // 16-byte aligned addresses, and rows that fit a block's shared memory.
-template <class T>
-bool UseForwardRows(const ShiftSumProblem<T>& p, const T* x) {
+template <class T, class SX>
+bool UseForwardRows(const ShiftSumProblem<T>& p, const SX* x) {
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   return UseFlat(p) && (p.mask_kind == ShiftMask::kNone || p.mask_kind == ShiftMask::kHW) &&
+         (p.W * static_cast<int64_t>(sizeof(SX))) % 16 == 0 &&
          (p.W * static_cast<int64_t>(sizeof(T))) % 16 == 0 && aligned(x) &&
-         (p.mask == nullptr || aligned(p.mask)) && ForwardRowBytes(p) <= MaxDynamicShared() &&
-         p.B * p.H < (int64_t{1} << 31) && ComputeCapabilityMajor() >= 9;
+         (p.mask == nullptr || aligned(p.mask)) &&
+         ForwardRowBytes<T, SX>(p) <= MaxDynamicShared() && p.B * p.H < (int64_t{1} << 31) &&
+         ComputeCapabilityMajor() >= 9;
 }
 
-template <class T, RowEpilogue kEpilogue>
-normkit_status LaunchForwardRows(const char* op, cudaStream_t stream, const ForwardRowArgs<T>& a) {
+template <class T, RowEpilogue kEpilogue, class SX = T, class SOut = T>
+normkit_status LaunchForwardRows(const char* op, cudaStream_t stream,
+                                 const ForwardRowArgs<T, SX, SOut>& a) {
   const ShiftSumProblem<T>& p = a.m.p;
-  const int64_t bytes = ForwardRowBytes(p);
+  const int64_t bytes = ForwardRowBytes<T, SX>(p);
   if (bytes > 48 * 1024) {
     const cudaError_t e =
-        cudaFuncSetAttribute(ForwardRowKernel<T, kEpilogue>,
+        cudaFuncSetAttribute(ForwardRowKernel<T, kEpilogue, SX, SOut>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     if (e != cudaSuccess) return CudaFail(op, "cudaFuncSetAttribute", e);
   }
-  ForwardRowKernel<T, kEpilogue>
+  ForwardRowKernel<T, kEpilogue, SX, SOut>
       <<<static_cast<unsigned>(p.B * p.H), kBlockThreads, static_cast<size_t>(bytes), stream>>>(a);
   return LaunchStatus(op);
 }
 
 // The Moore-Penrose pseudo-inverse's y / (s^2 Phi_s) (0 where Phi_s = 0), element i of y,
 // for the adjoint to spread: x = s * M * that, PinvMoorePenroseRow's arithmetic.
-template <class T>
+template <class T, class SY = T>
 struct PinvScaledFlat {
   ShiftSumMath<T> m;
   FlatDecode d;
-  const T* y;
+  const SY* y;
   const T* phi_s;
   T* z;
   __device__ T Value(uint32_t i) const {
     int64_t b, r, v;
     d.Y(i, &b, &r, &v);
     const T n = phi_s[m.NormalizerOffset(b, r, v)];
-    return n == T(0) ? T(0) : y[i] / (m.p.scale * m.p.scale * n);
+    return n == T(0) ? T(0) : ValueAt<T>(y, i) / (m.p.scale * m.p.scale * n);
   }
   __device__ void Store(uint32_t i, T value) const { z[i] = value; }
 };
@@ -567,6 +585,73 @@ normkit_status ShiftStack(const char* op, const normkit_context* ctx, int32_t de
   NORMKIT_ENTER_DEVICE(op, device);
   if (forward) return LaunchStack(op, stream, p, ShiftOp<T>{in, out});
   return LaunchX(op, stream, p, UnshiftOp<T>{in, out});
+}
+
+namespace {
+
+// ShiftSumRowsStored for x stored as SX and y as SY.
+template <class SX, class SY>
+normkit_status RowsStored(const char* op, cudaStream_t stream, const ShiftSumProblem<float>& p,
+                          const ShiftSumStoredCall& call) {
+  const ShiftSumMath<float> m{p};
+  if (call.op == ShiftSumOp::kForward) {
+    const auto* x = static_cast<const SX*>(call.in.data);
+    auto* y = static_cast<SY*>(call.out.data);
+    if (UseForwardRows(p, x)) {
+      return LaunchForwardRows<float, RowEpilogue::kForward, SX, SY>(
+          op, stream, {m, x, y, nullptr, nullptr, 0.0f});
+    }
+    return LaunchFlat<float>(op, stream, p.B * p.H_out * p.W_out,
+                             ForwardFlat<float, SX, SY>{m, DecodeY(p), x, y});
+  }
+  const auto* y = static_cast<const SY*>(call.in.data);
+  auto* x = static_cast<SX*>(call.out.data);
+  if (call.op == ShiftSumOp::kAdjoint) {
+    return LaunchXFlat(
+        op, stream, p,
+        XFlat<float, XFlatKind::kAdjoint, SY, SX>{m, DecodeX(p), y, nullptr, 0.0f, x});
+  }
+  // The Moore-Penrose pseudo-inverse as the float32 call's flat path: y / (s^2 Phi_s) once
+  // per position of y into a float scratch (Phi_s computed first when not given: the
+  // value the float32 kernels compute per element, so the same bits), then the adjoint.
+  Scratch scratch(stream);
+  void* buffer = nullptr;
+  const int64_t y_elems = p.B * p.H_out * p.W_out;
+  const int64_t phi_elems =
+      call.normalizer != nullptr ? 0 : (p.PerSampleMask() ? p.B : 1) * p.H_out * p.W_out;
+  NORMKIT_RETURN_IF_ERROR(scratch.Allocate(op, (y_elems + phi_elems) * 4 + 16, &buffer));
+  float* z = static_cast<float*>(buffer);
+  const float* normalizer = call.normalizer;
+  if (normalizer == nullptr) {
+    float* phi = z + y_elems;
+    NORMKIT_RETURN_IF_ERROR(
+        LaunchShifted(op, stream, p, p.PerSampleMask() ? p.B : 1, NormalizerOp<float>{phi}));
+    normalizer = phi;
+  }
+  NORMKIT_RETURN_IF_ERROR(LaunchFlat<float>(
+      op, stream, y_elems, PinvScaledFlat<float, SY>{m, DecodeY(p), y, normalizer, z}));
+  return LaunchXFlat(
+      op, stream, p,
+      XFlat<float, XFlatKind::kAdjoint, float, SX>{m, DecodeX(p), z, nullptr, 0.0f, x});
+}
+
+}  // namespace
+
+normkit_status ShiftSumRowsStored(const char* op, const normkit_context* ctx, int32_t device,
+                                  const ShiftSumProblem<float>& p, const ShiftSumStoredCall& call,
+                                  bool* taken) {
+  const bool pinv = call.op == ShiftSumOp::kPinv && call.mode == PinvMode::kMoorePenrose;
+  *taken =
+      UseFlat(p) && (call.op == ShiftSumOp::kForward || call.op == ShiftSumOp::kAdjoint || pinv);
+  if (!*taken) return NORMKIT_SUCCESS;
+  NORMKIT_ENTER_DEVICE(op, device);
+  // DispatchStoragePair gives the types of (in, out): (x, y) for the forward, (y, x) else.
+  return DispatchStoragePair(call.in.dtype, call.out.dtype, [&](auto in, auto out) {
+    using In = decltype(in);
+    using Out = decltype(out);
+    if (call.op == ShiftSumOp::kForward) return RowsStored<In, Out>(op, stream, p, call);
+    return RowsStored<Out, In>(op, stream, p, call);
+  });
 }
 
 NORMKIT_CUDA_INSTANTIATE_SHIFT_SUM(float)

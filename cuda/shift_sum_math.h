@@ -10,6 +10,7 @@
 
 #include "core/shift_geometry.h"
 #include "cuda/channel_cursor.h"
+#include "cuda/storage.h"
 
 namespace normkit {
 namespace cuda {
@@ -42,6 +43,8 @@ struct PlaneCoord {
   int64_t b, c, i;
 };
 
+// The arrays x, y and z (y, or the GAP residual) the functions below read are T, or a
+// storage type S they widen (template parameter S); masks and Phi_s are T.
 template <class T>
 struct ShiftSumMath {
   ShiftSumProblem<T> p;
@@ -144,11 +147,14 @@ struct ShiftSumMath {
   }
 
   // y (b, r, v) = s * sum_c M * x, channels summed in order.
-  NORMKIT_HOST_DEVICE T Forward(const T* x, int64_t b, int64_t r, int64_t v) const {
+  template <class S>
+  NORMKIT_HOST_DEVICE T Forward(const S* x, int64_t b, int64_t r, int64_t v) const {
     T acc = T(0);
     for (int64_t c = 0; c < p.C; ++c) {
       int64_t h, w;
-      if (Source(c, r, v, &h, &w)) acc += Mask(b, c, h, w, r, v) * x[XOffset(b, c, h, w)];
+      if (Source(c, r, v, &h, &w)) {
+        acc += Mask(b, c, h, w, r, v) * ValueAt<T>(x, XOffset(b, c, h, w));
+      }
     }
     return p.scale * acc;
   }
@@ -166,31 +172,35 @@ struct ShiftSumMath {
     return acc;
   }
   // x (b, c, h, w) = s * M * z at the position it lands on.
-  NORMKIT_HOST_DEVICE T Adjoint(const T* z, int64_t b, int64_t c, int64_t h, int64_t w) const {
+  template <class S>
+  NORMKIT_HOST_DEVICE T Adjoint(const S* z, int64_t b, int64_t c, int64_t h, int64_t w) const {
     const int64_t r = Row(c, h), v = Col(c, w);
-    return p.scale * Mask(b, c, h, w, r, v) * z[YOffset(b, r, v)];
+    return p.scale * Mask(b, c, h, w, r, v) * ValueAt<T>(z, YOffset(b, r, v));
   }
   // Moore-Penrose: A^T(y / (s^2 Phi_s)), 0 where Phi_s = 0. `phi_s` may be NULL.
-  NORMKIT_HOST_DEVICE T PinvMoorePenrose(const T* y, const T* phi_s, int64_t b, int64_t c,
+  template <class S>
+  NORMKIT_HOST_DEVICE T PinvMoorePenrose(const S* y, const T* phi_s, int64_t b, int64_t c,
                                          int64_t h, int64_t w) const {
     const int64_t r = Row(c, h), v = Col(c, w);
     const T n = phi_s != nullptr ? phi_s[NormalizerOffset(b, r, v)] : Normalizer(b, r, v, false);
     if (n == T(0)) return T(0);
-    const T z = y[YOffset(b, r, v)] / (p.scale * p.scale * n);
+    const T z = ValueAt<T>(y, YOffset(b, r, v)) / (p.scale * p.scale * n);
     return p.scale * Mask(b, c, h, w, r, v) * z;
   }
   // Seed 003: window(y / (s * count)) / M, 0 where M = 0.
-  NORMKIT_HOST_DEVICE T PinvDivideByMask(const T* y, int64_t b, int64_t c, int64_t h,
+  template <class S>
+  NORMKIT_HOST_DEVICE T PinvDivideByMask(const S* y, int64_t b, int64_t c, int64_t h,
                                          int64_t w) const {
     const int64_t r = Row(c, h), v = Col(c, w);
     const T m = Mask(b, c, h, w, r, v);
     if (m == T(0)) return T(0);
-    return y[YOffset(b, r, v)] / (p.scale * Normalizer(b, r, v, true)) / m;
+    return ValueAt<T>(y, YOffset(b, r, v)) / (p.scale * Normalizer(b, r, v, true)) / m;
   }
   // GAP residual (y - A x) / (s^2 Phi_s + gamma), 0 where the denominator is 0 (s^2 Phi_s:
   // the diagonal of A A^T, as the pinv divides by); `forward` is (A x) at (b, r, v). The
   // denominator is one FMA, as the CPU's.
-  NORMKIT_HOST_DEVICE T GapResidualOf(const T* y, const T* phi_s, T gamma, int64_t b, int64_t r,
+  template <class S>
+  NORMKIT_HOST_DEVICE T GapResidualOf(const S* y, const T* phi_s, T gamma, int64_t b, int64_t r,
                                       int64_t v, T forward) const {
     const T n = phi_s != nullptr ? phi_s[NormalizerOffset(b, r, v)] : Normalizer(b, r, v, false);
     const T s2 = p.scale * p.scale;
@@ -201,9 +211,10 @@ struct ShiftSumMath {
       d = fma(s2, n, gamma);
     }
     if (d == T(0)) return T(0);
-    return (y[YOffset(b, r, v)] - forward) / d;
+    return (ValueAt<T>(y, YOffset(b, r, v)) - forward) / d;
   }
-  NORMKIT_HOST_DEVICE T GapResidual(const T* x, const T* y, const T* phi_s, T gamma, int64_t b,
+  template <class SX, class SY>
+  NORMKIT_HOST_DEVICE T GapResidual(const SX* x, const SY* y, const T* phi_s, T gamma, int64_t b,
                                     int64_t r, int64_t v) const {
     return GapResidualOf(y, phi_s, gamma, b, r, v, Forward(x, b, r, v));
   }
@@ -241,21 +252,24 @@ struct ShiftSumMath {
     return p.mask_kind == ShiftMask::kNone ? T(1) : p.mask[r.mask + w];
   }
   // Adjoint (b, c, h, w) of the row, as Adjoint.
-  NORMKIT_HOST_DEVICE T AdjointRow(const T* z, const XRow& r, int64_t w) const {
-    return p.scale * RowMask(r, w) * z[r.y + w];
+  template <class S>
+  NORMKIT_HOST_DEVICE T AdjointRow(const S* z, const XRow& r, int64_t w) const {
+    return p.scale * RowMask(r, w) * ValueAt<T>(z, r.y + w);
   }
   // PinvMoorePenrose with a normalizer array.
-  NORMKIT_HOST_DEVICE T PinvMoorePenroseRow(const T* y, const T* phi_s, const XRow& r,
+  template <class S>
+  NORMKIT_HOST_DEVICE T PinvMoorePenroseRow(const S* y, const T* phi_s, const XRow& r,
                                             int64_t w) const {
     const T n = phi_s[r.normalizer + w];
     if (n == T(0)) return T(0);
-    const T z = y[r.y + w] / (p.scale * p.scale * n);
+    const T z = ValueAt<T>(y, r.y + w) / (p.scale * p.scale * n);
     return p.scale * RowMask(r, w) * z;
   }
 
   // Forward (b, r, v): the covering channels are a contiguous range, and from one to the
   // next x moves by a plane less S and the mask by its own channel stride.
-  NORMKIT_HOST_DEVICE T ForwardWalk(const T* x, int64_t b, int64_t r, int64_t v) const {
+  template <class S>
+  NORMKIT_HOST_DEVICE T ForwardWalk(const S* x, int64_t b, int64_t r, int64_t v) const {
     int64_t lo, hi;
     CoverRange(r, v, &lo, &hi);
     T acc = T(0);
@@ -265,7 +279,7 @@ struct ShiftSumMath {
     const int64_t x_step = p.H * p.W - p.step;
     if (p.mask_kind == ShiftMask::kNone) {
       NORMKIT_UNROLL(4)
-      for (int64_t c = lo; c <= hi; ++c, xi += x_step) acc += T(1) * x[xi];
+      for (int64_t c = lo; c <= hi; ++c, xi += x_step) acc += T(1) * ValueAt<T>(x, xi);
       return p.scale * acc;
     }
     int64_t mi = 0, m_step = 0;
@@ -282,27 +296,31 @@ struct ShiftSumMath {
         break;
     }
     NORMKIT_UNROLL(4)
-    for (int64_t c = lo; c <= hi; ++c, xi += x_step, mi += m_step) acc += p.mask[mi] * x[xi];
+    for (int64_t c = lo; c <= hi; ++c, xi += x_step, mi += m_step) {
+      acc += p.mask[mi] * ValueAt<T>(x, xi);
+    }
     return p.scale * acc;
   }
   // ForwardWalk of (b, r, v) from copies of the rows it reads: rows[c * W + w] holds
   // x (b, c, r, w), mask_row[w] the HW mask's row r (NULL without a mask). The same
   // expression in the same order: the same bits.
-  NORMKIT_HOST_DEVICE T ForwardFromRows(const T* rows, const T* mask_row, int64_t r,
+  template <class S>
+  NORMKIT_HOST_DEVICE T ForwardFromRows(const S* rows, const T* mask_row, int64_t r,
                                         int64_t v) const {
     int64_t lo, hi;
     CoverRange(r, v, &lo, &hi);
     T acc = T(0);
     for (int64_t c = lo; c <= hi; ++c) {
       const int64_t w = v - p.Offset(c);
-      acc += (mask_row != nullptr ? mask_row[w] : T(1)) * rows[c * p.W + w];
+      acc += (mask_row != nullptr ? mask_row[w] : T(1)) * ValueAt<T>(rows, c * p.W + w);
     }
     return p.scale * acc;
   }
 
   // GapResidual through ForwardWalk.
-  NORMKIT_HOST_DEVICE T GapResidualWalk(const T* x, const T* y, const T* phi_s, T gamma, int64_t b,
-                                        int64_t r, int64_t v) const {
+  template <class SX, class SY>
+  NORMKIT_HOST_DEVICE T GapResidualWalk(const SX* x, const SY* y, const T* phi_s, T gamma,
+                                        int64_t b, int64_t r, int64_t v) const {
     return GapResidualOf(y, phi_s, gamma, b, r, v, ForwardWalk(x, b, r, v));
   }
 

@@ -78,6 +78,11 @@ normkit_status ShiftStack(const char* op, const normkit_context*, int32_t,
   return NoCuda(op);
 }
 
+normkit_status ShiftSumStored(const char* op, const normkit_context*, int32_t,
+                              const ShiftSumProblem<float>&, const ShiftSumStoredCall&) {
+  return NoCuda(op);
+}
+
 NORMKIT_CUDA_INSTANTIATE_SHIFT_SUM(float)
 NORMKIT_CUDA_INSTANTIATE_SHIFT_SUM(double)
 

@@ -376,22 +376,255 @@ TEST(Cuda, HalfStorageAffineAndBatchNormMatchCpu) {
   }
 }
 
-// The CUDA norms are float32 only: a half tensor is refused, naming it, before anything runs.
-TEST(Cuda, HalfStorageNormsAreRefused) {
+// The values of stored bytes (dtype) as floats: exact, NaN patterns as NaN.
+std::vector<float> Widened(const std::vector<uint8_t>& bytes, int32_t dtype) {
+  if (dtype == NORMKIT_DTYPE_FLOAT32) {
+    std::vector<float> v(bytes.size() / 4);
+    std::memcpy(v.data(), bytes.data(), bytes.size());
+    return v;
+  }
+  std::vector<float> v(bytes.size() / 2);
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, &bytes[2 * i], 2);
+    v[i] = static_cast<float>(Decode(h, FormatOf(dtype)));
+  }
+  return v;
+}
+
+// A norm's stored output against the double reference: float32 within rel of the
+// element's magnitude; a half format within one unit in its last place of the reference
+// rounded to it, or (where the float32 result itself may be off by float's error at the
+// magnitude, a beta that cancels the normalized value) within a unit plus that error.
+void ExpectStoredNear(const std::vector<uint8_t>& got, int32_t dtype, const NormReference& want,
+                      double rel, const std::string& what) {
+  if (dtype == NORMKIT_DTYPE_FLOAT32) {
+    ExpectNormNear(Widened(got, dtype), want, what.c_str(), rel);
+    return;
+  }
+  const HalfFormat f = FormatOf(dtype);
+  ASSERT_EQ(got.size(), 2 * want.y.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < want.y.size(); ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, &got[2 * i], 2);
+    const double w = want.y[i];
+    bool ok;
+    if (std::isnan(w)) {
+      ok = IsNaNBits(bits, f);
+    } else {
+      const uint16_t ref = Encode(w, f);
+      const int d = static_cast<int>(bits & 0x7FFF) - static_cast<int>(ref & 0x7FFF);
+      ok = bits == ref || ((bits & 0x8000) == (ref & 0x8000) && (d == 1 || d == -1)) ||
+           ((bits & 0x7FFF) <= 1 && (ref & 0x7FFF) <= 1);  // +-0, the smallest subnormal
+      if (!ok && !IsNaNBits(bits, f)) {
+        const double unit = std::fabs(Decode(static_cast<uint16_t>((bits & 0x7FFF) + 1), f) -
+                                      Decode(bits & 0x7FFF, f));
+        ok = std::fabs(Decode(bits, f) - w) <= unit + rel * want.magnitude[i];
+      }
+    }
+    if (!ok && ++bad <= 5) {
+      ADD_FAILURE() << what << ": element " << i << " got " << Decode(bits, f) << " (0x" << std::hex
+                    << bits << std::dec << ") want " << w << " (magnitude " << want.magnitude[i]
+                    << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+const std::vector<std::pair<int32_t, int32_t>> kHalfPairs = {
+    {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16},
+    {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT16},
+    {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT32},
+    {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32},
+    {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16},
+    {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_FLOAT16}};
+
+size_t WidthOf(int32_t dtype) {
+  return dtype == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+}
+
+// Group norm with bfloat16 / float16 on either side, against the double reference of x's
+// stored values: every plan the half types take (flat, its unit arriving through registers
+// in 4-element items or one by one, asynchronous copies or the bulk copy; fused; split),
+// both layouts, x and y one element off their alignment, in place,
+// SiLU, the statistics outputs, and the same bits from run to run.
+TEST(Cuda, HalfStorageGroupNormMatchesReference) {
   SKIP_WITHOUT_GPU();
-  const std::vector<int64_t> shape = {2, 4, 3, 3};
-  std::vector<uint8_t> x = StoredAs(RandomVector(Numel(shape), 3), NORMKIT_DTYPE_BFLOAT16);
-  DeviceArray<uint8_t> dx(x), dy(x);
-  normkit_tensor xt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, shape), dx.get());
-  normkit_tensor yt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, shape), dy.get());
-  xt.dtype = yt.dtype = NORMKIT_DTYPE_BFLOAT16;
-  EXPECT_EQ(normkit_group_norm(nullptr, &xt, 2, nullptr, nullptr, 1e-5f, NORMKIT_ACTIVATION_NONE,
-                               &yt, nullptr, nullptr),
-            NORMKIT_ERROR_UNSUPPORTED);
-  EXPECT_NE(std::string(normkit_last_error()).find("x->dtype = bfloat16 on a CUDA tensor"),
-            std::string::npos)
-      << normkit_last_error();
-  EXPECT_EQ(dy.Download(), x);
+  struct Case {
+    std::vector<int64_t> shape;
+    int64_t groups;
+  };
+  // Units of 12 elements (4-element items, not whole 16-byte pieces: no bulk copy), of
+  // 1568 (bulk-copied channels-first), 36864 (channels-last: asynchronous copies).
+  for (const Case& k : std::vector<Case>{{{2, 6, 7}, 3},
+                                         {{2, 6, 2, 3}, 3},
+                                         {{2, 64, 28, 28}, 32},
+                                         {{2, 64, 48, 48}, 4},
+                                         {{1, 32, 112, 112}, 8},
+                                         {{3, 5, 4, 3, 2}, 5},
+                                         {{1, 4, 300000}, 2}}) {  // the split plan
+    const int64_t n = Numel(k.shape), N = k.shape[0], C = k.shape[1], S = n / (N * C);
+    std::vector<float> values = RandomVector(n, 21, -2.0f, 2.0f);
+    for (auto& v : values) v += 5.0f;  // a mean away from 0
+    const std::vector<float> gamma = RandomVector(C, 22), beta = RandomVector(C, 23);
+    DeviceArray<float> dgamma(gamma), dbeta(beta), dmean{std::vector<float>(N * k.groups)},
+        drstd{std::vector<float>(N * k.groups)};
+    for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+      for (const auto& [xd, yd] : kHalfPairs) {
+        const std::vector<uint8_t> x = StoredAs(values, xd);
+        const std::vector<float> xs = Widened(x, xd);
+        for (int32_t act : {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_SILU}) {
+          const NormReference want =
+              ReferenceGroupNorm(xs, N, C, S, k.groups, layout == NORMKIT_LAYOUT_CHANNELS_LAST,
+                                 gamma.data(), beta.data(), 1e-5, act);
+          for (int offset : {0, 1}) {
+            SCOPED_TRACE("C=" + std::to_string(C) + " G=" + std::to_string(k.groups) + " layout " +
+                         std::to_string(layout) + " " + DtypeLabel(xd) + " -> " + DtypeLabel(yd) +
+                         " act " + std::to_string(act) + " offset " + std::to_string(offset));
+            const size_t xw = WidthOf(xd), yw = WidthOf(yd);
+            std::vector<uint8_t> xo = x;
+            xo.insert(xo.begin(), offset * xw, 0);
+            DeviceArray<uint8_t> dx(xo), dy{std::vector<uint8_t>((n + offset) * yw)};
+            normkit_tensor xt = OnDevice(Desc(nullptr, layout, k.shape), dx.get() + offset * xw);
+            normkit_tensor yt = OnDevice(Desc(nullptr, layout, k.shape), dy.get() + offset * yw);
+            xt.dtype = xd;
+            yt.dtype = yd;
+            ASSERT_EQ(normkit_group_norm(nullptr, &xt, k.groups, dgamma.get(), dbeta.get(), 1e-5f,
+                                         act, &yt, dmean.get(), drstd.get()),
+                      NORMKIT_SUCCESS)
+                << normkit_last_error();
+            std::vector<uint8_t> y = dy.Download();
+            y.erase(y.begin(), y.begin() + offset * yw);
+            ExpectStoredNear(y, yd, want, act == NORMKIT_ACTIVATION_SILU ? 2e-5 : 1e-5,
+                             "group norm");
+            const std::vector<float> mean = dmean.Download(), rstd = drstd.Download();
+            for (int64_t u = 0; u < N * k.groups; ++u) {
+              EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
+              EXPECT_NEAR(rstd[u], want.rstd[u], 1e-5 * want.rstd[u]);
+            }
+            ASSERT_EQ(normkit_group_norm(nullptr, &xt, k.groups, dgamma.get(), dbeta.get(), 1e-5f,
+                                         act, &yt, nullptr, nullptr),
+                      NORMKIT_SUCCESS);
+            std::vector<uint8_t> again = dy.Download();
+            again.erase(again.begin(), again.begin() + offset * yw);
+            EXPECT_EQ(again, y) << "second run differs";
+            if (xd != yd || act != NORMKIT_ACTIVATION_NONE) continue;
+            // In place: y is x.
+            ASSERT_EQ(normkit_group_norm(nullptr, &xt, k.groups, dgamma.get(), dbeta.get(), 1e-5f,
+                                         act, &xt, nullptr, nullptr),
+                      NORMKIT_SUCCESS)
+                << normkit_last_error();
+            std::vector<uint8_t> in_place = dx.Download();
+            in_place.erase(in_place.begin(), in_place.begin() + offset * xw);
+            EXPECT_EQ(in_place, y) << "in place differs from out of place";
+          }
+        }
+      }
+    }
+  }
+}
+
+// Layer and RMS norm rows in the half pairs: the warp-per-row plan (D = 12, 768, 2048,
+// aligned), the block-per-row plans (D = 7, 4100, 50000, and 768 one element off).
+TEST(Cuda, HalfStorageRowNormsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 37;
+  for (int64_t D : {7, 12, 768, 2048, 4100, 50000}) {
+    std::vector<float> values = RandomVector(rows * D, 31, -3.0f, 3.0f);
+    for (auto& v : values) v += 2.0f;
+    const std::vector<float> gamma = RandomVector(D, 32), beta = RandomVector(D, 33);
+    DeviceArray<float> dgamma(gamma), dbeta(beta);
+    for (const auto& [xd, yd] : kHalfPairs) {
+      const std::vector<uint8_t> x = StoredAs(values, xd);
+      const std::vector<float> xs = Widened(x, xd);
+      for (bool rms : {false, true}) {
+        const NormReference want =
+            ReferenceRowNorm(xs, rows, D, gamma.data(), rms ? nullptr : beta.data(), 1e-5, rms);
+        for (int offset : {0, 1}) {
+          if (offset == 1 && D != 768) continue;
+          SCOPED_TRACE("D=" + std::to_string(D) + (rms ? " rms " : " layer ") + DtypeLabel(xd) +
+                       " -> " + DtypeLabel(yd) + " offset " + std::to_string(offset));
+          const size_t xw = WidthOf(xd), yw = WidthOf(yd);
+          std::vector<uint8_t> xo = x;
+          xo.insert(xo.begin(), offset * xw, 0);
+          DeviceArray<uint8_t> dx(xo), dy{std::vector<uint8_t>((rows * D + offset) * yw)};
+          normkit_tensor xt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}),
+                                       dx.get() + offset * xw);
+          normkit_tensor yt = OnDevice(Desc(nullptr, NORMKIT_LAYOUT_CHANNELS_FIRST, {rows, D}),
+                                       dy.get() + offset * yw);
+          xt.dtype = xd;
+          yt.dtype = yd;
+          const normkit_status st =
+              rms ? normkit_rms_norm(nullptr, &xt, dgamma.get(), 1e-5f, &yt, nullptr)
+                  : normkit_layer_norm(nullptr, &xt, dgamma.get(), dbeta.get(), 1e-5f, &yt, nullptr,
+                                       nullptr);
+          ASSERT_EQ(st, NORMKIT_SUCCESS) << normkit_last_error();
+          std::vector<uint8_t> y = dy.Download();
+          y.erase(y.begin(), y.begin() + offset * yw);
+          ExpectStoredNear(y, yd, want, 1e-5, rms ? "rms norm" : "layer norm");
+        }
+      }
+    }
+  }
+}
+
+// tests/vectors/half.txt on the GPU: every output within one unit of its format of the
+// float64 result rounded to it (float32 outputs within 1e-5 of the case's largest output).
+TEST(Cuda, GoldenVectorsHalf) {
+  SKIP_WITHOUT_GPU();
+  const auto cases = ReadVectorFile(VectorPath("half.txt"));
+  ASSERT_GE(cases.size(), 15u) << "cannot read " << VectorPath("half.txt");
+  const auto dtype_named = [](const std::string& field) {
+    const std::string name = field.substr(field.find_first_not_of(' '));
+    return name == "bfloat16"  ? NORMKIT_DTYPE_BFLOAT16
+           : name == "float16" ? NORMKIT_DTYPE_FLOAT16
+                               : NORMKIT_DTYPE_FLOAT32;
+  };
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    const auto shape = k.Shape();
+    const int32_t xd = dtype_named(k.scalars.at("x_dtype")),
+                  yd = dtype_named(k.scalars.at("y_dtype"));
+    const auto layout = static_cast<normkit_layout>(static_cast<int>(k.Scalar("layout")));
+    const std::vector<float> xs = k.Floats("x");
+    const std::vector<uint8_t> x = StoredAs(xs, xd);
+    ASSERT_EQ(Widened(x, xd), xs) << "input not representable";
+    DeviceArray<uint8_t> dx(x), dy{std::vector<uint8_t>(xs.size() * WidthOf(yd))};
+    normkit_tensor xt = OnDevice(Desc(nullptr, layout, shape), dx.get());
+    normkit_tensor yt = OnDevice(Desc(nullptr, layout, shape), dy.get());
+    xt.dtype = xd;
+    yt.dtype = yd;
+    const auto param = [&](const char* name) { return UploadOrNull(k.FloatsOrEmpty(name)); };
+    const auto gamma = param("gamma"), beta = param("beta"), scale = param("scale"),
+               shift = param("shift"), mean = param("mean"), var = param("var");
+    const float eps = k.scalars.count("eps") ? static_cast<float>(k.Scalar("eps")) : 0.0f;
+    normkit_status st;
+    if (k.op == "affine") {
+      st = normkit_affine(nullptr, &xt, GetOrNull(scale), GetOrNull(shift),
+                          NORMKIT_PARAMS_PER_CHANNEL, &yt);
+    } else if (k.op == "batch_norm") {
+      st = normkit_batch_norm_inference(nullptr, &xt, GetOrNull(gamma), GetOrNull(beta),
+                                        GetOrNull(mean), GetOrNull(var), eps, &yt);
+    } else if (k.op == "group_norm") {
+      st = normkit_group_norm(nullptr, &xt, static_cast<int64_t>(k.Scalar("groups")),
+                              GetOrNull(gamma), GetOrNull(beta), eps,
+                              static_cast<int32_t>(k.Scalar("activation")), &yt, nullptr, nullptr);
+    } else if (k.op == "layer_norm") {
+      st = normkit_layer_norm(nullptr, &xt, GetOrNull(gamma), GetOrNull(beta), eps, &yt, nullptr,
+                              nullptr);
+    } else {
+      ASSERT_EQ(k.op, "rms_norm");
+      st = normkit_rms_norm(nullptr, &xt, GetOrNull(gamma), eps, &yt, nullptr);
+    }
+    ASSERT_EQ(st, NORMKIT_SUCCESS) << normkit_last_error();
+    NormReference want;
+    want.y = k.arrays.at("y");
+    double largest = 0;
+    for (double w : want.y) largest = std::max(largest, std::fabs(w));
+    want.magnitude.assign(want.y.size(), largest);
+    ExpectStoredNear(dy.Download(), yd, want, 1e-5, k.name);
+  }
 }
 
 TEST(Cuda, NormsMatchReference) {
@@ -662,6 +895,134 @@ TEST(Cuda, ShiftSumFamilyMatchesCpu) {
       CheckShiftSumAgainstCpu<double>(1, 6, 9, 16, 1, false, kind, layout);
     }
   }
+}
+
+// The shift-sum family with a bfloat16 / float16 side on the GPU: bitwise the float32 GPU
+// call on the widened values, rounded to nearest even (NaN as NaN), for every operator
+// and storage pair; a batch the device path takes in several chunks of samples (per-sample
+// masks offset per chunk, a shorter last chunk); Phi_s given and computed.
+struct ShiftHalfCase {
+  int64_t B, C, H, W, S;
+  bool along_h;
+  int32_t mask_kind;
+  normkit_layout layout;
+};
+
+void CheckHalfShiftSum(const ShiftHalfCase& k, int32_t xd, int32_t pd) {
+  SCOPED_TRACE("B=" + std::to_string(k.B) + " C=" + std::to_string(k.C) +
+               " H=" + std::to_string(k.H) + " W=" + std::to_string(k.W) +
+               " S=" + std::to_string(k.S) + " mask " + std::to_string(k.mask_kind) + " layout " +
+               std::to_string(k.layout) + " x " + DtypeLabel(xd) + " y/xs " + DtypeLabel(pd));
+  const int64_t spread = (k.C - 1) * std::abs(k.S);
+  const int64_t Ho = k.along_h ? k.H + spread : k.H, Wo = k.along_h ? k.W : k.W + spread;
+  const int64_t nx = k.B * k.C * k.H * k.W, ny = k.B * Ho * Wo, ns = k.B * k.C * Ho * Wo;
+  int64_t mask_elems = 1;
+  switch (k.mask_kind) {
+    case NORMKIT_MASK_CHW: mask_elems = k.C * k.H * k.W; break;
+    case NORMKIT_MASK_BCHW: mask_elems = nx; break;
+    case NORMKIT_MASK_PHI_BCHW: mask_elems = ns; break;
+  }
+  std::vector<float> mask = RandomVector(mask_elems, 43, 0, 1);
+  for (size_t i = 0; i < mask.size(); i += 7) mask[i] = 0.0f;
+  DeviceArray<float> dmask(mask);
+  normkit_shift_sum_params params;
+  normkit_shift_sum_params_init(&params, k.S);
+  params.axis = k.along_h ? NORMKIT_SHIFT_ALONG_H : NORMKIT_SHIFT_ALONG_W;
+  params.scale = 0.75;
+  params.mask_kind = k.mask_kind;
+  params.mask = k.mask_kind == NORMKIT_MASK_NONE ? nullptr : dmask.get();
+  const std::vector<int64_t> xs = {k.B, k.C, k.H, k.W}, ys = {k.B, 1, Ho, Wo},
+                             ss = {k.B, k.C, Ho, Wo};
+  const auto cf = NORMKIT_LAYOUT_CHANNELS_FIRST;
+  const auto dev = [&](void* p, int32_t dtype, normkit_layout l, const std::vector<int64_t>& s) {
+    normkit_tensor t;
+    normkit_tensor_init(&t, p, static_cast<normkit_dtype>(dtype), l, 4, s.data());
+    return OnDevice(t, p);
+  };
+  // Phi_s for the calls that are given one (float32 whatever x's dtype).
+  const bool per_sample = k.mask_kind == NORMKIT_MASK_BCHW || k.mask_kind == NORMKIT_MASK_PHI_BCHW;
+  DeviceArray<float> phi{std::vector<float>((per_sample ? k.B : 1) * Ho * Wo)};
+  {
+    DeviceArray<float> any_x{std::vector<float>(1)};
+    normkit_tensor t = dev(any_x.get(), NORMKIT_DTYPE_FLOAT32, k.layout, xs);
+    ASSERT_EQ(normkit_shift_sum_normalizer(nullptr, &t, &params, phi.get()), NORMKIT_SUCCESS)
+        << normkit_last_error();
+  }
+  const std::vector<float> x_values = RandomVector(nx, 41, -1, 1);
+  const std::vector<float> y_values = RandomVector(ny, 42, -1, 1);
+  const std::vector<float> s_values = RandomVector(ns, 44, -1, 1);
+  enum Op { kForward, kAdjoint, kPinv, kPinvGiven, kDivide, kGap, kGapGiven, kShift, kUnshift };
+  for (int op = kForward; op <= kUnshift; ++op) {
+    SCOPED_TRACE("operator " + std::to_string(op));
+    // What the operator reads (`in`, of dtype in_d) and writes (`out`, out_d; the GAP step
+    // also reads x).
+    const bool reads_x = op == kForward || op == kShift;
+    const int32_t in_d = reads_x ? xd : pd;
+    const int32_t out_d = op == kForward || op == kShift ? pd : xd;
+    const std::vector<float>& in_values = reads_x ? x_values : op == kUnshift ? s_values : y_values;
+    const std::vector<int64_t>& in_shape = reads_x ? xs : op == kUnshift ? ss : ys;
+    const std::vector<int64_t>& out_shape = op == kForward ? ys : op == kShift ? ss : xs;
+    const normkit_layout in_layout = in_shape == ys ? cf : k.layout;
+    const normkit_layout out_layout = out_shape == ys ? cf : k.layout;
+    const int64_t n_out = Numel(out_shape);
+    const std::vector<uint8_t> in_bytes = StoredAs(in_values, in_d);
+    const std::vector<uint8_t> out_start =
+        StoredAs(op == kGap || op == kGapGiven ? x_values : std::vector<float>(n_out), out_d);
+    const auto run = [&](const std::vector<uint8_t>& in, int32_t in_dtype,
+                         const std::vector<uint8_t>& out, int32_t out_dtype) {
+      DeviceArray<uint8_t> din(in), dout(out);
+      normkit_tensor a = dev(din.get(), in_dtype, in_layout, in_shape);
+      normkit_tensor b = dev(dout.get(), out_dtype, out_layout, out_shape);
+      normkit_status st = NORMKIT_SUCCESS;
+      switch (op) {
+        case kForward: st = normkit_shift_sum(nullptr, &a, &params, &b); break;
+        case kAdjoint: st = normkit_shift_sum_adjoint(nullptr, &a, &params, &b); break;
+        case kPinv:
+        case kPinvGiven:
+          st = normkit_shift_sum_pinv(nullptr, &a, &params, NORMKIT_PINV_MOORE_PENROSE,
+                                      op == kPinvGiven ? phi.get() : nullptr, &b);
+          break;
+        case kDivide:
+          st = normkit_shift_sum_pinv(nullptr, &a, &params, NORMKIT_PINV_DIVIDE_BY_MASK, nullptr,
+                                      &b);
+          break;
+        case kGap:
+        case kGapGiven:
+          st = normkit_shift_sum_gap_step(nullptr, &b, &a, &params, 0.7, 0.25,
+                                          op == kGapGiven ? phi.get() : nullptr);
+          break;
+        case kShift: st = normkit_shift(nullptr, &a, &params, &b); break;
+        case kUnshift: st = normkit_unshift(nullptr, &a, &params, &b); break;
+      }
+      EXPECT_EQ(st, NORMKIT_SUCCESS) << normkit_last_error();
+      return dout.Download();
+    };
+    const std::vector<uint8_t> half = run(in_bytes, in_d, out_start, out_d);
+    const std::vector<uint8_t> wide =
+        run(StoredAs(Widened(in_bytes, in_d), NORMKIT_DTYPE_FLOAT32), NORMKIT_DTYPE_FLOAT32,
+            StoredAs(Widened(out_start, out_d), NORMKIT_DTYPE_FLOAT32), NORMKIT_DTYPE_FLOAT32);
+    ExpectSameStored(half, StoredAs(Widened(wide, NORMKIT_DTYPE_FLOAT32), out_d), out_d,
+                     "the float32 call rounded");
+  }
+}
+
+TEST(Cuda, HalfStorageShiftSumIsTheFloatCallRounded) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [xd, pd] : kHalfPairs) {
+    CheckHalfShiftSum({2, 5, 6, 17, 2, false, NORMKIT_MASK_CHW, NORMKIT_LAYOUT_CHANNELS_FIRST}, xd,
+                      pd);
+    CheckHalfShiftSum({3, 4, 9, 8, -1, true, NORMKIT_MASK_BCHW, NORMKIT_LAYOUT_CHANNELS_LAST}, xd,
+                      pd);
+    CheckHalfShiftSum({2, 3, 7, 5, 1, false, NORMKIT_MASK_NONE, NORMKIT_LAYOUT_CHANNELS_LAST}, xd,
+                      pd);
+  }
+  // 8 MB float samples: chunks of 2, 2 and 1 of the 5 samples; a Phi_s the chunks share
+  // (computed once), then per-sample masks offset per chunk.
+  CheckHalfShiftSum({5, 32, 256, 256, 2, false, NORMKIT_MASK_CHW, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                    NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16);
+  CheckHalfShiftSum(
+      {5, 32, 256, 256, 2, false, NORMKIT_MASK_PHI_BCHW, NORMKIT_LAYOUT_CHANNELS_LAST},
+      NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32);
 }
 
 // Adds `offset` to every element the cluster plans' pivots read, for the plans the

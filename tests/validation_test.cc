@@ -43,10 +43,8 @@ struct Rule {
 };
 
 // The rules of every op's tensors; storage_pairs: the op runs float32, bfloat16 and
-// float16 in the pairs normkit allows (affine, batch norm), else float32 alone.
-// storage_pairs: the op takes the half storage pairs; half_on_cuda_unsupported: not on
-// CUDA tensors (the CUDA norms are float32 only).
-std::vector<Rule> TensorRules(bool storage_pairs = false, bool half_on_cuda_unsupported = false) {
+// float16 in the pairs normkit allows (affine, batch norm, the norms), else float32 alone.
+std::vector<Rule> TensorRules(bool storage_pairs = false) {
   std::vector<Rule> rules = {
       {"null x", [](Call& c) { c.xt.struct_size = 0; }, NORMKIT_ERROR_INVALID_ARGUMENT,
        "x->struct_size"},
@@ -161,14 +159,6 @@ std::vector<Rule> TensorRules(bool storage_pairs = false, bool half_on_cuda_unsu
                      c.yt.dtype = NORMKIT_DTYPE_BFLOAT16;
                    },
                    NORMKIT_ERROR_INVALID_ARGUMENT, "in place needs one dtype"});
-  if (!half_on_cuda_unsupported) return rules;
-  rules.push_back({"half storage on CUDA",
-                   [](Call& c) {
-                     c.xt.dtype = NORMKIT_DTYPE_FLOAT16;
-                     c.xt.device = NORMKIT_DEVICE_CUDA;
-                     c.yt.device = NORMKIT_DEVICE_CUDA;
-                   },
-                   NORMKIT_ERROR_UNSUPPORTED, "x->dtype = float16 on a CUDA tensor"});
   return rules;
 }
 
@@ -311,7 +301,7 @@ TEST(Validation, FoldRules) {
 
 // Group norm and its forms, layer norm and RMS norm: every tensor rule, then their own.
 TEST(Validation, NormTensorRules) {
-  for (const Rule& rule : TensorRules(/*storage_pairs=*/true, /*half_on_cuda_unsupported=*/true)) {
+  for (const Rule& rule : TensorRules(/*storage_pairs=*/true)) {
     ExpectRejected(rule, [](Call& c) {
       return normkit_group_norm(nullptr, &c.xt, c.groups, c.scale_p, c.shift_p, c.eps, c.activation,
                                 &c.yt, c.mean_out, c.rstd_out);

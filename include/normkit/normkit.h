@@ -433,7 +433,7 @@ typedef enum normkit_activation {
  * or a sample (channels-last) fits in 1 MiB, otherwise twice.
  * Errors: INVALID_ARGUMENT (NULL x / y / data, descriptor, shape mismatch, groups,
  *   eps, activation, overlap, in place with two dtypes); UNSUPPORTED (float64, two
- *   different half dtypes, half CUDA tensors: the CUDA norms are float32 only);
+ *   different half dtypes);
  *   DEVICE_UNAVAILABLE (CUDA tensors without a usable GPU). Nothing is written on error. */
 NORMKIT_API normkit_status normkit_group_norm(const normkit_context* context,
                                               const normkit_tensor* x, int64_t groups,

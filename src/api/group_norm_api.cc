@@ -54,14 +54,6 @@ normkit_status ValidateNormArrays(const char* op, const TensorView& xv, const Te
 
 normkit_status NormCuda(const char* op, const normkit_context* context, const TensorView& xv,
                         const TensorView& yv, const NormArgs& args, bool rows) {
-  // The CUDA norms read and write float32 only (bfloat16 / float16: CPU, and CUDA affine
-  // and batch norm).
-  for (const auto* t : {&xv, &yv}) {
-    if (t->dtype != NORMKIT_DTYPE_FLOAT32) {
-      return Fail(NORMKIT_ERROR_UNSUPPORTED, "%s: %s->dtype = %s on a CUDA tensor (float32 only)",
-                  op, t == &xv ? "x" : "y", DtypeName(t->dtype));
-    }
-  }
   NORMKIT_RETURN_IF_ERROR(cuda::CheckCall(op, xv.device_index,
                                           {{"x", xv.data},
                                            {"y", yv.data},

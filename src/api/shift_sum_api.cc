@@ -3,6 +3,7 @@
 // parameters and the mask against the geometry, then run on the device.
 #include <cmath>
 #include <cstddef>
+#include <utility>
 
 #include "api/guard.h"
 #include "core/context.h"
@@ -234,16 +235,43 @@ normkit_status ValidateXY(const char* op, const normkit_tensor* x, const normkit
                        x_is_output ? "x" : "y", *call);
 }
 
-// A call with a bfloat16 / float16 tensor: the CPU's float32 drivers on widened chunks
-// of samples. CUDA takes float32 and float64 only: refused, naming the half tensor.
+normkit_dtype DtypeOf(kernels::Storage storage) {
+  return storage == kernels::Storage::kBFloat16  ? NORMKIT_DTYPE_BFLOAT16
+         : storage == kernels::Storage::kFloat16 ? NORMKIT_DTYPE_FLOAT16
+                                                 : NORMKIT_DTYPE_FLOAT32;
+}
+
+// The names of the tensor `op` reads and of the one it writes, as the C API calls them.
+std::pair<const char*, const char*> StoredNames(ShiftSumOp op) {
+  switch (op) {
+    case ShiftSumOp::kForward: return {"x", "y"};
+    case ShiftSumOp::kShift: return {"x", "xs"};
+    case ShiftSumOp::kUnshift: return {"xs", "x"};
+    default: return {"y", "x"};
+  }
+}
+
+// A call with a bfloat16 / float16 tensor: on CPU the float32 drivers on widened chunks
+// of samples (or the row kernels reading and writing half as stored); on CUDA the float32
+// kernels on chunks of samples widened on the device.
 normkit_status RunStored(const char* op, const normkit_context* context, const TensorView& x,
-                         const char* partner, const ShiftSumCall& call,
+                         const normkit_shift_sum_params* params, const ShiftSumCall& call,
                          cpu::ShiftSumStoredCall stored) {
   if (x.on_cuda()) {
-    const bool x_half = IsHalf(call.dtype);
-    return Fail(NORMKIT_ERROR_UNSUPPORTED,
-                "%s: %s->dtype = %s on a CUDA tensor is not supported (float32 and float64 only)",
-                op, x_half ? "x" : partner, DtypeName(x_half ? call.dtype : call.other_dtype));
+    const auto [in_name, out_name] = StoredNames(stored.op);
+    NORMKIT_RETURN_IF_ERROR(cuda::CheckCall(op, x.device_index,
+                                            {{in_name, stored.in.data},
+                                             {out_name, stored.out.data},
+                                             {"params->mask", params->mask},
+                                             {"normalizer", stored.normalizer}}));
+    cuda::ShiftSumStoredCall device_call{stored.op,
+                                         {stored.in.data, DtypeOf(stored.in.storage)},
+                                         {stored.out.data, DtypeOf(stored.out.storage)}};
+    device_call.mode = stored.mode;
+    device_call.lambda = stored.lambda;
+    device_call.gamma = stored.gamma;
+    device_call.normalizer = stored.normalizer;
+    return cuda::ShiftSumStored(op, context, x.device_index, call.Problem<float>(), device_call);
   }
   cpu::ShiftSumStored(ResolveContext(context), call.Problem<float>(), stored);
   return NORMKIT_SUCCESS;
@@ -270,7 +298,7 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum(const normkit_context* c
     NORMKIT_RETURN_IF_ERROR(normkit::ValidateXY(kOp, x, y, params, false, &xv, &yv, &call));
     if (call.stored()) {
       return normkit::RunStored(
-          kOp, context, xv, "y", call,
+          kOp, context, xv, params, call,
           {normkit::cpu::ShiftSumOp::kForward, normkit::Stored(xv), normkit::Stored(yv)});
     }
     return normkit::DispatchDtype(call, [&](auto zero) {
@@ -299,7 +327,7 @@ normkit_shift_sum_adjoint(const normkit_context* context, const normkit_tensor* 
     NORMKIT_RETURN_IF_ERROR(normkit::ValidateXY(kOp, x, y, params, true, &xv, &yv, &call));
     if (call.stored()) {
       return normkit::RunStored(
-          kOp, context, xv, "y", call,
+          kOp, context, xv, params, call,
           {normkit::cpu::ShiftSumOp::kAdjoint, normkit::Stored(yv), normkit::Stored(xv)});
     }
     return normkit::DispatchDtype(call, [&](auto zero) {
@@ -378,7 +406,7 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum_pinv(const normkit_conte
                                               normkit::Stored(xv)};
       stored.mode = static_cast<normkit::PinvMode>(mode);
       stored.normalizer = static_cast<const float*>(normalizer);
-      return normkit::RunStored(kOp, context, xv, "y", call, stored);
+      return normkit::RunStored(kOp, context, xv, params, call, stored);
     }
     return normkit::DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
@@ -420,7 +448,7 @@ extern "C" NORMKIT_API normkit_status normkit_shift_sum_gap_step(
       stored.lambda = static_cast<float>(lambda);
       stored.gamma = static_cast<float>(gamma);
       stored.normalizer = static_cast<const float*>(normalizer);
-      return normkit::RunStored(kOp, context, xv, "y", call, stored);
+      return normkit::RunStored(kOp, context, xv, params, call, stored);
     }
     return normkit::DispatchDtype(call, [&](auto zero) {
       using T = decltype(zero);
@@ -474,7 +502,7 @@ normkit_status ShiftEntry(const char* op, const normkit_context* context, const 
     NORMKIT_RETURN_IF_ERROR(CheckSameDevice(op, xv, "x", sv, "xs"));
     NORMKIT_RETURN_IF_ERROR(CheckTensorsDisjoint(op, xv, "x", sv, "xs"));
     if (call.stored()) {
-      return RunStored(op, context, xv, "xs", call,
+      return RunStored(op, context, xv, params, call,
                        {forward ? cpu::ShiftSumOp::kShift : cpu::ShiftSumOp::kUnshift,
                         Stored(forward ? xv : sv), Stored(forward ? sv : xv)});
     }

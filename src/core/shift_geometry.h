@@ -22,6 +22,9 @@ enum class ShiftMask : int {
 
 enum class PinvMode : int { kMoorePenrose = 0, kDivideByMask = 1 };
 
+// The operators of the family, as the half-storage paths name them.
+enum class ShiftSumOp { kForward, kAdjoint, kPinv, kGapStep, kShift, kUnshift };
+
 template <class T>
 struct ShiftSumProblem {
   int64_t B = 0, C = 0, H = 0, W = 0;
@@ -42,6 +45,36 @@ struct ShiftSumProblem {
     return mask_kind == ShiftMask::kPhiCHW || mask_kind == ShiftMask::kPhiBCHW;
   }
 };
+
+// Samples [b0, b0 + samples) of p: per-sample masks start at sample b0.
+template <class T>
+ShiftSumProblem<T> SampleRange(const ShiftSumProblem<T>& p, int64_t b0, int64_t samples) {
+  ShiftSumProblem<T> sub = p;
+  sub.B = samples;
+  if (p.mask_kind == ShiftMask::kBCHW) sub.mask += b0 * p.C * p.H * p.W;
+  if (p.mask_kind == ShiftMask::kPhiBCHW) sub.mask += b0 * p.C * p.H_out * p.W_out;
+  return sub;
+}
+
+// Elements per sample of the tensor `op` reads (first) and of the one it writes.
+template <class T>
+void SampleElems(const ShiftSumProblem<T>& p, ShiftSumOp op, int64_t* in, int64_t* out) {
+  const int64_t x_elems = p.C * p.H * p.W, y_elems = p.H_out * p.W_out;
+  const int64_t xs_elems = p.C * y_elems;
+  switch (op) {
+    case ShiftSumOp::kForward: *in = x_elems, *out = y_elems; return;
+    case ShiftSumOp::kShift: *in = x_elems, *out = xs_elems; return;
+    case ShiftSumOp::kUnshift: *in = xs_elems, *out = x_elems; return;
+    case ShiftSumOp::kAdjoint:
+    case ShiftSumOp::kPinv:
+    case ShiftSumOp::kGapStep: *in = y_elems, *out = x_elems; return;
+  }
+}
+
+// Whether the operator uses Phi_s (computed when not given).
+inline bool UsesNormalizer(ShiftSumOp op, PinvMode mode) {
+  return (op == ShiftSumOp::kPinv && mode == PinvMode::kMoorePenrose) || op == ShiftSumOp::kGapStep;
+}
 
 // Fills the derived sizes (H_out, W_out, base) from B, C, H, W, step and along_h.
 template <class T>

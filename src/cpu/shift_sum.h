@@ -74,7 +74,7 @@ struct StoredTensor {
   kernels::Storage storage;
 };
 
-enum class ShiftSumOp { kForward, kAdjoint, kPinv, kGapStep, kShift, kUnshift };
+using ::normkit::ShiftSumOp;
 
 // The operator `op` of the functions above on stored tensors: `in` is the tensor it
 // reads (x of the forward and shift, y of the adjoint, pinv and GAP step, xs of unshift),

@@ -8,7 +8,6 @@
 // way a half call gives bitwise the float32 call on its widened values, rounded (every
 // y row is one task summing channels in a fixed order, whatever the rows around it).
 #include <algorithm>
-#include <utility>
 #include <vector>
 
 #include "core/aligned_array.h"
@@ -88,41 +87,11 @@ void RunFloat(const normkit_context& ctx, const ShiftSumStoredCall& call,
   }
 }
 
-// Whether the operator uses Phi_s (computed when not given).
-bool UsesNormalizer(const ShiftSumStoredCall& call) {
-  return (call.op == ShiftSumOp::kPinv && call.mode == PinvMode::kMoorePenrose) ||
-         call.op == ShiftSumOp::kGapStep;
-}
-
-// Samples [b0, b0 + samples) of p: per-sample masks start at sample b0.
-ShiftSumProblem<float> Samples(const ShiftSumProblem<float>& p, int64_t b0, int64_t samples) {
-  ShiftSumProblem<float> sub = p;
-  sub.B = samples;
-  if (p.mask_kind == ShiftMask::kBCHW) sub.mask += b0 * p.C * p.H * p.W;
-  if (p.mask_kind == ShiftMask::kPhiBCHW) sub.mask += b0 * p.C * p.H_out * p.W_out;
-  return sub;
-}
-
-// Whole samples a chunk at a time (along H, where a y row reads C x rows of a sample).
-// Elements per sample of the tensor `op` reads and of the one it writes.
-std::pair<int64_t, int64_t> SampleElems(const ShiftSumProblem<float>& p, ShiftSumOp op) {
-  const int64_t x_elems = p.C * p.H * p.W, y_elems = p.H_out * p.W_out;
-  const int64_t xs_elems = p.C * y_elems;
-  switch (op) {
-    case ShiftSumOp::kForward: return {x_elems, y_elems};
-    case ShiftSumOp::kShift: return {x_elems, xs_elems};
-    case ShiftSumOp::kUnshift: return {xs_elems, x_elems};
-    case ShiftSumOp::kAdjoint:
-    case ShiftSumOp::kPinv:
-    case ShiftSumOp::kGapStep: return {y_elems, x_elems};
-  }
-  return {0, 0};
-}
-
 void SampleChunks(const normkit_context& ctx, const ShiftSumProblem<float>& p,
                   const ShiftSumStoredCall& call) {
   const int64_t y_elems = p.H_out * p.W_out;
-  const auto [in_elems, out_elems] = SampleElems(p, call.op);
+  int64_t in_elems, out_elems;
+  SampleElems(p, call.op, &in_elems, &out_elems);
   Operand in, out;
   in.tensor = call.in;
   in.per_sample = in_elems;
@@ -142,7 +111,7 @@ void SampleChunks(const normkit_context& ctx, const ShiftSumProblem<float>& p,
   }
   const float* normalizer = call.normalizer;
   std::vector<float> table;
-  if (UsesNormalizer(call) && !normalizer && !p.PerSampleMask() && chunk < p.B &&
+  if (UsesNormalizer(call.op, call.mode) && !normalizer && !p.PerSampleMask() && chunk < p.B &&
       y_elems * int64_t{sizeof(float)} <= kSharedNormalizerBytes) {
     // The chunks share Phi_s: computed once rather than once per chunk.
     table.resize(static_cast<size_t>(y_elems));
@@ -155,7 +124,7 @@ void SampleChunks(const normkit_context& ctx, const ShiftSumProblem<float>& p,
 
   for (int64_t b0 = 0; b0 < p.B; b0 += chunk) {
     const int64_t samples = std::min(chunk, p.B - b0);
-    const ShiftSumProblem<float> sub = Samples(p, b0, samples);
+    const ShiftSumProblem<float> sub = SampleRange(p, b0, samples);
     for (const Operand* o : {&in, &out}) {
       if (o->half() && o->read) Widen(ctx, *o, b0, samples);
     }
