@@ -662,7 +662,9 @@ normkit_status NormOf(const char* op, cudaStream_t stream, const TensorView& x, 
     // 128x256x28x28, 4 items a thread, they measured 0.70 against 0.73). The bulk copy
     // needs a unit of whole 16-byte pieces at a 16-byte boundary (always so for float
     // items; a half unit of a multiple of 8 elements).
-    const int threads = FlatThreads(f);
+    // Half units take half the shared memory: with half the threads (8 items each) a
+    // multiprocessor holds twice the blocks, so twice the units' loads are in flight.
+    const int threads = FlatThreads(f, sizeof(TX) == 2 ? 8 : 4);
     const bool big = f.items > kFlatBatch * static_cast<uint32_t>(threads);
     const bool bulk = f.vector && !f.channels_last && device.major >= 9 && unit_bytes % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(x.data) % 16 == 0;

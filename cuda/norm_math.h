@@ -360,9 +360,9 @@ NORMKIT_HOST_DEVICE inline void FlatApply(const TC* cache, TY* y, const FlatUnit
   }
 }
 
-// Threads of a flat block: about 4 items each, whole warps, 64 to 1024.
-inline int FlatThreads(const FlatUnits& f) {
-  const int64_t want = ((f.items + 3) / 4 + 31) / 32 * 32;
+// Threads of a flat block: about `per_thread` items each, whole warps, 64 to 1024.
+inline int FlatThreads(const FlatUnits& f, int64_t per_thread = 4) {
+  const int64_t want = ((f.items + per_thread - 1) / per_thread + 31) / 32 * 32;
   return static_cast<int>(want < 64 ? 64 : (want > 1024 ? 1024 : want));
 }
 

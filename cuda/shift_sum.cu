@@ -141,12 +141,12 @@ struct ForwardFlat {
 };
 
 // The GAP residual (y - A x) / (s^2 Phi_s + gamma), element i of y.
-template <class T>
+template <class T, class SX = T, class SY = T>
 struct ResidualFlat {
   ShiftSumMath<T> m;
   FlatDecode d;
-  const T* x;
-  const T* y;
+  const SX* x;
+  const SY* y;
   const T* phi_s;
   T gamma;
   T* residual;
@@ -318,7 +318,13 @@ __device__ inline void StoreRun(double* p, const Run<double>& r) {
   reinterpret_cast<double2*>(p)[0] = make_double2(r.v[0], r.v[1]);
   reinterpret_cast<double2*>(p)[1] = make_double2(r.v[2], r.v[3]);
 }
-// A run of float math stored as bfloat16 / float16: rounded, one 8-byte store.
+// A run of bfloat16 / float16 in float math: widened from one 8-byte load, rounded into
+// one 8-byte store.
+template <class S>
+__device__ inline Run<float> LoadRun(const S* p) {
+  const Float4 v = Load4(p);
+  return {{v.x, v.y, v.z, v.w}};
+}
 template <class S>
 __device__ inline void StoreRun(S* p, const Run<float>& r) {
   Store4(p, {r.v[0], r.v[1], r.v[2], r.v[3]});
@@ -336,10 +342,7 @@ __global__ void XRunKernel(uint32_t runs, XFlat<T, kKind, SZ, SX> op) {
     op.d.X(kRun * q, &b, &c, &h, &w);
     const typename ShiftSumMath<T>::XRow r = op.m.XRowAt(b, c, h);
     Run<T> old{};
-    if constexpr (kKind == XFlatKind::kGapUpdate) {
-      static_assert(std::is_same<SX, T>::value, "the GAP update runs on T's own x");
-      old = LoadRun(op.x + kRun * q);
-    }
+    if constexpr (kKind == XFlatKind::kGapUpdate) old = LoadRun(op.x + kRun * q);
 #pragma unroll
     for (int k = 0; k < kRun; ++k) {
       if constexpr (kKind == XFlatKind::kAdjoint) out[j].v[k] = op.m.AdjointRow(op.z, r, w + k);
@@ -379,19 +382,19 @@ normkit_status LaunchXFlat(const char* op_name, cudaStream_t stream, const Shift
 // kernel with another ending. ----
 enum class RowEpilogue { kForward, kGapResidual };
 
-// SX / SOut: how x and the output are stored (T, or a half type for the forward).
-template <class T, class SX = T, class SOut = T>
+// SX / SOut / SY: how x, the output and y are stored (T, or a half type).
+template <class T, class SX = T, class SOut = T, class SY = T>
 struct ForwardRowArgs {
   ShiftSumMath<T> m;
   const SX* x;
   SOut* out;       // y, or the GAP residual
-  const T* y;      // kGapResidual
+  const SY* y;     // kGapResidual
   const T* phi_s;  // kGapResidual (NULL: computed)
   T gamma;         // kGapResidual
 };
 
-template <class T, RowEpilogue kEpilogue, class SX, class SOut>
-__global__ void ForwardRowKernel(ForwardRowArgs<T, SX, SOut> a) {
+template <class T, RowEpilogue kEpilogue, class SX, class SOut, class SY>
+__global__ void ForwardRowKernel(ForwardRowArgs<T, SX, SOut, SY> a) {
   extern __shared__ __align__(16) unsigned char row_smem[];
   SX* rows = reinterpret_cast<SX*>(row_smem);
   const ShiftSumProblem<T>& p = a.m.p;
@@ -443,18 +446,18 @@ bool UseForwardRows(const ShiftSumProblem<T>& p, const SX* x) {
          ComputeCapabilityMajor() >= 9;
 }
 
-template <class T, RowEpilogue kEpilogue, class SX = T, class SOut = T>
+template <class T, RowEpilogue kEpilogue, class SX = T, class SOut = T, class SY = T>
 normkit_status LaunchForwardRows(const char* op, cudaStream_t stream,
-                                 const ForwardRowArgs<T, SX, SOut>& a) {
+                                 const ForwardRowArgs<T, SX, SOut, SY>& a) {
   const ShiftSumProblem<T>& p = a.m.p;
   const int64_t bytes = ForwardRowBytes<T, SX>(p);
   if (bytes > 48 * 1024) {
     const cudaError_t e =
-        cudaFuncSetAttribute(ForwardRowKernel<T, kEpilogue, SX, SOut>,
+        cudaFuncSetAttribute(ForwardRowKernel<T, kEpilogue, SX, SOut, SY>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     if (e != cudaSuccess) return CudaFail(op, "cudaFuncSetAttribute", e);
   }
-  ForwardRowKernel<T, kEpilogue, SX, SOut>
+  ForwardRowKernel<T, kEpilogue, SX, SOut, SY>
       <<<static_cast<unsigned>(p.B * p.H), kBlockThreads, static_cast<size_t>(bytes), stream>>>(a);
   return LaunchStatus(op);
 }
@@ -606,6 +609,24 @@ normkit_status RowsStored(const char* op, cudaStream_t stream, const ShiftSumPro
   }
   const auto* y = static_cast<const SY*>(call.in.data);
   auto* x = static_cast<SX*>(call.out.data);
+  if (call.op == ShiftSumOp::kGapStep) {
+    // As the float32 call: the residual in a float scratch, then x += lambda A^T r.
+    Scratch scratch(stream);
+    void* buffer = nullptr;
+    NORMKIT_RETURN_IF_ERROR(scratch.Allocate(op, p.B * p.H_out * p.W_out * 4, &buffer));
+    auto* residual = static_cast<float*>(buffer);
+    if (UseForwardRows(p, x)) {
+      NORMKIT_RETURN_IF_ERROR((LaunchForwardRows<float, RowEpilogue::kGapResidual, SX, float, SY>(
+          op, stream, {m, x, residual, y, call.normalizer, call.gamma})));
+    } else {
+      NORMKIT_RETURN_IF_ERROR(LaunchFlat<float>(
+          op, stream, p.B * p.H_out * p.W_out,
+          ResidualFlat<float, SX, SY>{m, DecodeY(p), x, y, call.normalizer, call.gamma, residual}));
+    }
+    return LaunchXFlat(op, stream, p,
+                       XFlat<float, XFlatKind::kGapUpdate, float, SX>{m, DecodeX(p), residual,
+                                                                      nullptr, call.lambda, x});
+  }
   if (call.op == ShiftSumOp::kAdjoint) {
     return LaunchXFlat(
         op, stream, p,
@@ -641,8 +662,8 @@ normkit_status ShiftSumRowsStored(const char* op, const normkit_context* ctx, in
                                   const ShiftSumProblem<float>& p, const ShiftSumStoredCall& call,
                                   bool* taken) {
   const bool pinv = call.op == ShiftSumOp::kPinv && call.mode == PinvMode::kMoorePenrose;
-  *taken =
-      UseFlat(p) && (call.op == ShiftSumOp::kForward || call.op == ShiftSumOp::kAdjoint || pinv);
+  *taken = UseFlat(p) && (call.op == ShiftSumOp::kForward || call.op == ShiftSumOp::kAdjoint ||
+                          call.op == ShiftSumOp::kGapStep || pinv);
   if (!*taken) return NORMKIT_SUCCESS;
   NORMKIT_ENTER_DEVICE(op, device);
   // DispatchStoragePair gives the types of (in, out): (x, y) for the forward, (y, x) else.

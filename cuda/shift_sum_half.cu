@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CUDA shift-sum family on bfloat16 / float16 tensors. The row walks (channels-first
-// along W: forward, adjoint, Moore-Penrose pseudo-inverse) read and write the half
-// tensors as stored (ShiftSumRowsStored, shift_sum.cu). The rest takes chunks of whole
+// along W: forward, adjoint, Moore-Penrose pseudo-inverse, GAP step) read and write the
+// half tensors as stored (ShiftSumRowsStored, shift_sum.cu). The rest takes chunks of whole
 // samples widened into a float scratch on the device, the float32 kernels on the chunk,
 // the output rounded back to nearest even (cuda/storage.h). Every output element of the
 // float kernels is one thread's fixed-order sum over its own sample, so either way a half

@@ -9,9 +9,9 @@
 namespace normkit {
 namespace cuda {
 
-// The forward, the adjoint and the Moore-Penrose pseudo-inverse of channels-first x
-// shifted along W (the row walks), reading and writing x and y as stored: half values
-// widened as they are loaded, float sums, the result rounded as it is stored. The same
+// The forward, the adjoint, the Moore-Penrose pseudo-inverse and the GAP step of
+// channels-first x shifted along W (the row walks), reading and writing x and y as stored: half
+// values widened as they are loaded, float sums, the result rounded as it is stored. The same
 // arithmetic in the same order as the float32 kernels, so bitwise the float32 call on
 // the widened values, rounded. *taken = false, with nothing launched, for other calls.
 normkit_status ShiftSumRowsStored(const char* op, const normkit_context* ctx, int32_t device,

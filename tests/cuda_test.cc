@@ -899,8 +899,10 @@ TEST(Cuda, ShiftSumFamilyMatchesCpu) {
 
 // The shift-sum family with a bfloat16 / float16 side on the GPU: bitwise the float32 GPU
 // call on the widened values, rounded to nearest even (NaN as NaN), for every operator
-// and storage pair; a batch the device path takes in several chunks of samples (per-sample
-// masks offset per chunk, a shorter last chunk); Phi_s given and computed.
+// and storage pair, the row walks that read and write half as stored (channels-first
+// along W) and the widened chunks (the other layouts and axes); a batch the chunked path
+// takes in several chunks of samples (per-sample masks offset per chunk, a shorter last
+// chunk); Phi_s given and computed.
 struct ShiftHalfCase {
   int64_t B, C, H, W, S;
   bool along_h;
@@ -918,6 +920,7 @@ void CheckHalfShiftSum(const ShiftHalfCase& k, int32_t xd, int32_t pd) {
   const int64_t nx = k.B * k.C * k.H * k.W, ny = k.B * Ho * Wo, ns = k.B * k.C * Ho * Wo;
   int64_t mask_elems = 1;
   switch (k.mask_kind) {
+    case NORMKIT_MASK_HW: mask_elems = k.H * k.W; break;
     case NORMKIT_MASK_CHW: mask_elems = k.C * k.H * k.W; break;
     case NORMKIT_MASK_BCHW: mask_elems = nx; break;
     case NORMKIT_MASK_PHI_BCHW: mask_elems = ns; break;
@@ -1015,6 +1018,12 @@ TEST(Cuda, HalfStorageShiftSumIsTheFloatCallRounded) {
                       pd);
     CheckHalfShiftSum({2, 3, 7, 5, 1, false, NORMKIT_MASK_NONE, NORMKIT_LAYOUT_CHANNELS_LAST}, xd,
                       pd);
+    // Rows of whole 16-byte pieces: the forward and the GAP residual from x rows copied
+    // into shared memory (Hopper), with an HW mask and without.
+    CheckHalfShiftSum({2, 4, 5, 16, 1, false, NORMKIT_MASK_HW, NORMKIT_LAYOUT_CHANNELS_FIRST}, xd,
+                      pd);
+    CheckHalfShiftSum({2, 3, 4, 24, -2, false, NORMKIT_MASK_NONE, NORMKIT_LAYOUT_CHANNELS_FIRST},
+                      xd, pd);
   }
   // 8 MB float samples: chunks of 2, 2 and 1 of the 5 samples; a Phi_s the chunks share
   // (computed once), then per-sample masks offset per chunk.
