@@ -149,8 +149,8 @@ NORMKIT_API int32_t normkit_cuda_device_count(void);
 
 typedef enum normkit_dtype {
   NORMKIT_DTYPE_FLOAT32 = 1,
-  /* The half dtypes: every op on CPU but batch norm training; affine and batch norm
-   * inference on CUDA. */
+  /* The half dtypes: every op, on CPU and CUDA, but batch norm training and the fused
+   * residual-add norms (float32 only). */
   NORMKIT_DTYPE_FLOAT16 = 2,  /* IEEE binary16 */
   NORMKIT_DTYPE_BFLOAT16 = 3, /* bfloat16 */
   NORMKIT_DTYPE_FLOAT64 = 4   /* the shift-sum family only */
@@ -522,7 +522,9 @@ NORMKIT_API normkit_status normkit_add_rms_norm(const normkit_context* context,
  * (one half dtype, or one side float32), with float32 masks, normalizers and Phi_s: the
  * math is float32, chunks of samples widened into a float scratch (about the cost of
  * the float32 call today, not yet half of it), the half output the float32 result
- * rounded to nearest even. Half CUDA tensors: UNSUPPORTED. */
+ * rounded to nearest even. On CUDA the same pairs: the channels-first operators along W
+ * read and write half as stored, the rest run the float32 kernels on chunks of samples
+ * widened on the device; bitwise the float32 CUDA call on the widened values, rounded. */
 
 typedef enum normkit_shift_axis {
   NORMKIT_SHIFT_ALONG_W = 0, /* the usual CASSI dispersion along columns */
