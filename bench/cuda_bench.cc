@@ -421,6 +421,13 @@ int main(int argc, char** argv) {
       }
     }
     BenchGroupNorm("group_norm G=32 + SiLU", big[0], 32, cf, NORMKIT_ACTIVATION_SILU, dtype);
+    if (dtype == NORMKIT_DTYPE_BFLOAT16) {  // batch 1: the cluster plan (channels-first)
+      for (auto l : {cf, cl}) {
+        BenchGroupNorm("group_norm G=8 (N=1)", {1, 32, 112, 112}, 8, l, 0, dtype);
+        BenchGroupNorm("group_norm G=32 (N=1)", {1, 512, 64, 64}, 32, l, 0, dtype);
+        BenchGroupNorm("group_norm G=32 (N=1)", {1, 128, 256, 256}, 32, l, 0, dtype);
+      }
+    }
     BenchGroupNorm("layer_norm", {4096, 768}, 0, cf, 0, dtype);
     BenchGroupNorm("rms_norm", {4096, 768}, 0, cf, -1, dtype);
     if (!quick) BenchGroupNorm("layer_norm", {16384, 4096}, 0, cf, 0, dtype);

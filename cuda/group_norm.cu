@@ -18,8 +18,8 @@
 //  - warp rows (norm_math.h): [rows, D] layer / RMS norm, a warp per row in registers.
 //
 // x and y are float32, bfloat16 or float16 (cuda/storage.h: read as float, statistics as for
-// float, the result rounded to nearest even). The half types take the flat, fused, split and
-// warp-row plans, their values widened into the float cache; the cluster plans are float only.
+// float, the result rounded to nearest even). The half types take every plan but the
+// channels-last cluster plan; shared memory holds x as stored.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -376,9 +376,12 @@ __global__ void ClusterNormKernel(NormKernelArgs a, ClusterUnits p) {
 
 // The cluster plan for channels-first units (norm_math.h): cluster blockIdx.y is unit
 // `unit`, its block of rank r the items [r * run_items, (r + 1) * run_items).
-__global__ void ClusterRunNormKernel(NormKernelArgs a, FlatUnits f, ClusterRuns c) {
+// x and y of storage types TX / TY; the run is kept as stored.
+template <class TX, class TY>
+__global__ void ClusterRunNormKernel(NormArgsOf<TX, TY> a, FlatUnits f, ClusterRuns c) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(16) float run[];
+  extern __shared__ __align__(16) unsigned char run_smem[];
+  TX* run = reinterpret_cast<TX*>(run_smem);
   __shared__ double shared[2 * (kMaxWarps + 1)];
   __shared__ Moments moments;
   __shared__ UnitAffine affine;
@@ -459,10 +462,12 @@ struct DeviceLimits {
   int64_t max_shared;  // dynamic shared memory a block may opt into
 };
 
-// Launches a cluster plan (channels-last: per sample; channels-first: per unit), true;
-// false to fall back to the other plans (no Hopper, a shape the plans do not take, or
-// no cluster that fits the GPU). Clusters of 16 blocks are tried first, then smaller.
-bool LaunchClusterNorm(const NormKernelArgs& a, const NormShape& s, bool aligned,
+// Launches a cluster plan (channels-last: per sample, float32 only; channels-first: per
+// unit), true; false to fall back to the other plans (no Hopper, a shape the plans do not
+// take, or no cluster that fits the GPU). Clusters of 16 blocks are tried first, then
+// smaller.
+template <class TX, class TY>
+bool LaunchClusterNorm(const NormArgsOf<TX, TY>& a, const NormShape& s, bool aligned,
                        const DeviceLimits& device, cudaStream_t stream, cudaError_t* error) {
   *error = cudaSuccess;
   if (device.major < 9) return false;
@@ -470,22 +475,27 @@ bool LaunchClusterNorm(const NormKernelArgs& a, const NormShape& s, bool aligned
     bool launched;
     uint32_t blocks;
     if (s.channels_last) {
-      ClusterUnits p;
-      if (!ClusterUnits::Of(s, aligned, device.max_shared, device.multiprocessors, max_blocks,
-                            &p)) {
+      if constexpr (!std::is_same<TX, float>::value || !std::is_same<TY, float>::value) {
         return false;
+      } else {
+        ClusterUnits p;
+        if (!ClusterUnits::Of(s, aligned, device.max_shared, device.multiprocessors, max_blocks,
+                              &p)) {
+          return false;
+        }
+        blocks = p.blocks;
+        launched = LaunchOnClusters(ClusterNormKernel, p.blocks, p.samples * p.slices, p.threads,
+                                    p.SharedBytes(), stream, error, a, p);
       }
-      blocks = p.blocks;
-      launched = LaunchOnClusters(ClusterNormKernel, p.blocks, p.samples * p.slices, p.threads,
-                                  p.SharedBytes(), stream, error, a, p);
     } else {
       const FlatUnits f = FlatUnits::Of(s, aligned);
       ClusterRuns c;
-      if (!ClusterRuns::Of(s, f, device.max_shared, device.multiprocessors, max_blocks, &c)) {
+      if (!ClusterRuns::Of(s, f, device.max_shared, device.multiprocessors, max_blocks, &c,
+                           sizeof(TX))) {
         return false;
       }
       blocks = c.blocks;
-      launched = LaunchOnClusters(ClusterRunNormKernel, c.blocks, c.units, c.threads,
+      launched = LaunchOnClusters(ClusterRunNormKernel<TX, TY>, c.blocks, c.units, c.threads,
                                   c.SharedBytes(), stream, error, a, f, c);
     }
     if (launched) return true;
@@ -644,14 +654,15 @@ normkit_status NormOf(const char* op, cudaStream_t stream, const TensorView& x, 
   // 44 -> 11-12 us, 1x512x64x64 G=32 58 -> 20 us, 1x128x256x256 108 -> 44 us) or, channels-last,
   // reads 4 bytes a position (instance norm 8x64x128x128: 0.13 -> 0.35 of a copy). Where the flat
   // plan reads 32 bytes a position it stays faster (128x256x28x28 G=32 NHWC: 0.72 against 0.52,
-  // 32x512x56x56 0.67 against 0.52). The cluster kernels read and write float only.
-  if constexpr (kFloat) {
-    if (!rows && !args.rms && (!flat || (s.channels_last && s.Cg == 1))) {
-      cudaError_t error;
-      if (LaunchClusterNorm(a, s, aligned, device, stream, &error)) {
-        return error != cudaSuccess ? CudaFail(op, "the cluster group norm launch", error)
-                                    : LaunchStatus(op);
-      }
+  // 32x512x56x56 0.67 against 0.52).
+  // The channels-last cluster kernel reads and writes float only; the channels-first one
+  // keeps its run as stored.
+  if (!rows && !args.rms && (!flat || (s.channels_last && s.Cg == 1)) &&
+      (kFloat || !s.channels_last)) {
+    cudaError_t error;
+    if (LaunchClusterNorm(a, s, aligned, device, stream, &error)) {
+      return error != cudaSuccess ? CudaFail(op, "the cluster group norm launch", error)
+                                  : LaunchStatus(op);
     }
   }
   if (flat) {

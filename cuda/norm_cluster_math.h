@@ -274,31 +274,34 @@ NORMKIT_HOST_DEVICE inline void ClusterThreadApply(const float* x, const float* 
 struct ClusterRuns {
   uint32_t units = 0;
   uint32_t blocks = 1;     // per unit: the size of the cluster
-  uint32_t run_items = 0;  // items of 4 floats a block; the last blocks may have fewer
+  uint32_t run_items = 0;  // items of 4 elements a block; the last blocks may have fewer
   uint32_t items = 0;      // per unit
   uint32_t threads = kClusterThreads;
+  uint32_t elem_bytes = 4;  // x's storage: float, or 2 for bfloat16 / float16 (runs as stored)
 
   NORMKIT_HOST_DEVICE uint32_t ItemsOf(uint32_t rank) const {
     const uint32_t begin = rank * run_items;
     if (begin >= items) return 0;
     return items - begin < run_items ? items - begin : run_items;
   }
-  size_t SharedBytes() const { return static_cast<size_t>(run_items) * 4 * sizeof(float); }
+  size_t SharedBytes() const { return static_cast<size_t>(run_items) * 4 * elem_bytes; }
 
-  // The plan for the channels-first units of `f` (items of 4 floats), or false where it
-  // does not apply: units of items of 1 float, or too large for `max_blocks` blocks of
-  // `max_shared` bytes. Runs of about kClusterRowTarget bytes; with few units, more
-  // blocks (runs of 8 KiB at least) fill the `multiprocessors`.
+  // The plan for the channels-first units of `f` (items of 4 elements of `elem_bytes`),
+  // or false where it does not apply: units of items of 1 element, or too large for
+  // `max_blocks` blocks of `max_shared` bytes. Runs of about kClusterRowTarget bytes;
+  // with few units, more blocks (runs of 8 KiB at least) fill the `multiprocessors`.
   static bool Of(const NormShape& s, const FlatUnits& f, int64_t max_shared,
-                 int64_t multiprocessors, uint32_t max_blocks, ClusterRuns* out) {
+                 int64_t multiprocessors, uint32_t max_blocks, ClusterRuns* out,
+                 int64_t elem_bytes = sizeof(float)) {
     if (s.channels_last || !f.vector || s.units > 65535 || s.units * s.count >= kMaxIndex32) {
       return false;
     }
     ClusterRuns c;
     c.units = static_cast<uint32_t>(s.units);
     c.items = f.items;
+    c.elem_bytes = static_cast<uint32_t>(elem_bytes);
     const auto run_for = [&](int64_t blocks) { return (int64_t{c.items} + blocks - 1) / blocks; };
-    const int64_t item_bytes = 4 * sizeof(float);
+    const int64_t item_bytes = 4 * elem_bytes;
     int64_t blocks = 1;
     while (blocks < max_blocks && run_for(blocks) * item_bytes > kClusterRowTarget) blocks *= 2;
     while (blocks < max_blocks && c.units * blocks < 2 * multiprocessors &&
@@ -314,19 +317,21 @@ struct ClusterRuns {
   }
 };
 
-// A block's pivot for its run (in shared memory, `elems` floats): the mean of its first
-// 32 elements (or all of them), in float.
-NORMKIT_HOST_DEVICE inline float RunPivot(const float* run, uint32_t elems) {
+// A block's pivot for its run (in shared memory, `elems` elements as stored): the mean of
+// its first 32 elements (or all of them), in float.
+template <class TC>
+NORMKIT_HOST_DEVICE inline float RunPivot(const TC* run, uint32_t elems) {
   const uint32_t n = elems < 32 ? elems : 32;
   if (n == 0) return 0.0f;
   float sum = 0.0f;
-  for (uint32_t k = 0; k < n; ++k) sum += run[k];
+  for (uint32_t k = 0; k < n; ++k) sum += Element<TC>::ToFloat(run[k]);
   return sum / static_cast<float>(n);
 }
 
 // The output pass of thread `tid` over a block's run: items [first, first + items) of
 // `unit`, read from `run` (item first at run[0]).
-NORMKIT_HOST_DEVICE inline void FlatApplyRun(const float* run, float* y, const FlatUnits& f,
+template <class TC, class TY>
+NORMKIT_HOST_DEVICE inline void FlatApplyRun(const TC* run, TY* y, const FlatUnits& f,
                                              uint32_t unit, uint32_t first, uint32_t items,
                                              uint32_t tid, uint32_t threads, const UnitAffine& ua,
                                              const float* gamma, const float* beta,
@@ -337,9 +342,9 @@ NORMKIT_HOST_DEVICE inline void FlatApplyRun(const float* run, float* y, const F
   };
   for (uint32_t q = tid; q < items; q += threads) {
     const uint32_t k = 4 * (first + q);
-    const Float4 v = LoadFloat4(run + 4 * q);
-    StoreFloat4(y + f.Offset(unit, k),
-                {affine(k, v.x), affine(k + 1, v.y), affine(k + 2, v.z), affine(k + 3, v.w)});
+    const Float4 v = Load4(run + 4 * q);
+    Store4(y + f.Offset(unit, k),
+           {affine(k, v.x), affine(k + 1, v.y), affine(k + 2, v.z), affine(k + 3, v.w)});
   }
 }
 
