@@ -241,6 +241,15 @@ TEST(Cuda, AffineAndBatchNormMatchCpu) {
   }
 }
 
+// The storage pairs of x and y (or of x and its partner) with a half side.
+const std::vector<std::pair<int32_t, int32_t>> kHalfPairs = {
+    {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16},
+    {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT16},
+    {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT32},
+    {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32},
+    {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16},
+    {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_FLOAT16}};
+
 // x's values stored as `dtype` (raw bytes), rounded to nearest even for the half formats.
 std::vector<uint8_t> StoredAs(const std::vector<float>& values, int32_t dtype) {
   if (dtype == NORMKIT_DTYPE_FLOAT32) {
@@ -285,13 +294,6 @@ void ExpectSameStored(const std::vector<uint8_t>& gpu, const std::vector<uint8_t
 // past float16's range (Inf after rounding) and NaN.
 TEST(Cuda, HalfStorageAffineAndBatchNormMatchCpu) {
   SKIP_WITHOUT_GPU();
-  const std::vector<std::pair<int32_t, int32_t>> pairs = {
-      {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16},
-      {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT16},
-      {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT32},
-      {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32},
-      {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16},
-      {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_FLOAT16}};
   for (const auto& shape : std::vector<std::vector<int64_t>>{
            {2, 3}, {5, 16, 13}, {2, 8, 7, 8}, {3, 64, 40, 30}, {2, 4, 3, 5, 6}}) {
     const int64_t n = Numel(shape), N = shape[0], C = shape[1];
@@ -302,7 +304,7 @@ TEST(Cuda, HalfStorageAffineAndBatchNormMatchCpu) {
     const std::vector<float> var = RandomVector(C, 14, 0.0f, 3.0f), mean = RandomVector(C, 15);
     DeviceArray<float> dscale(scale), dshift(shift), dmean(mean), dvar(var);
     for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
-      for (const auto& [xd, yd] : pairs) {
+      for (const auto& [xd, yd] : kHalfPairs) {
         for (int offset : {0, 1}) {
           SCOPED_TRACE("rank " + std::to_string(shape.size()) + " C=" + std::to_string(C) +
                        " layout " + std::to_string(layout) + " x dtype " + std::to_string(xd) +
@@ -432,14 +434,6 @@ void ExpectStoredNear(const std::vector<uint8_t>& got, int32_t dtype, const Norm
   EXPECT_EQ(bad, 0) << what;
 }
 
-const std::vector<std::pair<int32_t, int32_t>> kHalfPairs = {
-    {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_BFLOAT16},
-    {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT16},
-    {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT32},
-    {NORMKIT_DTYPE_FLOAT16, NORMKIT_DTYPE_FLOAT32},
-    {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16},
-    {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_FLOAT16}};
-
 size_t WidthOf(int32_t dtype) {
   return dtype == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
 }
@@ -449,21 +443,24 @@ size_t WidthOf(int32_t dtype) {
 // in 4-element items or one by one, asynchronous copies or the bulk copy; fused; split),
 // both layouts, x and y one element off their alignment, in place,
 // SiLU, the statistics outputs, and the same bits from run to run.
+// A group norm case: x's shape and the groups.
+struct GroupCase {
+  std::vector<int64_t> shape;
+  int64_t groups;
+};
+
 TEST(Cuda, HalfStorageGroupNormMatchesReference) {
   SKIP_WITHOUT_GPU();
-  struct Case {
-    std::vector<int64_t> shape;
-    int64_t groups;
-  };
   // Units of 12 elements (4-element items, not whole 16-byte pieces: no bulk copy), of
-  // 1568 (bulk-copied channels-first), 36864 (channels-last: asynchronous copies).
-  for (const Case& k : std::vector<Case>{{{2, 6, 7}, 3},
-                                         {{2, 6, 2, 3}, 3},
-                                         {{2, 64, 28, 28}, 32},
-                                         {{2, 64, 48, 48}, 4},
-                                         {{1, 32, 112, 112}, 8},
-                                         {{3, 5, 4, 3, 2}, 5},
-                                         {{1, 4, 300000}, 2}}) {  // the split plan
+  // 1568 (bulk-copied channels-first), 36864 (channels-last: asynchronous copies); few
+  // large units (channels-first: the cluster plan, channels-last: the split plan).
+  for (const GroupCase& k : std::vector<GroupCase>{{{2, 6, 7}, 3},
+                                                   {{2, 6, 2, 3}, 3},
+                                                   {{2, 64, 28, 28}, 32},
+                                                   {{2, 64, 48, 48}, 4},
+                                                   {{1, 32, 112, 112}, 8},
+                                                   {{3, 5, 4, 3, 2}, 5},
+                                                   {{1, 4, 300000}, 2}}) {
     const int64_t n = Numel(k.shape), N = k.shape[0], C = k.shape[1], S = n / (N * C);
     std::vector<float> values = RandomVector(n, 21, -2.0f, 2.0f);
     for (auto& v : values) v += 5.0f;  // a mean away from 0
@@ -629,21 +626,18 @@ TEST(Cuda, GoldenVectorsHalf) {
 
 TEST(Cuda, NormsMatchReference) {
   SKIP_WITHOUT_GPU();
-  struct Case {
-    std::vector<int64_t> shape;
-    int64_t groups;
-  };
   // The last cases have few, large groups: the split plan.
-  for (const Case& k : std::vector<Case>{{{2, 6, 7}, 3},
-                                         {{2, 64, 28, 28}, 32},
-                                         {{1, 32, 112, 112}, 8},
-                                         {{1, 16, 64, 64}, 1},
-                                         // 144 KiB units: flat plan, async / bulk loads
-                                         {{2, 64, 48, 48}, 4},
-                                         // 100 KiB units of single channels (NHWC: 4-byte items)
-                                         {{2, 3, 160, 160}, 3},
-                                         {{3, 5, 4, 3, 2}, 5},
-                                         {{1, 4, 300000}, 2}}) {
+  for (const GroupCase& k :
+       std::vector<GroupCase>{{{2, 6, 7}, 3},
+                              {{2, 64, 28, 28}, 32},
+                              {{1, 32, 112, 112}, 8},
+                              {{1, 16, 64, 64}, 1},
+                              // 144 KiB units: flat plan, async / bulk loads
+                              {{2, 64, 48, 48}, 4},
+                              // 100 KiB units of single channels (NHWC: 4-byte items)
+                              {{2, 3, 160, 160}, 3},
+                              {{3, 5, 4, 3, 2}, 5},
+                              {{1, 4, 300000}, 2}}) {
     for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
       for (int32_t act :
            {NORMKIT_ACTIVATION_NONE, NORMKIT_ACTIVATION_RELU, NORMKIT_ACTIVATION_SILU}) {
