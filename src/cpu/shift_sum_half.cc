@@ -90,7 +90,7 @@ void RunFloat(const normkit_context& ctx, const ShiftSumStoredCall& call,
 void SampleChunks(const normkit_context& ctx, const ShiftSumProblem<float>& p,
                   const ShiftSumStoredCall& call) {
   const int64_t y_elems = p.H_out * p.W_out;
-  int64_t in_elems, out_elems;
+  int64_t in_elems = 0, out_elems = 0;
   SampleElems(p, call.op, &in_elems, &out_elems);
   Operand in, out;
   in.tensor = call.in;
