@@ -148,11 +148,10 @@ int RegisterAll() {
   // [4096, 128]: short rows (per-head QK norm), whose statistics go in batches; then
   // decode-sized calls (one to 32 tokens).
   for (Norm op : {Norm::kLayerRows, Norm::kRmsRows})
-    for (const auto& shape :
-         {std::vector<int64_t>{4096, 768}, std::vector<int64_t>{2048, 4096},
-          std::vector<int64_t>{4096, 128}, std::vector<int64_t>{1, 4096},
-          std::vector<int64_t>{8, 4096}, std::vector<int64_t>{32, 4096},
-          std::vector<int64_t>{1, 768}})
+    for (const auto& shape : {std::vector<int64_t>{4096, 768}, std::vector<int64_t>{2048, 4096},
+                              std::vector<int64_t>{4096, 128}, std::vector<int64_t>{1, 4096},
+                              std::vector<int64_t>{8, 4096}, std::vector<int64_t>{32, 4096},
+                              std::vector<int64_t>{1, 768}})
       for (int t : thread_counts)
         Register("rows", op, shape, 0, NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_ACTIVATION_NONE,
                  false, t);
