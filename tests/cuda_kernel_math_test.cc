@@ -2,12 +2,14 @@
 // The CUDA kernels' arithmetic, run on the CPU. Everything a CUDA thread computes lives
 // in host-and-device headers (cuda/*_math.h); here each kernel's grid is replayed on
 // the host (every block, every thread, the same index walks, chunk plans and merges)
-// and the result is compared with the double references. This runs in every build,
+// and the result is compared with the double references. The half storage paths replay
+// with host bfloat16 / float16 types (HostHalf) in place of __nv_bfloat16 / __half. This runs in every build,
 // GPU or not; what it cannot check (launches, shared-memory reductions, device math
 // libraries) is covered by tests/cuda_test.cc on a machine with a GPU.
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/affine_math.h"
@@ -15,9 +17,53 @@
 #include "cuda/norm_cluster_math.h"
 #include "cuda/norm_math.h"
 #include "cuda/shift_sum_math.h"
+#include "half_reference.h"
 #include "norm_reference.h"
 #include "shift_sum_reference.h"
 #include "test_util.h"
+
+namespace normkit_test {
+
+// bfloat16 / float16 storage on the host: the bits, widened and rounded by the plain
+// reference conversions (half_reference.h), so the kernels' half template paths (device
+// code with __nv_bfloat16 / __half) replay here too.
+template <int kFormat>  // 0: bfloat16, 1: float16
+struct HostHalf {
+  uint16_t bits;
+  static HalfFormat Format() { return kFormat == 0 ? kBFloat16 : kFloat16; }
+};
+using HostBF16 = HostHalf<0>;
+using HostF16 = HostHalf<1>;
+
+// Found by argument-dependent lookup from the kernels' Load4 / Store4 calls.
+template <int kFormat>
+normkit::cuda::Float4 Load4(const HostHalf<kFormat>* p) {
+  const auto f = [&](int i) {
+    return static_cast<float>(Decode(p[i].bits, HostHalf<kFormat>::Format()));
+  };
+  return {f(0), f(1), f(2), f(3)};
+}
+template <int kFormat>
+void Store4(HostHalf<kFormat>* p, const normkit::cuda::Float4& v) {
+  const HalfFormat fmt = HostHalf<kFormat>::Format();
+  p[0].bits = Narrow(v.x, fmt), p[1].bits = Narrow(v.y, fmt);
+  p[2].bits = Narrow(v.z, fmt), p[3].bits = Narrow(v.w, fmt);
+}
+
+}  // namespace normkit_test
+
+namespace normkit {
+namespace cuda {
+template <int kFormat>
+struct Element<normkit_test::HostHalf<kFormat>> {
+  using H = normkit_test::HostHalf<kFormat>;
+  static float ToFloat(H v) {
+    return static_cast<float>(normkit_test::Decode(v.bits, H::Format()));
+  }
+  static H FromFloat(float v) { return {normkit_test::Narrow(v, H::Format())}; }
+};
+}  // namespace cuda
+}  // namespace normkit
 
 namespace normkit_test {
 namespace {
@@ -107,11 +153,15 @@ TEST(CudaKernelMath, AffineWithCenterMatchesReference) {
 // apply pass; `multiprocessors` steers the plan as the GPU's size does.
 // The flat plan's block of one unit: pass 1 of every thread, the retry about the mean if
 // the first element was a poor pivot, then pass 2 of every thread.
-void ReplayFlatUnit(const std::vector<float>& x, std::vector<float>* y, const FlatUnits& f,
-                    uint32_t unit, const float* gamma, const float* beta, float eps,
-                    int32_t activation, bool rms, float* mean_out, float* rstd_out) {
-  const uint32_t threads = static_cast<uint32_t>(normkit::cuda::FlatThreads(f));
-  std::vector<float> cache(f.count, NAN);
+// TX / TY: how x and y are stored (float, or a host half type); the cache holds x as stored
+// and a half block runs 8 items a thread, as on the device.
+template <class TX, class TY>
+void ReplayFlatUnit(const std::vector<TX>& x, std::vector<TY>* y, const FlatUnits& f, uint32_t unit,
+                    const float* gamma, const float* beta, float eps, int32_t activation, bool rms,
+                    float* mean_out, float* rstd_out) {
+  const uint32_t threads =
+      static_cast<uint32_t>(normkit::cuda::FlatThreads(f, sizeof(TX) == 2 ? 8 : 4));
+  std::vector<TX> cache(f.count);
   const auto block_sums = [&](const auto& thread_sums) {
     ShiftedSums total;
     for (uint32_t t = 0; t < threads; ++t) {
@@ -121,7 +171,7 @@ void ReplayFlatUnit(const std::vector<float>& x, std::vector<float>* y, const Fl
     }
     return total;
   };
-  float pivot = rms ? 0.0f : x[f.Offset(unit, 0)];
+  float pivot = rms ? 0.0f : normkit::cuda::Element<TX>::ToFloat(x[f.Offset(unit, 0)]);
   ShiftedSums s = block_sums([&](uint32_t t) {
     return normkit::cuda::FlatLoadSums(x.data(), f, unit, t, threads, pivot, cache.data());
   });
@@ -144,13 +194,14 @@ void ReplayFlatUnit(const std::vector<float>& x, std::vector<float>* y, const Fl
 // 0: the fused and split plans.
 constexpr int64_t kH100SharedBytes = 227 * 1024 - 1024;
 
-void ReplayNorm(const std::vector<float>& x, std::vector<float>* y, const NormShape& s,
+template <class TX, class TY>
+void ReplayNorm(const std::vector<TX>& x, std::vector<TY>* y, const NormShape& s,
                 int64_t multiprocessors, int64_t max_shared, const float* gamma, const float* beta,
                 float eps, int32_t activation, bool rms, std::vector<float>* mean_out,
                 std::vector<float>* rstd_out, NormPlan* plan_out) {
   const NormPlan plan = normkit::cuda::PlanNorm(s, multiprocessors);
   *plan_out = plan;
-  if (normkit::cuda::UseFlatNorm(s, plan, max_shared)) {
+  if (normkit::cuda::UseFlatNorm(s, plan, max_shared, sizeof(TX))) {
     const FlatUnits f = FlatUnits::Of(s, /*aligned=*/true);
     for (int64_t unit = 0; unit < s.units; ++unit) {
       ReplayFlatUnit(x, y, f, static_cast<uint32_t>(unit), gamma, beta, eps, activation, rms,
@@ -230,6 +281,93 @@ TEST(CudaKernelMath, GroupNormGridMatchesReference) {
       }
     }
   }
+}
+
+// y within one unit in the last place of its format of the double reference rounded to it,
+// or (float's error at the element's magnitude, where beta cancels the normalized value)
+// one unit and that error; float32 y within 1e-5 of the magnitude.
+template <class TY>
+void ExpectStoredNormNear(const std::vector<TY>& y, const NormReference& want) {
+  int bad = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double w = want.y[i];
+    bool ok;
+    if constexpr (std::is_same<TY, float>::value) {
+      ok = std::fabs(y[i] - w) <= 1e-5 * want.magnitude[i] + 1e-7;
+    } else {
+      const HalfFormat f = TY::Format();
+      const uint16_t got = y[i].bits, ref = Encode(w, f);
+      const int d = static_cast<int>(got & 0x7FFF) - static_cast<int>(ref & 0x7FFF);
+      const double unit =
+          std::fabs(Decode(static_cast<uint16_t>((got & 0x7FFF) + 1), f) - Decode(got & 0x7FFF, f));
+      ok = got == ref || ((got & 0x8000) == (ref & 0x8000) && (d == 1 || d == -1)) ||
+           std::fabs(Decode(got, f) - w) <= unit + 1e-5 * want.magnitude[i];
+    }
+    if (!ok && ++bad <= 5) ADD_FAILURE() << "element " << i << " want " << w;
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// x's values stored as TX, and their widened floats.
+template <class TX>
+std::vector<TX> StoreAs(const std::vector<float>& values) {
+  std::vector<TX> x(values.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = normkit::cuda::Element<TX>::FromFloat(values[i]);
+  return x;
+}
+template <class TX>
+std::vector<float> WidenAll(const std::vector<TX>& x) {
+  std::vector<float> v(x.size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = normkit::cuda::Element<TX>::ToFloat(x[i]);
+  return v;
+}
+
+// The group norm grid with bfloat16 / float16 on either side (the kernels' half template
+// paths: the flat plan with the unit cached as stored and 8 items a thread, the fused and
+// split plans), against the double reference of x's stored values.
+template <class TX, class TY>
+void CheckHalfGroupNormGrid() {
+  struct Case {
+    int64_t N, C, S, G;
+  };
+  // Units of 4-element items (3600, 256 elements) and of single elements; units split
+  // into chunks (65536).
+  for (const Case& k : {Case{2, 6, 7, 3}, Case{1, 64, 49, 32}, Case{3, 5, 13, 5},
+                        Case{2, 12, 300, 1}, Case{2, 8, 64, 2}, Case{1, 4, 65536, 4}}) {
+    for (bool cl : {false, true}) {
+      for (int64_t max_shared : {int64_t{0}, kH100SharedBytes}) {
+        SCOPED_TRACE("N=" + std::to_string(k.N) + " C=" + std::to_string(k.C) + " S=" +
+                     std::to_string(k.S) + " G=" + std::to_string(k.G) + (cl ? " NHWC" : " NCHW") +
+                     " shared=" + std::to_string(max_shared) + " x bytes " +
+                     std::to_string(sizeof(TX)) + " y bytes " + std::to_string(sizeof(TY)));
+        std::vector<float> values = RandomVector(k.N * k.C * k.S, 17, -2.0f, 2.0f);
+        for (auto& v : values) v += 3.0f;
+        const std::vector<TX> x = StoreAs<TX>(values);
+        const std::vector<float> gamma = RandomVector(k.C, 8), beta = RandomVector(k.C, 9);
+        std::vector<TY> y(x.size());
+        std::vector<float> mean(k.N * k.G), rstd(k.N * k.G);
+        const NormShape s = NormShape::ForGroups(k.N, k.C, k.S, k.G, cl);
+        NormPlan plan;
+        ReplayNorm(x, &y, s, 132, max_shared, gamma.data(), beta.data(), 1e-5f,
+                   NORMKIT_ACTIVATION_SILU, false, &mean, &rstd, &plan);
+        const NormReference want =
+            ReferenceGroupNorm(WidenAll(x), k.N, k.C, k.S, k.G, cl, gamma.data(), beta.data(), 1e-5,
+                               NORMKIT_ACTIVATION_SILU);
+        ExpectStoredNormNear(y, want);
+        for (int64_t u = 0; u < k.N * k.G; ++u) {
+          EXPECT_NEAR(mean[u], want.mean[u], 1e-6 * std::fabs(want.mean[u]));
+          EXPECT_NEAR(rstd[u], want.rstd[u], 1e-5 * want.rstd[u]);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaKernelMath, HalfStorageGroupNormGridMatchesReference) {
+  CheckHalfGroupNormGrid<HostBF16, HostBF16>();
+  CheckHalfGroupNormGrid<HostF16, HostF16>();
+  CheckHalfGroupNormGrid<HostBF16, float>();
+  CheckHalfGroupNormGrid<float, HostF16>();
 }
 
 TEST(CudaKernelMath, RowNormGridMatchesReference) {
@@ -976,6 +1114,60 @@ void CheckShiftSum(const Geometry& g, bool cl) {
   }
 }
 
+// The shift-sum math on bfloat16 / float16 x and y (how the half kernels read them, through
+// ValueAt) gives bitwise what it gives on their widened float values, for every element
+// function and, channels-first along W, every row walk.
+template <class H>
+void CheckHalfShiftSumMath(const Geometry& g, bool cl) {
+  const int64_t nx = g.B * g.C * g.H * g.W, ny = g.B * g.Hout() * g.Wout();
+  const std::vector<H> xh = StoreAs<H>(RandomVector(nx, 31, -1, 1)),
+                       yh = StoreAs<H>(RandomVector(ny, 32, -1, 1));
+  const std::vector<float> xw = WidenAll(xh), yw = WidenAll(yh);
+  std::vector<float> mask = RandomVector(std::max<int64_t>(g.MaskElems(), 1), 33, 0, 1);
+  for (size_t i = 0; i < mask.size(); i += 7) mask[i] = 0.0f;
+  normkit::ShiftSumProblem<float> p;
+  p.B = g.B, p.C = g.C, p.H = g.H, p.W = g.W, p.step = g.S;
+  p.along_h = g.along_h;
+  p.channels_last = cl;
+  p.mask_kind = static_cast<normkit::ShiftMask>(g.mask_kind);
+  p.mask = g.mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.data();
+  p.scale = static_cast<float>(g.scale);
+  normkit::FinishShiftSumProblem(&p);
+  const normkit::cuda::ShiftSumMath<float> m{p};
+  std::vector<float> phi(static_cast<size_t>((p.PerSampleMask() ? g.B : 1) * p.H_out * p.W_out));
+  ForShifted(m, p.PerSampleMask() ? g.B : 1, [&](int64_t b, int64_t r, int64_t v) {
+    phi[m.NormalizerOffset(b, r, v)] = m.Normalizer(b, r, v, false);
+  });
+  ForShifted(m, g.B, [&](int64_t b, int64_t r, int64_t v) {
+    ASSERT_EQ(m.Forward(xh.data(), b, r, v), m.Forward(xw.data(), b, r, v));
+    ASSERT_EQ(m.GapResidual(xh.data(), yh.data(), phi.data(), 0.25f, b, r, v),
+              m.GapResidual(xw.data(), yw.data(), phi.data(), 0.25f, b, r, v));
+    if (m.RowWalks()) {
+      ASSERT_EQ(m.ForwardWalk(xh.data(), b, r, v), m.Forward(xw.data(), b, r, v));
+      ASSERT_EQ(m.GapResidualWalk(xh.data(), yh.data(), phi.data(), 0.25f, b, r, v),
+                m.GapResidual(xw.data(), yw.data(), phi.data(), 0.25f, b, r, v));
+      std::vector<H> rows(static_cast<size_t>(p.C * p.W));  // what the row kernel copies
+      for (int64_t c = 0; c < p.C; ++c)
+        for (int64_t w = 0; w < p.W; ++w) rows[c * p.W + w] = xh[m.XOffset(b, c, r, w)];
+      if (p.mask_kind == normkit::ShiftMask::kNone) {
+        ASSERT_EQ(m.ForwardFromRows(rows.data(), nullptr, r, v), m.Forward(xw.data(), b, r, v));
+      }
+    }
+  });
+  ForPlanes(m, g.H, g.W, [&](int64_t b, int64_t c, int64_t h, int64_t w) {
+    ASSERT_EQ(m.Adjoint(yh.data(), b, c, h, w), m.Adjoint(yw.data(), b, c, h, w));
+    ASSERT_EQ(m.PinvMoorePenrose(yh.data(), phi.data(), b, c, h, w),
+              m.PinvMoorePenrose(yw.data(), phi.data(), b, c, h, w));
+    ASSERT_EQ(m.PinvDivideByMask(yh.data(), b, c, h, w), m.PinvDivideByMask(yw.data(), b, c, h, w));
+    if (m.RowWalks()) {
+      const auto row = m.XRowAt(b, c, h);
+      ASSERT_EQ(m.AdjointRow(yh.data(), row, w), m.Adjoint(yw.data(), b, c, h, w));
+      ASSERT_EQ(m.PinvMoorePenroseRow(yh.data(), phi.data(), row, w),
+                m.PinvMoorePenrose(yw.data(), phi.data(), b, c, h, w));
+    }
+  });
+}
+
 TEST(CudaKernelMath, ShiftSumGridsMatchReference) {
   const std::vector<Geometry> shapes = {
       {2, 3, 5, 19, 2, false, 0, 1.0},  {1, 1, 4, 7, 3, false, 0, 0.5},
@@ -992,6 +1184,8 @@ TEST(CudaKernelMath, ShiftSumGridsMatchReference) {
                      " mask=" + std::to_string(kind) + (cl ? " NHWC" : " NCHW"));
         CheckShiftSum<float>(g, cl);
         CheckShiftSum<double>(g, cl);
+        CheckHalfShiftSumMath<HostBF16>(g, cl);
+        CheckHalfShiftSumMath<HostF16>(g, cl);
       }
     }
   }
