@@ -3,8 +3,8 @@
 // in host-and-device headers (cuda/*_math.h); here each kernel's grid is replayed on
 // the host (every block, every thread, the same index walks, chunk plans and merges)
 // and the result is compared with the double references. The half storage paths replay
-// with host bfloat16 / float16 types (HostHalf) in place of __nv_bfloat16 / __half. This runs in every build,
-// GPU or not; what it cannot check (launches, shared-memory reductions, device math
+// with host bfloat16 / float16 types (HostHalf) in place of __nv_bfloat16 / __half. This runs in
+// every build, GPU or not; what it cannot check (launches, shared-memory reductions, device math
 // libraries) is covered by tests/cuda_test.cc on a machine with a GPU.
 #include <algorithm>
 #include <cmath>
@@ -947,6 +947,20 @@ void ForPlanes(const normkit::cuda::ShiftSumMath<T>& m, int64_t per_plane, int64
   for (int s : seen) ASSERT_EQ(s, 1) << "an element was not visited exactly once";
 }
 
+// The problem of geometry g in layout cl, with `mask` (g's mask kind; unused for none).
+template <class T>
+normkit::ShiftSumProblem<T> ProblemOf(const Geometry& g, bool cl, const T* mask) {
+  normkit::ShiftSumProblem<T> p;
+  p.B = g.B, p.C = g.C, p.H = g.H, p.W = g.W, p.step = g.S;
+  p.along_h = g.along_h;
+  p.channels_last = cl;
+  p.mask_kind = static_cast<normkit::ShiftMask>(g.mask_kind);
+  p.mask = g.mask_kind == NORMKIT_MASK_NONE ? nullptr : mask;
+  p.scale = static_cast<T>(g.scale);
+  normkit::FinishShiftSumProblem(&p);
+  return p;
+}
+
 template <class T>
 void CheckShiftSum(const Geometry& g, bool cl) {
   using Math = normkit::cuda::ShiftSumMath<T>;
@@ -960,14 +974,7 @@ void CheckShiftSum(const Geometry& g, bool cl) {
     std::copy(fm.begin(), fm.end(), mask.begin());
     for (size_t i = 0; i < mask.size(); i += 7) mask[i] = T(0);
   }
-  normkit::ShiftSumProblem<T> p;
-  p.B = g.B, p.C = g.C, p.H = g.H, p.W = g.W, p.step = g.S;
-  p.along_h = g.along_h;
-  p.channels_last = cl;
-  p.mask_kind = static_cast<normkit::ShiftMask>(g.mask_kind);
-  p.mask = g.mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.data();
-  p.scale = static_cast<T>(g.scale);
-  normkit::FinishShiftSumProblem(&p);
+  const normkit::ShiftSumProblem<T> p = ProblemOf(g, cl, mask.data());
   const Math m{p};
   const std::vector<double> xd = AsDouble(x), yd = AsDouble(y), md = AsDouble(mask);
   Geometry ga = g;
@@ -1125,14 +1132,7 @@ void CheckHalfShiftSumMath(const Geometry& g, bool cl) {
   const std::vector<float> xw = WidenAll(xh), yw = WidenAll(yh);
   std::vector<float> mask = RandomVector(std::max<int64_t>(g.MaskElems(), 1), 33, 0, 1);
   for (size_t i = 0; i < mask.size(); i += 7) mask[i] = 0.0f;
-  normkit::ShiftSumProblem<float> p;
-  p.B = g.B, p.C = g.C, p.H = g.H, p.W = g.W, p.step = g.S;
-  p.along_h = g.along_h;
-  p.channels_last = cl;
-  p.mask_kind = static_cast<normkit::ShiftMask>(g.mask_kind);
-  p.mask = g.mask_kind == NORMKIT_MASK_NONE ? nullptr : mask.data();
-  p.scale = static_cast<float>(g.scale);
-  normkit::FinishShiftSumProblem(&p);
+  const normkit::ShiftSumProblem<float> p = ProblemOf(g, cl, mask.data());
   const normkit::cuda::ShiftSumMath<float> m{p};
   std::vector<float> phi(static_cast<size_t>((p.PerSampleMask() ? g.B : 1) * p.H_out * p.W_out));
   ForShifted(m, p.PerSampleMask() ? g.B : 1, [&](int64_t b, int64_t r, int64_t v) {
