@@ -82,18 +82,22 @@ void Register(const std::string& group, Norm op, const std::vector<int64_t>& sha
 }
 
 // The fused residual add + layer / RMS norm over [rows, D]: x and residual read, y and h
-// written (h_out given: a transformer block's add & norm); the reference copies those 4
-// arrays' bytes (2 in, 2 out).
-void RunAddNorm(benchmark::State& state, bool rms, int64_t rows, int64_t D, int threads) {
-  const int64_t n = rows * D;
-  Buffer in = MakeBuffer(2 * n, 1), out = MakeBuffer(2 * n, 2);
+// written (h_out given: a transformer block's add & norm), all four in `dtype`; the
+// reference copies those 4 arrays' bytes (2 in, 2 out).
+void RunAddNorm(benchmark::State& state, bool rms, int64_t rows, int64_t D, int threads,
+                int32_t dtype) {
+  const int64_t n = rows * D, elem = ElementBytes(dtype);
+  int64_t floats;  // x and residual together, in floats
+  Buffer in = MakeTensorBuffer({2 * rows, D}, NORMKIT_LAYOUT_CHANNELS_FIRST, dtype, 1, &floats);
+  Buffer out = MakeBuffer(floats, 2);
   Buffer bias = MakeBuffer(D, 3), gamma = MakeBuffer(D, 4), beta = MakeBuffer(D, 5);
   normkit_context* ctx = nullptr;
   normkit_context_create(threads, &ctx);
   const auto layout = NORMKIT_LAYOUT_CHANNELS_FIRST;
-  normkit_tensor xt = Desc(in.get(), layout, {rows, D}), rt = Desc(in.get() + n, layout, {rows, D});
-  normkit_tensor yt = Desc(out.get(), layout, {rows, D}),
-                 ht = Desc(out.get() + n, layout, {rows, D});
+  const auto second = [&](Buffer& b) { return reinterpret_cast<char*>(b.get()) + n * elem; };
+  normkit_tensor xt = Desc(in.get(), layout, {rows, D}), rt = Desc(second(in), layout, {rows, D});
+  normkit_tensor yt = Desc(out.get(), layout, {rows, D}), ht = Desc(second(out), layout, {rows, D});
+  for (auto* t : {&xt, &rt, &yt, &ht}) t->dtype = dtype;
   const auto run_op = [&] {
     const normkit_status st =
         rms ? normkit_add_rms_norm(ctx, &xt, &rt, bias.get(), gamma.get(), 1e-5f, &yt, &ht, nullptr)
@@ -101,7 +105,7 @@ void RunAddNorm(benchmark::State& state, bool rms, int64_t rows, int64_t D, int 
                                      &ht, nullptr, nullptr);
     if (st != NORMKIT_SUCCESS) std::abort();
   };
-  RunAgainstCopy(state, run_op, threads, in.get(), 2 * n, false, 4 * n * 4, out.get());
+  RunAgainstCopy(state, run_op, threads, in.get(), floats, false, 4 * n * elem, out.get());
   normkit_context_destroy(ctx);
 }
 
@@ -155,17 +159,25 @@ int RegisterAll() {
       for (int t : thread_counts)
         Register("rows", op, shape, 0, NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_ACTIVATION_NONE,
                  false, t);
-  // Residual add + norm at the row-norm shapes and decode-sized calls.
-  for (bool rms : {false, true})
-    for (const auto& [rows, D] : std::vector<std::pair<int64_t, int64_t>>{
-             {4096, 768}, {2048, 4096}, {1, 4096}, {8, 4096}, {32, 4096}, {1, 768}})
-      for (int t : thread_counts) {
-        const std::string name = std::string("rows/") +
-                                 (rms ? "add_rms_norm/" : "add_layer_norm/") +
-                                 std::to_string(rows) + "x" + std::to_string(D) +
-                                 "/outofplace/threads:" + std::to_string(t);
-        RegisterTimed(name, [=](benchmark::State& st) { RunAddNorm(st, rms, rows, D, t); });
-      }
+  // Residual add + norm at the row-norm shapes and decode-sized calls; in half, also
+  // [8192, 4096] (64 MiB an array in bfloat16): from memory.
+  using Rows = std::vector<std::pair<int64_t, int64_t>>;
+  const Rows add_shapes = {{4096, 768}, {2048, 4096}, {1, 4096}, {8, 4096}, {32, 4096}, {1, 768}};
+  const Rows half_add_shapes = {{4096, 768}, {8192, 4096}, {1, 4096}};
+  for (int32_t dtype : {NORMKIT_DTYPE_FLOAT32, NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT16})
+    for (bool rms : {false, true})
+      for (const auto& [rows, D] : dtype == NORMKIT_DTYPE_FLOAT32 ? add_shapes : half_add_shapes)
+        for (int t : thread_counts) {
+          const std::string name = std::string("rows/") +
+                                   (rms ? "add_rms_norm/" : "add_layer_norm/") +
+                                   (dtype == NORMKIT_DTYPE_FLOAT32    ? ""
+                                    : dtype == NORMKIT_DTYPE_BFLOAT16 ? "bf16/"
+                                                                      : "f16/") +
+                                   std::to_string(rows) + "x" + std::to_string(D) +
+                                   "/outofplace/threads:" + std::to_string(t);
+          RegisterTimed(name,
+                        [=](benchmark::State& st) { RunAddNorm(st, rms, rows, D, t, dtype); });
+        }
   // Half rows, and [16384, 4096] (128 MiB in bfloat16): from memory.
   for (int32_t dtype : {NORMKIT_DTYPE_BFLOAT16, NORMKIT_DTYPE_FLOAT16})
     for (Norm op : {Norm::kLayerRows, Norm::kRmsRows})

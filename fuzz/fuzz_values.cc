@@ -831,12 +831,105 @@ void FuzzAddNorms(FuzzedDataProvider& in) {
   }
 }
 
+// The fused residual add + layer / RMS norm in a half dtype pair: x, residual and h of
+// x's dtype, h bitwise the two float adds of the widened values rounded plainly (Narrow),
+// y and the statistics bitwise the float32 norm of that h's widened values, rounded to
+// y's dtype; data off vector boundaries, the in-place pairings of one dtype.
+void FuzzHalfAddNorms(FuzzedDataProvider& in) {
+  const std::pair<int32_t, int32_t> pair = PickHalfPair(in);
+  const int32_t xd = pair.first, yd = pair.second;
+  const int64_t rows = in.ConsumeIntegralInRange<int64_t>(1, 4);
+  const int64_t D = in.ConsumeIntegralInRange<int64_t>(1, 300);
+  const int64_t n = rows * D;
+  const bool rms = in.ConsumeBool(), has_bias = in.ConsumeBool(), has_h = in.ConsumeBool();
+  const int64_t xs = xd == NORMKIT_DTYPE_FLOAT32 ? 4 : 2, ys = yd == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+  const auto buffer = [&](int64_t size) {
+    return std::vector<uint8_t>(static_cast<size_t>((n + 16) * size));
+  };
+  std::vector<uint8_t> xbuf = buffer(xs), rbuf = buffer(xs), hbuf = buffer(xs), h_want = buffer(xs),
+                       ybuf = buffer(ys);
+  const auto at = [&](std::vector<uint8_t>& b, int64_t size) {
+    return b.data() + in.ConsumeIntegralInRange<int64_t>(0, 15) * size;
+  };
+  uint8_t *xp = at(xbuf, xs), *rp = at(rbuf, xs), *hp = at(hbuf, xs), *yp = at(ybuf, ys);
+  std::vector<float> xw(static_cast<size_t>(n)), rw(xw.size()), hw(xw.size()), yw(xw.size());
+  Fill(xw.data(), n, Palette::Pick(in), in.ConsumeIntegral<uint32_t>());
+  Fill(rw.data(), n, Palette::Pick(in), in.ConsumeIntegral<uint32_t>());
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {  // a NaN or an Inf somewhere
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    (in.ConsumeBool() ? xw
+                      : rw)[static_cast<size_t>(in.ConsumeIntegralInRange<int64_t>(0, n - 1))] =
+        bad[in.ConsumeIntegralInRange<int>(0, 2)];
+  }
+  std::vector<float> params(static_cast<size_t>(3 * D));
+  float *bias = params.data(), *gamma = bias + D, *beta = bias + 2 * D;
+  Fill(bias, D, Palette::Pick(in), in.ConsumeIntegral<uint32_t>());
+  Fill(gamma, D, {1.25, 0.75}, in.ConsumeIntegral<uint32_t>());
+  Fill(beta, D, {0, 1}, in.ConsumeIntegral<uint32_t>());
+  for (int64_t i = 0; i < n; ++i) {
+    const auto k = static_cast<size_t>(i);
+    StoreAs(xd, &xw[k], xp + xs * i);
+    StoreAs(xd, &rw[k], rp + xs * i);
+    const float sum = xw[k] + rw[k];
+    hw[k] = has_bias ? sum + bias[i % D] : sum;
+    StoreAs(xd, &hw[k], h_want.data() + xs * i);  // h as stored, and its widened value
+  }
+  // 0: own buffers; 1: y = x; 2: y = residual (one dtype); 3: h = x; 4: h = residual.
+  int aliasing = in.ConsumeIntegralInRange<int>(0, has_h ? 4 : 2);
+  if (xd != yd && (aliasing == 1 || aliasing == 2)) aliasing = 0;
+  if (aliasing == 1) yp = xp;
+  if (aliasing == 2) yp = rp;
+  if (aliasing == 3) hp = xp;
+  if (aliasing == 4) hp = rp;
+  const float eps = in.ConsumeBool() ? 1e-5f : 1e-30f;
+  const int64_t shape[2] = {rows, D};
+  normkit_tensor xt, rt, yt, ht, hwt, ywt;
+  normkit_tensor_init(&xt, xp, static_cast<normkit_dtype>(xd), NORMKIT_LAYOUT_CHANNELS_FIRST, 2,
+                      shape);
+  normkit_tensor_init(&rt, rp, static_cast<normkit_dtype>(xd), NORMKIT_LAYOUT_CHANNELS_FIRST, 2,
+                      shape);
+  normkit_tensor_init(&ht, hp, static_cast<normkit_dtype>(xd), NORMKIT_LAYOUT_CHANNELS_FIRST, 2,
+                      shape);
+  normkit_tensor_init(&yt, yp, static_cast<normkit_dtype>(yd), NORMKIT_LAYOUT_CHANNELS_FIRST, 2,
+                      shape);
+  normkit_tensor_init(&hwt, hw.data(), NORMKIT_DTYPE_FLOAT32, NORMKIT_LAYOUT_CHANNELS_FIRST, 2,
+                      shape);
+  normkit_tensor_init(&ywt, yw.data(), NORMKIT_DTYPE_FLOAT32, NORMKIT_LAYOUT_CHANNELS_FIRST, 2,
+                      shape);
+  std::vector<float> mean(static_cast<size_t>(rows)), rstd(mean.size()), mean_w(mean.size()),
+      rstd_w(mean.size());
+  const normkit_status st =
+      rms ? normkit_add_rms_norm(nullptr, &xt, &rt, has_bias ? bias : nullptr, gamma, eps, &yt,
+                                 has_h ? &ht : nullptr, rstd.data())
+          : normkit_add_layer_norm(nullptr, &xt, &rt, has_bias ? bias : nullptr, gamma, beta, eps,
+                                   &yt, has_h ? &ht : nullptr, mean.data(), rstd.data());
+  const normkit_status st_w =
+      rms ? normkit_rms_norm(nullptr, &hwt, gamma, eps, &ywt, rstd_w.data())
+          : normkit_layer_norm(nullptr, &hwt, gamma, beta, eps, &ywt, mean_w.data(), rstd_w.data());
+  if (st != NORMKIT_SUCCESS || st_w != NORMKIT_SUCCESS) {
+    std::fprintf(stderr, "valid half add-norm call rejected: %s\n", normkit_last_error());
+    std::abort();
+  }
+  if (has_h && std::memcmp(hp, h_want.data(), static_cast<size_t>(n * xs)) != 0) {
+    Fail("half add_norm h is not the float sum rounded", 0, 0.0, 0.0);
+  }
+  if ((!rms && std::memcmp(mean.data(), mean_w.data(), mean.size() * 4) != 0) ||
+      std::memcmp(rstd.data(), rstd_w.data(), rstd.size() * 4) != 0) {
+    Fail("half add_norm statistics differ from the float32 norm of h's", 0, rstd[0], rstd_w[0]);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    ExpectRounded("half add_norm output is not the float32 norm of h rounded", yd, yp, i,
+                  yw[static_cast<size_t>(i)]);
+  }
+}
+
 }  // namespace
 }  // namespace normkit_fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 10)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 11)) {
+    case 11: normkit_fuzz::FuzzHalfAddNorms(in); break;
     case 10: normkit_fuzz::FuzzBatchNormBackward(in); break;
     case 9: normkit_fuzz::FuzzBatchNormTraining(in); break;
     case 8: normkit_fuzz::FuzzHalfShiftSum(in); break;

@@ -295,9 +295,17 @@ TEST(AddNorm, ValidationNamesTheArgumentAndWritesNothing) {
        "residual->shape[1] = 4 differs from x->shape[1] = 8"},
       {"residual dtype", [](Call& c) { c.rt.dtype = NORMKIT_DTYPE_BFLOAT16; },
        NORMKIT_ERROR_INVALID_ARGUMENT, "residual->dtype = bfloat16 differs from x->dtype"},
-      {"half x",
-       [](Call& c) { c.xt.dtype = c.yt.dtype = c.rt.dtype = c.ht.dtype = NORMKIT_DTYPE_FLOAT16; },
-       NORMKIT_ERROR_UNSUPPORTED, "float32 only"},
+      {"float64 x",
+       [](Call& c) { c.xt.dtype = c.yt.dtype = c.rt.dtype = c.ht.dtype = NORMKIT_DTYPE_FLOAT64; },
+       NORMKIT_ERROR_UNSUPPORTED, "x->dtype = float64 is not supported"},
+      {"h_out dtype", [](Call& c) { c.ht.dtype = NORMKIT_DTYPE_FLOAT16; },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "h_out->dtype = float16 differs from x->dtype"},
+      {"y on residual in another dtype",
+       [](Call& c) {
+         c.yt.data = c.r.data();
+         c.yt.dtype = NORMKIT_DTYPE_BFLOAT16;
+       },
+       NORMKIT_ERROR_INVALID_ARGUMENT, "y->data == residual->data with y->dtype = bfloat16"},
       {"rank 3",
        [](Call& c) {
          for (auto* t : {&c.xt, &c.rt, &c.yt, &c.ht}) {

@@ -14,6 +14,7 @@
 #include "cpu/kernels/group_norm.h"
 #include "half_reference.h"
 #include "half_targets.h"
+#include "half_tensor.h"
 #include "hwy/cache_control.h"
 #include "hwy/targets.h"
 #include "normkit/normkit.h"
@@ -22,54 +23,6 @@
 
 namespace normkit_test {
 namespace {
-
-// A tensor's storage: bytes holding elements of `dtype`, one element of slack in front
-// so that the data can start off a vector boundary.
-struct Storage {
-  Storage(int32_t dtype, int64_t n) : dtype(dtype), n(n), raw((n + 2) * Size()) {}
-  int64_t Size() const { return dtype == kF32 ? 4 : 2; }
-  void* data(bool shifted = false) { return raw.data() + (shifted ? Size() : 0); }
-  // Element i as a double (exact).
-  double Get(int64_t i, bool shifted = false) {
-    const unsigned char* p = static_cast<unsigned char*>(data(shifted)) + i * Size();
-    if (dtype == kF32) {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return Decode(h, FormatOf(dtype));
-  }
-  uint32_t Bits(int64_t i, bool shifted = false) {
-    const unsigned char* p = static_cast<unsigned char*>(data(shifted)) + i * Size();
-    uint32_t u = 0;
-    std::memcpy(&u, p, static_cast<size_t>(Size()));
-    return u;
-  }
-  // Stores v (rounded plainly for the half formats).
-  void Set(int64_t i, float v, bool shifted = false) {
-    unsigned char* p = static_cast<unsigned char*>(data(shifted)) + i * Size();
-    if (dtype == kF32) {
-      std::memcpy(p, &v, 4);
-    } else {
-      const uint16_t h = Narrow(v, FormatOf(dtype));
-      std::memcpy(p, &h, 2);
-    }
-  }
-  void SetBits(int64_t i, uint16_t h) { std::memcpy(raw.data() + i * 2, &h, 2); }
-
-  int32_t dtype;
-  int64_t n;
-  std::vector<unsigned char> raw;
-};
-
-normkit_tensor Tensor(Storage* s, const std::vector<int64_t>& shape, normkit_layout layout,
-                      bool shifted = false) {
-  normkit_tensor t = Desc(s->data(shifted), layout, shape);
-  t.dtype = s->dtype;
-  return t;
-}
 
 // y = x through affine with no scale and no shift: the conversion from x's dtype to y's.
 void Convert(Storage* x, Storage* y, int64_t n) {
@@ -225,43 +178,6 @@ TEST_F(HalfConversions, WideningIsExactOnEveryPattern) {
 }
 
 // ---- The affine family in every dtype pair ----------------------------------------------
-
-struct Pair {
-  int32_t x, y;
-};
-const Pair kPairs[] = {{kF32, kBF16}, {kF32, kF16},  {kBF16, kBF16},
-                       {kF16, kF16},  {kBF16, kF32}, {kF16, kF32}};
-
-// Checks y against the double result `want` of its element: within one unit in the
-// last place of the output format (the float32 result rounded once more), exactly
-// when that is exact. float_error: the float32 result itself may be off by float's
-// error at `magnitude` (a sum that cancels, as beta's with a normalized value), so a half
-// output may also be that far and one unit from want.
-void ExpectOutput(Storage& y, int64_t i, double want, double magnitude, bool shifted,
-                  int64_t* wrong, bool float_error = false) {
-  if (*wrong >= 5) return;
-  const double got = y.Get(i, shifted);
-  bool ok;
-  if (y.dtype == kF32) {
-    ok = std::fabs(got - want) <= 4e-7 * magnitude + 1e-30;
-  } else {
-    const HalfFormat f = FormatOf(y.dtype);
-    const uint16_t ref = Encode(want, f);
-    const auto bits = static_cast<uint16_t>(y.Bits(i, shifted));
-    const int d = static_cast<int>(bits & 0x7FFF) - static_cast<int>(ref & 0x7FFF);
-    ok = bits == ref || ((bits & 0x8000) == (ref & 0x8000) && (d == 1 || d == -1)) ||
-         ((bits & 0x7FFF) <= 1 && (ref & 0x7FFF) <= 1);  // +-0 and the smallest subnormal
-    if (!ok && float_error) {
-      const double unit = std::fabs(Decode(static_cast<uint16_t>((bits & 0x7FFF) + 1), f) -
-                                    Decode(bits & 0x7FFF, f));
-      ok = std::fabs(got - want) <= unit + 4e-7 * magnitude;
-    }
-  }
-  if (!ok) {
-    ADD_FAILURE() << "element " << i << ": got " << got << ", want " << want;
-    ++*wrong;
-  }
-}
 
 struct AffineCase {
   std::vector<int64_t> shape;

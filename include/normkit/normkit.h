@@ -149,8 +149,8 @@ NORMKIT_API int32_t normkit_cuda_device_count(void);
 
 typedef enum normkit_dtype {
   NORMKIT_DTYPE_FLOAT32 = 1,
-  /* The half dtypes: every op, on CPU and CUDA, but batch norm training and the fused
-   * residual-add norms (float32 only). */
+  /* The half dtypes: every op on CPU and CUDA but batch norm training (float32 only) and
+   * the fused residual-add norms (CPU only). */
   NORMKIT_DTYPE_FLOAT16 = 2,  /* IEEE binary16 */
   NORMKIT_DTYPE_BFLOAT16 = 3, /* bfloat16 */
   NORMKIT_DTYPE_FLOAT64 = 4   /* the shift-sum family only */
@@ -479,20 +479,25 @@ NORMKIT_API normkit_status normkit_rms_norm(const normkit_context* context, cons
                                             float* rstd_out);
 
 /* Residual add fused with layer norm (a transformer block's "add & norm"):
- *   h[r, d] = (x[r, d] + residual[r, d]) + bias[d]      (each add rounded to float),
+ *   h[r, d] = (x[r, d] + residual[r, d]) + bias[d]      (each add rounded to float,
+ *                                                        then to x's dtype),
  *   y[r, d] = (h[r, d] - mean[r]) * rstd[r] * gamma[d] + beta[d],
  * reading x and residual once and writing y (and h, when h_out is given: the next
  * block's residual) once; h stays in cache between the two. The statistics and y are
- * bitwise those of normkit_layer_norm on h.
- * x, residual, y, h_out: float32 CPU tensors of one shape [rows, D] (rank 2). h_out may
- *   be NULL. Each output may be an input itself (y->data == x->data or residual->data,
- *   likewise h_out) but must not otherwise overlap one; y and h_out must not overlap.
- *   x and residual may be the same array.
+ * bitwise those of normkit_layer_norm on h as stored (a half h: the float sum rounded to
+ * nearest even, as a framework's add in that dtype stores it), whether or not h_out is
+ * given.
+ * x, residual, h_out: CPU tensors of one dtype (float32, bfloat16 or float16) and one
+ *   shape [rows, D] (rank 2); y: the same shape, in normkit_affine's dtype pairs with x
+ *   (x's dtype, or float32 with a half x, or a half y with a float32 x). h_out may be
+ *   NULL. Each output may be an input itself (y->data == x->data or residual->data with
+ *   one dtype, likewise h_out) but must not otherwise overlap one; y and h_out must not
+ *   overlap. x and residual may be the same array.
  * bias, gamma, beta: D floats or NULL (0, 1, 0); mean_out, rstd_out: `rows` floats or
  *   NULL. None may overlap an output.
  * Errors: INVALID_ARGUMENT (as normkit_layer_norm, for residual and h_out too, and the
- *   overlaps above); UNSUPPORTED (a dtype other than float32, CUDA tensors: CPU only for
- *   now). Nothing is written on error. */
+ *   overlaps above, in place with two dtypes); UNSUPPORTED (float64, CUDA tensors: CPU only
+ *   for now). Nothing is written on error. */
 NORMKIT_API normkit_status normkit_add_layer_norm(
     const normkit_context* context, const normkit_tensor* x, const normkit_tensor* residual,
     const float* bias, const float* gamma, const float* beta, float eps, const normkit_tensor* y,

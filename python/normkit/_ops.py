@@ -281,9 +281,11 @@ def add_layer_norm(x, residual, weight=None, bias=None, eps: float = 1e-5, *, ad
                    out=None, residual_out=None, mean_out=None, rstd_out=None,
                    context: Optional[_normkit.Context] = None):
     """A transformer block's add & norm in one pass: h = x + residual (+ add_bias),
-    returns layer_norm(h) over the last dimension (float32). residual_out, when given,
-    receives h (the next block's residual); out and residual_out may be x or residual
-    (in place)."""
+    returns layer_norm(h) over the last dimension. x, residual and residual_out share one
+    dtype (float32, bfloat16 or float16; a half h is the float32 sum rounded to it, and y
+    the norm of that h); out is x's dtype or, with a half x, float32. residual_out, when
+    given, receives h (the next block's residual); out and residual_out may be x or
+    residual (in place)."""
     return _add_row_norm(x, residual, add_bias, weight, bias, eps, False, out, residual_out,
                          mean_out, rstd_out, context)
 

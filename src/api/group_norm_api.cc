@@ -146,7 +146,7 @@ normkit_status AddRowNormEntry(const char* op, const normkit_context* context,
                                float* mean_out, float* rstd_out) {
   return Guarded(op, [&] {
     TensorView xv, yv, rv, hv;
-    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(op, x, y, &xv, &yv, UnaryDtypes::kFloat32));
+    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(op, x, y, &xv, &yv, UnaryDtypes::kStoragePairs));
     if (xv.rank != 2) {
       return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
                   "%s: x->rank = %d, expected 2 ([rows, D]; describe [B, T, D] as [B*T, D])", op,
@@ -155,6 +155,12 @@ normkit_status AddRowNormEntry(const char* op, const normkit_context* context,
     NORMKIT_RETURN_IF_ERROR(ValidateTensor(op, "residual", residual, &rv));
     NORMKIT_RETURN_IF_ERROR(CheckLikeX(op, "residual", xv, rv, false));
     NORMKIT_RETURN_IF_ERROR(CheckInPlaceOrApart(op, "y", yv, "residual", rv));
+    if (yv.data == rv.data && yv.dtype != rv.dtype) {
+      return Fail(NORMKIT_ERROR_INVALID_ARGUMENT,
+                  "%s: y->data == residual->data with y->dtype = %s and residual->dtype = %s (in "
+                  "place needs one dtype)",
+                  op, DtypeName(yv.dtype), DtypeName(rv.dtype));
+    }
     const int64_t D = xv.channels, rows = xv.batch;
     NORMKIT_RETURN_IF_ERROR(
         ValidateNormArrays(op, xv, yv, eps, gamma, beta, D, mean_out, rstd_out, rows));
@@ -191,9 +197,9 @@ normkit_status AddRowNormEntry(const char* op, const normkit_context* context,
     }
     const NormArgs args = RowNormArgs(gamma, beta, eps, rms, mean_out, rstd_out);
     cpu::RowResidual add;
-    add.residual = static_cast<const float*>(rv.data);
+    add.residual = rv.data;
     add.bias = bias;
-    add.h = h_out != nullptr ? static_cast<float*>(hv.data) : nullptr;
+    add.h = h_out != nullptr ? hv.data : nullptr;
     cpu::RowNorm(ResolveContext(context), xv, yv, args, &add);
     return NORMKIT_SUCCESS;
   });

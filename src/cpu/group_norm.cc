@@ -531,10 +531,10 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
       ContextForBytes(context, (residual != nullptr ? 2 : 1) * (x.bytes + y.bytes));
   // The rows the statistics and outputs are made from: x in its storage (the kernels
   // widen a half x as they load it), or with the fused residual add h = x + residual,
-  // float32, made into h itself when the caller wants it, else into the worker's L1
-  // scratch (also where a streamed h is made): x and residual read once, h normalized
-  // from cache.
-  const kernels::Storage rs = add ? kernels::Storage::kFloat32 : xs;
+  // stored as x is (so that y is the norm of the h the caller gets), made into h itself
+  // when the caller wants it, else into the worker's L1 scratch (also where a streamed h
+  // is made): x and residual read once, h normalized from cache.
+  const kernels::Storage rs = xs;
   const int64_t row_bytes = D * kernels::StorageBytes(rs);
   // Row r's scales (and its optional mean / rstd outputs) from its values xr (stored as
   // rs), its mean (0 for RMS norm) and rstd.
@@ -576,24 +576,27 @@ void RowNorm(const normkit_context& context, const TensorView& x, const TensorVi
   // prefetches the rows read next as it writes these.
   const bool blocked = !batched && D > kBlockedRowFloats && !use_scratch;
   static_assert((int64_t{1} << 15) / kBlockedRowFloats <= kMaxRowBatch, "a task's rows fit");
-  const int64_t scratch_floats = use_scratch ? (batched ? batch_rows : 1) * D : 0;
+  const int64_t scratch_floats = use_scratch ? (batched ? batch_rows : 1) * D : 0;  // >= h's
   const int64_t workers = use_scratch ? ParallelWorkers(ctx, tasks) : 0;
   std::vector<AlignedArray<float>> scratch(static_cast<size_t>(workers));
   for (auto& s : scratch) s = AllocateAligned<float>(static_cast<size_t>(scratch_floats));
   // The values of rows [r, r + count): x's, or h made from them.
   const auto rows_of = [&](int64_t r, int64_t count, int64_t worker) -> const char* {
     if (!add) return xd + r * row_bytes;
-    const auto* x_rows = reinterpret_cast<const float*>(xd) + r * D;
-    const float* r_rows = residual->residual + r * D;
-    float* h = residual->h != nullptr && !stream_h ? residual->h + r * D
-                                                   : scratch[static_cast<size_t>(worker)].get();
+    const char* x_rows = xd + r * row_bytes;
+    const char* r_rows = static_cast<const char*>(residual->residual) + r * row_bytes;
+    char* h_out = static_cast<char*>(residual->h);
+    char* h = h_out != nullptr && !stream_h
+                  ? h_out + r * row_bytes
+                  : reinterpret_cast<char*>(scratch[static_cast<size_t>(worker)].get());
     for (int64_t k = 0; k < count; ++k) {
-      kernels::ResidualAdd(x_rows + k * D, r_rows + k * D, residual->bias, D, h + k * D);
+      kernels::ResidualAdd(x_rows + k * row_bytes, r_rows + k * row_bytes, rs, residual->bias, D,
+                           h + k * row_bytes);
     }
     if (stream_h) {  // fenced at the end of the task
-      kernels::NarrowFromFloat(h, count * D, residual->h + r * D, kernels::Storage::kFloat32, true);
+      kernels::CopyElements(h, rs, count * D, h_out + r * row_bytes, true);
     }
-    return reinterpret_cast<const char*>(h);
+    return h;
   };
   const auto run_rows = [&](int64_t task, int64_t worker) {
     const int64_t r0 = task * rows_per_task;

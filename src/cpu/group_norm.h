@@ -28,15 +28,16 @@ void GroupNorm(const normkit_context& context, const TensorView& x, const Tensor
 using RowNormArgs = NormArgs;  // gamma, beta, eps, rms, mean, rstd
 
 // The residual add of the fused add + norm: the rows normalized are
-// h = (x + residual) + bias, written to h when it is not null (x, residual, h float32).
+// h = (x + residual) + bias, computed in float and stored as x is (residual and h share
+// x's dtype), written to h when it is not null.
 struct RowResidual {
-  const float* residual = nullptr;  // [rows, D]
-  const float* bias = nullptr;      // D floats, or null
-  float* h = nullptr;               // [rows, D], or null
+  const void* residual = nullptr;  // [rows, D]
+  const float* bias = nullptr;     // D floats, or null
+  void* h = nullptr;               // [rows, D], or null
 };
 
 // Layer norm or RMS norm over the last dimension of a [rows, D] tensor; with `residual`,
-// of h = x + residual (+ bias) (float32 x and y).
+// of h = x + residual (+ bias) as stored.
 void RowNorm(const normkit_context& context, const TensorView& x, const TensorView& y,
              const RowNormArgs& args, const RowResidual* residual = nullptr);
 

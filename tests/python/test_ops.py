@@ -175,6 +175,32 @@ def test_add_layer_and_rms_norm(shape):
         normkit.add_layer_norm(x, r, out=h_out, residual_out=h_out)
 
 
+def test_float16_storage_add_layer_and_rms_norm():
+    """The fused add + norm on float16 rows: h is the float32 sum rounded to float16 (what
+    numpy's float16 add stores), y the layer norm of that h, bitwise, with y float16 or
+    float32."""
+    x = (RNG.standard_normal((9, 96)) * 3 + 1).astype(np.float16)
+    r = RNG.standard_normal((9, 96)).astype(np.float16)
+    w, b, a = (RNG.standard_normal(96).astype(np.float32) for _ in range(3))
+    h = ((x.astype(np.float32) + r.astype(np.float32)) + a).astype(np.float16)
+    h_out = np.empty_like(x)
+    y = normkit.add_layer_norm(x, r, w, b, 1e-5, add_bias=a, residual_out=h_out)
+    assert y.dtype == np.float16 and np.array_equal(h_out, h)
+    assert np.array_equal(y, normkit.layer_norm(h, w, b, 1e-5))
+    hd = h.astype(np.float64)
+    mean, var = hd.mean(-1, keepdims=True), hd.var(-1, keepdims=True)
+    want = (hd - mean) / np.sqrt(var + 1e-5) * w + b
+    assert ulps16(y, want.astype(np.float16)).max() <= 1
+    wide = np.empty((9, 96), np.float32)  # float16 in, float32 out
+    normkit.add_rms_norm(x, r, w, 1e-6, add_bias=a, out=wide)
+    assert np.array_equal(wide, normkit.rms_norm(h.astype(np.float32), w, 1e-6))
+    x2, r2 = x.copy(), r.copy()  # in place: y over x, h over the residual
+    normkit.add_layer_norm(x2, r2, w, b, 1e-5, add_bias=a, out=x2, residual_out=r2)
+    assert np.array_equal(x2, y) and np.array_equal(r2, h)
+    with pytest.raises(ValueError, match="residual->dtype = float32 differs"):
+        normkit.add_layer_norm(x, r.astype(np.float32))
+
+
 def test_bitwise_identical_for_any_thread_count():
     x = RNG.standard_normal((4, 32, 32, 32)).astype(np.float32)
     ys = [normkit.group_norm(channels_last(x), 8, context=normkit.Context(t)) for t in (1, 2, 3)]

@@ -355,6 +355,26 @@ def test_layer_and_rms_norm_modules_in_half_precision(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_add_layer_and_rms_norm_on_half_tensors(dtype):
+    """A transformer block's add & norm on half tensors: h bitwise PyTorch's (x + r) + bias
+    in that dtype, y within one unit of the format of PyTorch's norm of that h (both round
+    a float32 result)."""
+    x = (torch.randn(4, 7, 256) * 2 + 1).to(dtype)
+    r = torch.randn(4, 7, 256).to(dtype)
+    w, b, a = torch.randn(256), torch.randn(256), torch.randn(256)
+    h_torch = ((x.float() + r.float()) + a).to(dtype)
+    h = torch.empty_like(x)
+    y = normkit.add_layer_norm(x, r, w, b, 1e-5, add_bias=a, residual_out=h)
+    assert y.dtype == dtype and torch.equal(h, h_torch)
+    ulp = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+    want = nn.functional.layer_norm(h_torch.float(), (256,), w, b, 1e-5)
+    assert ((y.float() - want).abs() <= (want.abs() + 2 ** -6) * ulp * 1.01).all()
+    y_rms = normkit.add_rms_norm(x, r, w, 1e-6)
+    want = nn.functional.rms_norm((x.float() + r.float()).to(dtype).float(), (256,), w, 1e-6)
+    assert ((y_rms.float() - want).abs() <= (want.abs() + 2 ** -6) * ulp * 1.01).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_group_and_instance_norm_modules_in_half_precision(dtype, monkeypatch):
     """A model cast to bfloat16 / float16: its GroupNorm (with the fused SiLU) and
     InstanceNorm2d run in normkit on half tensors in both layouts, within one unit of the

@@ -242,8 +242,14 @@ void WidenToFloat(const void* x, Storage storage, int64_t n, float* out);
 void NarrowFromFloat(const float* x, int64_t n, void* y, Storage storage, bool stream);
 
 // h[i] = (x[i] + r[i]) + bias[i] for i < n (bias null: x[i] + r[i]), each add rounded to
-// float in that order: the residual add of the fused add + norm. h may be x or r.
-void ResidualAdd(const float* x, const float* r, const float* bias, int64_t n, float* h);
+// float in that order, h stored as x and r are (`storage`; half: that sum rounded to
+// nearest even): the residual add of the fused add + norm. h may be x or r.
+void ResidualAdd(const void* x, const void* r, Storage storage, const float* bias, int64_t n,
+                 void* h);
+
+// y[i] = x[i] for i < n, both stored as `storage`; `stream`: non-temporal stores, fenced
+// by the caller. The fused add + norm's h, made in cache, streamed to the caller's array.
+void CopyElements(const void* x, Storage storage, int64_t n, void* y, bool stream);
 
 }  // namespace kernels
 }  // namespace normkit

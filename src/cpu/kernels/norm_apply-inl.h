@@ -711,20 +711,31 @@ inline void NarrowFromFloatImpl(const float* x, int64_t count, void* y, Storage 
 }
 
 // h[i] = (x[i] + r[i]) + bias[i] (bias null: x[i] + r[i]) for i < count, each add
-// rounded to float in that order (a framework's two adds). h may be x or r.
-inline void ResidualAddImpl(const float* x, const float* r, const float* bias, int64_t count,
-                            float* h) {
-  const size_t n = static_cast<size_t>(count);
-  const auto add = [&](auto d, size_t i) {
-    auto v = hn::Add(LoadF(d, x + i), hn::LoadU(d, r + i));
-    if (bias != nullptr) v = hn::Add(v, hn::LoadU(d, bias + i));
-    hn::StoreU(v, d, h + i);
-  };
-  const DF d;
-  const size_t N = hn::Lanes(d);
-  size_t i = 0;
-  for (; i + N <= n; i += N) add(d, i);
-  for (; i < n; ++i) add(hn::CappedTag<float, 1>(), i);
+// rounded to float in that order (a framework's two adds), h stored as x and r are (a
+// half h: that float sum rounded to nearest even). h may be x or r.
+inline void ResidualAddImpl(const void* x, const void* r, Storage storage, const float* bias,
+                            int64_t count, void* h) {
+  WithStorage(x, storage, [&](const auto* xs) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(xs)>>;
+    const T* rs = static_cast<const T*>(r);
+    MapSpan<false>(xs, static_cast<T*>(h), static_cast<size_t>(count),
+                   [&](auto d, size_t i, auto v) {
+                     v = hn::Add(v, LoadF(d, rs + i));
+                     return bias != nullptr ? hn::Add(v, hn::LoadU(d, bias + i)) : v;
+                   });
+  });
+}
+
+// y[i] = x[i] for i < count, both stored as `storage`, non-temporally when `stream` (the
+// caller fences): a half value survives its widening and rounding unchanged, NaN
+// payloads aside (quieted; the callers copy results of float arithmetic, quiet already).
+inline void CopyElementsImpl(const void* x, Storage storage, int64_t count, void* y, bool stream) {
+  WithStorage(x, storage, [&](const auto* xs) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(xs)>>;
+    const auto same = [](auto, size_t, auto v) { return v; };
+    if (stream) return MapSpan<true>(xs, static_cast<T*>(y), static_cast<size_t>(count), same);
+    MapSpan<false>(xs, static_cast<T*>(y), static_cast<size_t>(count), same);
+  });
 }
 
 }  // namespace HWY_NAMESPACE

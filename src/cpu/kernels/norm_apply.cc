@@ -23,6 +23,7 @@ HWY_EXPORT(ApplyNormPlanesThenMomentsImpl);
 HWY_EXPORT(WidenToFloatImpl);
 HWY_EXPORT(NarrowFromFloatImpl);
 HWY_EXPORT(ResidualAddImpl);
+HWY_EXPORT(CopyElementsImpl);
 
 void ApplyNormPlanes(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t n,
                      int64_t plane, int64_t offset, const float* mean, const float* scale,
@@ -54,8 +55,13 @@ void NarrowFromFloat(const float* x, int64_t n, void* y, Storage storage, bool s
   HWY_DYNAMIC_DISPATCH(NarrowFromFloatImpl)(x, n, y, storage, stream);
 }
 
-void ResidualAdd(const float* x, const float* r, const float* bias, int64_t n, float* h) {
-  HWY_DYNAMIC_DISPATCH(ResidualAddImpl)(x, r, bias, n, h);
+void ResidualAdd(const void* x, const void* r, Storage storage, const float* bias, int64_t n,
+                 void* h) {
+  HWY_DYNAMIC_DISPATCH(ResidualAddImpl)(x, r, storage, bias, n, h);
+}
+
+void CopyElements(const void* x, Storage storage, int64_t n, void* y, bool stream) {
+  HWY_DYNAMIC_DISPATCH(CopyElementsImpl)(x, storage, n, y, stream);
 }
 
 }  // namespace kernels
