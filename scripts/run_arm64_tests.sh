@@ -50,7 +50,7 @@ large+=':HalfShiftSum.LargeCallsAndOverflow:HalfShiftSum.Streamed*'  # covered n
 targets='SimdTargets.*:HalfConversions.*:GoldenVectors.*:ShiftSum.PhaseWalksOnEveryTarget'
 targets+=':FloatEdges.*OnEveryTarget:GroupNorm.SiluWithinAFewUlpsOverItsRange'
 targets+=':BatchNormTraining.EverySimdTarget*:BatchNormBackward.EverySimdTarget*'
-targets+=':HalfShiftSum.StoredXEveryPathOnEveryTarget*'
+targets+=':HalfShiftSum.StoredXEveryPathOnEveryTarget*:HalfAddNorm.EveryTarget'
 targets+='-*AffineChannelsLastPeriodsOnEveryTarget'  # minutes under SVE emulation
 run() {  # name, cpu, gtest filter
   echo "=== aarch64 $1 (qemu -cpu $2)"
