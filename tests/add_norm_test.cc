@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "add_norm_pairings.h"
 #include "norm_reference.h"
 #include "test_util.h"
 
@@ -146,14 +147,7 @@ void ExpectInPlaceOnEveryInput(int64_t rows, int64_t D) {
     ASSERT_EQ(call(x.data(), r.data(), y.data(), h.data()), NORMKIT_SUCCESS)
         << normkit_last_error();
     const std::vector<float> y_want = y, h_want = h;
-    struct Pairing {
-      const char* name;
-      int y_on, h_on;  // 0: its own buffer, 1: x, 2: residual (h_on -1: no h)
-    };
-    for (const Pairing& p :
-         {Pairing{"y = x", 1, 0}, Pairing{"y = residual", 2, 0}, Pairing{"h = x", 0, 1},
-          Pairing{"h = residual", 0, 2}, Pairing{"y = x, h = residual", 1, 2},
-          Pairing{"y = residual, h = x", 2, 1}, Pairing{"y = x, no h", 1, -1}}) {
+    for (const AddNormPairing& p : kAddNormPairings) {
       SCOPED_TRACE(std::string(p.name) + (rms ? " rms" : " layer"));
       x = x0, r = r0;
       std::vector<float> own_y(n), own_h(n);

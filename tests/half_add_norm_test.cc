@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "add_norm_pairings.h"
 #include "half_reference.h"
 #include "half_targets.h"
 #include "half_tensor.h"
@@ -197,14 +198,7 @@ TEST(HalfAddNorm, InPlaceOnEveryInput) {
                     NORMKIT_SUCCESS)
               << normkit_last_error();
         }
-        struct Pairing {
-          const char* name;
-          int y_on, h_on;  // 0: its own buffer, 1: x, 2: residual (h_on -1: no h)
-        };
-        for (const Pairing& p :
-             {Pairing{"y = x", 1, 0}, Pairing{"y = residual", 2, 0}, Pairing{"h = x", 0, 1},
-              Pairing{"h = residual", 0, 2}, Pairing{"y = x, h = residual", 1, 2},
-              Pairing{"y = residual, h = x", 2, 1}, Pairing{"y = x, no h", 1, -1}}) {
+        for (const AddNormPairing& p : kAddNormPairings) {
           if (p.y_on > 0 && pair.x != pair.y) continue;  // in place needs one dtype
           SCOPED_TRACE(p.name);
           Storage x = x0, r = r0, own_y(pair.y, n), own_h(pair.x, n);
