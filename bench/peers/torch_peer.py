@@ -57,11 +57,13 @@ def rows(quick):
 
 
 def half_more_rows(quick):
-    """The half rows beyond the "half" set: affine (seed 000's shape) and RMS norm."""
+    """The half rows beyond the "half" set: affine (seed 000's shape), RMS norm and the
+    residual add + layer / RMS norm."""
     for cl in (False, True):
         yield "affine", (4, 64, 32, 32) if quick else (64, 256, 64, 64), cl
-    for shape in [(256, 768)] if quick else [(4096, 768), (2048, 4096)]:
-        yield "rms_norm", shape, False
+    for op in ("rms_norm", "add_layer_norm", "add_rms_norm"):
+        for shape in [(256, 768)] if quick else [(4096, 768), (2048, 4096)]:
+            yield op, shape, False
 
 
 def make_case(op, shape, cl, dtype, threads):
@@ -70,7 +72,8 @@ def make_case(op, shape, cl, dtype, threads):
     if cl:
         x = x.contiguous(memory_format=(torch.channels_last if len(shape) == 4 else
                                         torch.channels_last_3d))
-    C = shape[-1] if op in ("layer_norm", "rms_norm") else shape[1]
+    rows_op = op in ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
+    C = shape[-1] if rows_op else shape[1]
     w = torch.rand(C, generator=gen) + 0.5
     b = torch.randn(C, generator=gen)
     out = torch.empty_like(x)
@@ -99,6 +102,30 @@ def make_case(op, shape, cl, dtype, threads):
         ours = lambda: normkit.rms_norm(x, w, 1e-5, out=out, context=ctx)  # noqa: E731
         ref = F.rms_norm(xd, (C,), wd, 1e-5)
         name = "F.rms_norm"
+    elif op in ("add_layer_norm", "add_rms_norm"):
+        # A transformer block's add & norm: PyTorch adds into a preallocated h in x's dtype
+        # (rounded), then normalizes h; normkit does both in one call, writing y and h.
+        # RMS norm's weight in x's dtype as above (its fused path).
+        rms = op == "add_rms_norm"
+        r = (torch.randn(shape, generator=gen)).to(dtype)
+        wh = w.to(dtype)
+        if rms:
+            w = wh.float()
+        h_peer, h_ours = torch.empty_like(x), torch.empty_like(x)
+
+        def peer():
+            torch.add(x, r, out=h_peer)
+            res["y"] = F.rms_norm(h_peer, (C,), wh, 1e-5) if rms else F.layer_norm(
+                h_peer, (C,), w, b, 1e-5)
+
+        fn = normkit.add_rms_norm if rms else normkit.add_layer_norm
+        kw = {} if rms else {"bias": b}
+        ours = lambda: fn(x, r, w, eps=1e-5, out=out, residual_out=h_ours,  # noqa: E731
+                          context=ctx, **kw)
+        hd = (x.float() + r.float()).to(dtype).double()  # h as both store it
+        ref = (F.rms_norm(hd, (C,), wd, 1e-5) if rms else F.layer_norm(hd, (C,), wd, bd, 1e-5))
+        del hd
+        name = ("torch.add(out=) + F." + ("rms_norm" if rms else "layer_norm"))
     elif op == "affine":
         # PyTorch's half addcmul takes half parameters; normkit float32 ones (the same
         # values: half-exact).
@@ -157,7 +184,7 @@ def make_case(op, shape, cl, dtype, threads):
         got = torch.as_tensor(got).double()
         return ((got - ref).abs() / (ref.abs() + 1)).max().item()
 
-    layout = "NHWC" if cl else ("rows" if op in ("layer_norm", "rms_norm") else "NCHW")
+    layout = "NHWC" if cl else ("rows" if rows_op else "NCHW")
     return Case("half" if dtype != torch.float32 else "train", op, shape, layout,
                 str(dtype).replace("torch.", ""), threads, ours, lambda: out,
                 [Peer(f"PyTorch {name}", peer, lambda: res["y"])], error,
@@ -203,7 +230,7 @@ def model_cases(quick=False, threads_list=(1, 2)):
                        ours_tol=1e-4, peer_tol=1e-4)
 
 
-def cases(which="half", quick=False, threads_list=(1, 2)):
+def cases(which="half", quick=False, threads_list=(1, 2), ops=None):
     if which == "model":
         yield from model_cases(quick, threads_list)
         return
@@ -211,6 +238,8 @@ def cases(which="half", quick=False, threads_list=(1, 2)):
     dtypes = (torch.bfloat16, torch.float16) if half else (torch.float32,)
     row_set = {"half": rows, "half_more": half_more_rows, "train": train_rows}[which]
     for op, shape, cl in row_set(quick):
+        if ops and op not in ops:
+            continue
         for dtype in dtypes:
             for threads in threads_list:
                 torch.set_num_threads(threads)
@@ -222,11 +251,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
     ap.add_argument("--set", choices=("half", "half_more", "train", "model"), default="half")
+    ap.add_argument("--ops", default="", help="only these ops, e.g. add_layer_norm,add_rms_norm")
     args = ap.parse_args()
     print(f"normkit {normkit.version()} ({normkit.simd_target()}), torch {torch.__version__}, "
           f"{args.rounds} rounds; ratio = torch / normkit time")
     print(TABLE_HEAD)
-    c = counts(run_cases(cases(args.set, args.quick), args.rounds))
+    ops = set(args.ops.split(",")) if args.ops else None
+    c = counts(run_cases(cases(args.set, args.quick, ops=ops), args.rounds))
     print(f"\n{c['win']} wins, {c['tie']} ties, {c['loss']} losses")
 
 
