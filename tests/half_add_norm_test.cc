@@ -4,9 +4,10 @@
 // normkit_layer_norm / normkit_rms_norm of that h and within one unit of the double
 // reference of its norm; every dtype pair, in place on every input, data off a vector
 // boundary, streamed large calls, every SIMD target, thread counts, overflow and
-// subnormal sums.
+// subnormal sums, and the golden vectors of tests/vectors/add_norm.txt.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "half_tensor.h"
 #include "normkit/normkit.h"
 #include "test_util.h"
+#include "vectors.h"
 
 namespace normkit_test {
 namespace {
@@ -266,6 +268,57 @@ TEST(HalfAddNorm, BitwiseIdenticalAcrossThreadCounts) {
         EXPECT_EQ(y.raw, first_y) << threads << " threads";
         EXPECT_EQ(h.raw, first_h) << threads << " threads";
       }
+    }
+  }
+}
+
+// The golden vectors of tests/vectors/add_norm.txt (float32 and half, written by NumPy):
+// h exactly, y within one unit of its format of the float64 norm of that h (float32: a
+// few float ulps of the output's scale).
+TEST(GoldenVectors, AddNorm) {
+  const std::string path = std::string(NORMKIT_VECTORS_DIR) + "/add_norm.txt";
+  const auto cases = ReadVectorFile(path);
+  ASSERT_GE(cases.size(), 10u) << "cannot read " << path;
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    const auto shape = k.Shape();
+    const int32_t xd = DtypeNamed(k.scalars.at("x_dtype")),
+                  yd = DtypeNamed(k.scalars.at("y_dtype"));
+    const std::vector<float> xs = k.Floats("x"), rs = k.Floats("residual"),
+                             bias = k.FloatsOrEmpty("bias"), gamma = k.Floats("gamma"),
+                             beta = k.FloatsOrEmpty("beta");
+    const auto n = static_cast<int64_t>(xs.size());
+    Storage x(xd, n), r(xd, n), h(xd, n), y(yd, n);
+    for (int64_t i = 0; i < n; ++i) {
+      x.Set(i, xs[static_cast<size_t>(i)]);
+      r.Set(i, rs[static_cast<size_t>(i)]);
+      ASSERT_EQ(x.Get(i), xs[static_cast<size_t>(i)]) << "input not representable";
+      ASSERT_EQ(r.Get(i), rs[static_cast<size_t>(i)]) << "input not representable";
+    }
+    const auto layout = NORMKIT_LAYOUT_CHANNELS_FIRST;
+    const normkit_tensor xt = Tensor(&x, shape, layout), rt = Tensor(&r, shape, layout),
+                         ht = Tensor(&h, shape, layout), yt = Tensor(&y, shape, layout);
+    const auto eps = static_cast<float>(k.Scalar("eps"));
+    const normkit_status st =
+        k.op == "add_rms_norm"
+            ? normkit_add_rms_norm(nullptr, &xt, &rt, DataOrNull(bias), gamma.data(), eps, &yt, &ht,
+                                   nullptr)
+            : normkit_add_layer_norm(nullptr, &xt, &rt, DataOrNull(bias), gamma.data(),
+                                     DataOrNull(beta), eps, &yt, &ht, nullptr, nullptr);
+    ASSERT_EQ(st, NORMKIT_SUCCESS) << normkit_last_error();
+    const std::vector<double>& want_h = k.arrays.at("h");
+    const std::vector<double>& want_y = k.arrays.at("y");
+    double scale = 0;
+    for (double w : want_y) scale = std::max(scale, std::fabs(w));
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n && wrong < 5; ++i) {
+      if (h.Get(i) != want_h[static_cast<size_t>(i)]) {
+        ADD_FAILURE() << "h element " << i << ": got " << h.Get(i) << ", want "
+                      << want_h[static_cast<size_t>(i)];
+        ++wrong;
+      }
+      // beta can cancel the normalized value: float32's error at the row's scale.
+      ExpectOutput(y, i, want_y[static_cast<size_t>(i)], 25 * scale, false, &wrong, true);
     }
   }
 }

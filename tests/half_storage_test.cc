@@ -494,14 +494,6 @@ TEST(HalfStorage, RowNormsLargeTensorsStream) {
 namespace normkit_test {
 namespace {
 
-int32_t DtypeNamed(const std::string& field) {
-  const std::string name = field.substr(field.find_first_not_of(' '));
-  if (name == "bfloat16") return kBF16;
-  if (name == "float16") return kF16;
-  EXPECT_EQ(name, "float32");
-  return kF32;
-}
-
 // The golden vectors of tests/vectors/half.txt: every output within one unit of its format
 // of the float64 result rounded to it (float32 outputs: within 1e-5 of the output's scale).
 TEST(GoldenVectors, HalfStorage) {

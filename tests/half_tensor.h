@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "half_reference.h"
@@ -101,6 +102,16 @@ inline void ExpectOutput(Storage& y, int64_t i, double want, double magnitude, b
     ADD_FAILURE() << "element " << i << ": got " << got << ", want " << want;
     ++*wrong;
   }
+}
+
+// The dtype a golden-vector file's x_dtype / y_dtype field names (the rest of its line,
+// leading blanks included).
+inline int32_t DtypeNamed(const std::string& field) {
+  const std::string name = field.substr(field.find_first_not_of(' '));
+  if (name == "bfloat16") return kBF16;
+  if (name == "float16") return kF16;
+  EXPECT_EQ(name, "float32");
+  return kF32;
 }
 
 }  // namespace normkit_test

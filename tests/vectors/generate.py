@@ -12,7 +12,8 @@ independent reading of the semantics.
 File format (text, one record per case):
     case <name>
     op <op>                       group_norm | layer_norm | rms_norm | shift_sum |
-                                  batch_norm_training | batch_norm_backward
+                                  batch_norm_training | batch_norm_backward |
+                                  add_layer_norm | add_rms_norm
     <key> <int or float>          scalars (groups, eps, activation, layout, ...)
     <array> <count> v0 v1 ...     arrays (x, gamma, beta, y, ...), float32 as %.9g,
                                   expected outputs as %.17g
@@ -221,6 +222,41 @@ def half_cases(rng, w):
         w.case(f"{op}_{xd}_{yd}_{i}", op, scalars, inputs, {"y": round_to(y, yd)})
 
 
+def add_norm_cases(rng, w):
+    """The residual add fused with layer / RMS norm: h = (x + residual) + bias by float32
+    adds (NumPy's, IEEE like every backend's), stored in x's dtype (rounded to it: the h
+    the op returns, exactly), y the float64 norm of that stored h, rounded to y's dtype."""
+    cases = [  # op, x (residual, h) dtype, y dtype, rows, D, bias?, mean offset
+        ("add_layer_norm", "float32", "float32", 5, 96, True, 0.0),
+        ("add_layer_norm", "float32", "float32", 3, 768, False, 1.0e4),
+        ("add_rms_norm", "float32", "float32", 4, 33, True, 0.0),
+        ("add_layer_norm", "bfloat16", "bfloat16", 6, 96, True, 0.0),
+        ("add_layer_norm", "float16", "float16", 4, 768, False, 0.0),
+        ("add_layer_norm", "bfloat16", "float32", 3, 100, True, 50.0),
+        ("add_layer_norm", "float32", "bfloat16", 2, 256, True, 0.0),
+        ("add_rms_norm", "float16", "float16", 5, 33, True, 0.0),
+        ("add_rms_norm", "bfloat16", "bfloat16", 2, 4096, False, 0.0),
+        ("add_rms_norm", "float16", "float32", 3, 64, True, 0.0),
+    ]
+    for i, (op, xd, yd, rows, d, has_bias, offset) in enumerate(cases):
+        rms = op == "add_rms_norm"
+        x = round_to(rng.standard_normal((rows, d)) * 2 + offset, xd).astype(np.float32)
+        r = round_to(rng.standard_normal((rows, d)) - offset / 2, xd).astype(np.float32)
+        bias = rng.standard_normal(d).astype(np.float32) if has_bias else None
+        h = x + r  # float32 adds
+        if bias is not None:
+            h = h + bias
+        h = round_to(h.astype(np.float64), xd)
+        gamma = rng.uniform(0.5, 1.5, d).astype(np.float32)
+        beta = None if rms else rng.standard_normal(d).astype(np.float32)
+        eps = 1e-5
+        y = row_norm_ref(h.astype(np.float32), gamma, beta, eps, rms)
+        scalars = {"x_dtype": xd, "y_dtype": yd, "shape": f"{rows} {d}", "eps": eps}
+        w.case(f"{op}_{xd}_{yd}_{i}", op, scalars,
+               {"x": x, "residual": r, "bias": bias, "gamma": gamma, "beta": beta},
+               {"h": h, "y": round_to(y, yd)})
+
+
 def to_nc(a, channels_last):
     """A memory-layout array as N, C, spatial... (a view)."""
     return np.moveaxis(a, -1, 1) if channels_last else a
@@ -369,9 +405,10 @@ def main():
                {"y": y})
     shift_sum_cases(rng, Writer(os.path.join(HERE, "shift_sum.txt")))
     half_cases(np.random.default_rng(46), Writer(os.path.join(HERE, "half.txt")))
+    add_norm_cases(np.random.default_rng(48), Writer(os.path.join(HERE, "add_norm.txt")))
     bn_checked = batch_norm_training_cases(
         np.random.default_rng(50), Writer(os.path.join(HERE, "batch_norm_training.txt")))
-    print(f"wrote group_norm.txt, row_norm.txt, shift_sum.txt, half.txt and "
+    print(f"wrote group_norm.txt, row_norm.txt, shift_sum.txt, half.txt, add_norm.txt and "
           f"batch_norm_training.txt ({torch_checked} group-norm and {bn_checked} batch-norm "
           f"training cases also checked against PyTorch)", file=sys.stderr)
 
