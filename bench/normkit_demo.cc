@@ -192,26 +192,54 @@ void RunGroupNorm(const char* source, const std::vector<int64_t>& shape, int64_t
   normkit_context_destroy(ctx);
 }
 
+// bfloat16 bits to float (exact) and a float rounded to bfloat16 (nearest even; the
+// values here are finite): the half rows' references.
+float FromBF16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+float RoundedToBF16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return FromBF16(static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16));
+}
+
 // Layer / RMS norm of [rows, D]; with `add`, the fused residual add first (h = x + r
 // written too: x, r read and y, h written, against a copy of those bytes). Checked on
-// every 97th row against the norm of h (h = x without the add) in double.
-void RunRowNorm(const std::vector<int64_t>& shape, bool rms, bool add, int threads) {
+// every 97th row against the norm of h (h = x without the add) in double. With `bf16`,
+// every array in bfloat16 (half the bytes; h rounded to it, y within bfloat16's
+// precision of the double norm of that h).
+void RunRowNorm(const std::vector<int64_t>& shape, bool rms, bool add, int threads,
+                bool bf16 = false) {
   const Workload w{"rows", shape};
   const int64_t rows = shape[0], D = shape[1], numel = rows * D;
   const int64_t arrays = add ? 2 : 1;  // inputs (x, r); as many outputs (y, h)
-  const int64_t bytes = 2 * arrays * numel * static_cast<int64_t>(sizeof(float));
-  Buffer in = MakeBuffer(arrays * numel, 41), out = MakeBuffer(arrays * numel, 42),
-         ref = MakeBuffer(arrays * numel, 43), gamma = MakeBuffer(D, 44), beta = MakeBuffer(D, 45);
-  const float* x = in.get();
-  const float* r = in.get() + numel;
-  const float* y = out.get();
-  const float* h = out.get() + numel;
+  const int64_t elem = bf16 ? 2 : 4, floats = (arrays * numel * elem + 3) / 4;
+  const int64_t bytes = 2 * arrays * numel * elem;
+  const int32_t dtype = bf16 ? NORMKIT_DTYPE_BFLOAT16 : NORMKIT_DTYPE_FLOAT32;
+  int64_t in_floats;
+  Buffer in =
+      MakeTensorBuffer({arrays * rows, D}, NORMKIT_LAYOUT_CHANNELS_FIRST, dtype, 41, &in_floats);
+  Buffer out = MakeBuffer(floats, 42), ref = MakeBuffer(floats, 43), gamma = MakeBuffer(D, 44),
+         beta = MakeBuffer(D, 45);
+  // Element i of an array of the call (x, r in `in`; y, h in `out`), as a float.
+  const auto at = [&](const Buffer& b, int64_t i) {
+    if (!bf16) return b[i];
+    uint16_t v;
+    std::memcpy(&v, reinterpret_cast<const char*>(b.get()) + 2 * i, 2);
+    return FromBF16(v);
+  };
   normkit_context* ctx = nullptr;
   normkit_context_create(threads, &ctx);
   const auto layout = NORMKIT_LAYOUT_CHANNELS_FIRST;
+  const auto second = [&](const Buffer& b) {
+    return reinterpret_cast<char*>(b.get()) + numel * elem;
+  };
   normkit_tensor xt = Desc(in.get(), layout, shape), yt = Desc(out.get(), layout, shape);
-  normkit_tensor rt = Desc(in.get() + numel, layout, shape),
-                 ht = Desc(out.get() + numel, layout, shape);
+  normkit_tensor rt = Desc(second(in), layout, shape), ht = Desc(second(out), layout, shape);
+  for (auto* t : {&xt, &yt, &rt, &ht}) t->dtype = dtype;
   const auto call = [&] {
     normkit_status st;
     if (add) {
@@ -227,12 +255,15 @@ void RunRowNorm(const std::vector<int64_t>& shape, bool rms, bool add, int threa
   };
   call();
   bool ok = true;
+  // float32: a few float ulps of the row's scale; bfloat16: its rounding (2^-8 relative).
+  const double tolerance = bf16 ? 1.0 / 256 : 1e-5;
   std::vector<float> hr(static_cast<size_t>(D));
   for (int64_t row = 0; row < rows && ok; row += 97) {
     for (int64_t d = 0; d < D; ++d) {
       const int64_t i = row * D + d;
-      hr[d] = add ? x[i] + r[i] : x[i];
-      if (add && h[i] != hr[d]) {
+      const float sum = at(in, i) + at(in, numel + i);
+      hr[d] = !add ? at(in, i) : bf16 ? RoundedToBF16(sum) : sum;
+      if (add && at(out, numel + i) != hr[d]) {
         std::printf("  MISMATCH in h at row %lld\n", static_cast<long long>(row));
         ok = false;
       }
@@ -246,17 +277,18 @@ void RunRowNorm(const std::vector<int64_t>& shape, bool rms, bool add, int threa
     const double rs = 1.0 / std::sqrt(sq / D + 1e-5);
     for (int64_t d = 0; d < D && ok; ++d) {
       const double t = (hr[d] - m) * rs * gamma[d], b = rms ? 0.0 : beta[d];
-      if (!(std::fabs(y[row * D + d] - (t + b)) <= 1e-5 * (std::fabs(t) + std::fabs(b)) + 1e-7)) {
+      if (!(std::fabs(at(out, row * D + d) - (t + b)) <=
+            tolerance * (std::fabs(t) + std::fabs(b)) + 1e-7)) {
         std::printf("  MISMATCH at row %lld\n", static_cast<long long>(row));
         ok = false;
       }
     }
   }
   const PairTiming tm = TimePair(
-      call, [&] { ParallelCopy(threads, ref.get(), in.get(), arrays * numel); }, bytes);
-  const char* name =
-      add ? (rms ? "add + rms_norm" : "add + layer_norm") : (rms ? "rms_norm" : "layer_norm");
-  PrintRow(name, w, layout, false, threads, tm, bytes, ok);
+      call, [&] { ParallelCopy(threads, ref.get(), in.get(), floats); }, bytes);
+  const std::string name =
+      std::string(add ? "add + " : "") + (rms ? "rms_norm" : "layer_norm") + (bf16 ? " bf16" : "");
+  PrintRow(name.c_str(), w, layout, false, threads, tm, bytes, ok);
   normkit_context_destroy(ctx);
 }
 
@@ -508,10 +540,12 @@ int main(int argc, char** argv) {
   }
   const std::vector<int64_t> rows_shape =
       quick ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{4096, 768};
-  for (bool add : {false, true}) {
-    for (bool rms : {false, true}) {
-      RunRowNorm(rows_shape, rms, add, 1);
-      if (all > 1) RunRowNorm(rows_shape, rms, add, all);
+  for (bool bf16 : {false, true}) {  // bfloat16: the same rows in half the bytes
+    for (bool add : {false, true}) {
+      for (bool rms : {false, true}) {
+        RunRowNorm(rows_shape, rms, add, 1, bf16);
+        if (all > 1) RunRowNorm(rows_shape, rms, add, all, bf16);
+      }
     }
   }
   const std::vector<std::vector<int64_t>> train_shapes =
