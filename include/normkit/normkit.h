@@ -149,7 +149,7 @@ NORMKIT_API int32_t normkit_cuda_device_count(void);
 
 typedef enum normkit_dtype {
   NORMKIT_DTYPE_FLOAT32 = 1,
-  /* The half dtypes: every op on CPU and CUDA but batch norm training (float32 only) and
+  /* The half dtypes: every op on the CPU; on CUDA every op but batch norm training and
    * the fused residual-add norms (CPU only). */
   NORMKIT_DTYPE_FLOAT16 = 2,  /* IEEE binary16 */
   NORMKIT_DTYPE_BFLOAT16 = 3, /* bfloat16 */
@@ -323,14 +323,19 @@ NORMKIT_API normkit_status normkit_batch_norm_inference(
  * FLT_MAX or with NaN / Inf, from the values again in double), so every output is
  * bitwise the same for any thread count; the running averages and the saved statistics
  * are computed in double and rounded once.
- * x, y: float32 CPU tensors of one shape and layout, rank 2..5 (NCHW... or NHWC...), y may
- *   be x (in place). gamma / beta: C floats or NULL (1 and 0); running_mean / running_var:
+ * x, y: CPU tensors of one shape and layout, rank 2..5 (NCHW... or NHWC...), y may be x
+ *   (in place, one dtype). Dtypes: float32, bfloat16 or float16, x and y the same or one
+ *   of them float32; a half x is read in its own bytes and widened exactly, a half y is the
+ *   float32 result rounded to nearest even: the bits of the float32 call on x's widened
+ *   values, rounded. The arrays stay float32. gamma / beta: C floats or NULL (1 and 0);
+ *   running_mean / running_var:
  *   C floats each, both or neither (NULL: not updated); save_mean / save_rstd: C floats or
  *   NULL. momentum: in [0, 1]. The outputs may overlap nothing; gamma / beta may not
  *   overlap y.
  * Errors: INVALID_ARGUMENT (descriptors, fewer than 2 values per channel, eps, momentum,
- *   one of running_mean / running_var NULL, overlaps, misaligned arrays); UNSUPPORTED
- *   (a dtype other than float32, CUDA tensors). Nothing is written on error. */
+ *   one of running_mean / running_var NULL, overlaps, misaligned arrays, y in place on x
+ *   with another dtype); UNSUPPORTED (float64, two different half dtypes, CUDA tensors).
+ *   Nothing is written on error. */
 NORMKIT_API normkit_status normkit_batch_norm_training(const normkit_context* context,
                                                        const normkit_tensor* x, const float* gamma,
                                                        const float* beta, float eps, float momentum,
@@ -348,14 +353,15 @@ NORMKIT_API normkit_status normkit_batch_norm_training(const normkit_context* co
  * grad_gamma / grad_beta are rounded once. dx is computed in float from five per-channel
  * coefficients; a channel whose float values could overflow on the way (values near
  * FLT_MAX, NaN / Inf) is computed in double.
- * x, dy, dx: float32 CPU tensors of one shape and layout, rank 2..5 (NCHW... or NHWC...);
- *   dx may be NULL (only the parameter gradients), x, dy, or memory disjoint from both.
+ * x, dy, dx: CPU tensors of one shape, layout and dtype (float32, bfloat16 or float16:
+ *   half values widened exactly, a half dx the float32 result rounded to nearest even),
+ *   rank 2..5 (NCHW... or NHWC...); dx may be NULL (only the parameter gradients), x, dy, or memory disjoint from both.
  *   save_mean / save_rstd: C floats (normkit_batch_norm_training's save_mean / save_rstd),
  *   required. gamma: C floats or NULL (1). grad_gamma / grad_beta: C floats or NULL (not
  *   computed); they may overlap nothing; no array may overlap dx.
  * Errors: INVALID_ARGUMENT (descriptors, dy or dx unlike x, save_mean / save_rstd NULL,
- *   overlaps, misaligned arrays); UNSUPPORTED (a dtype other than float32, CUDA tensors).
- *   Nothing is written on error. */
+ *   overlaps, misaligned arrays); UNSUPPORTED (float64, CUDA tensors). Nothing is written
+ *   on error. */
 NORMKIT_API normkit_status normkit_batch_norm_training_backward(
     const normkit_context* context, const normkit_tensor* x, const normkit_tensor* dy,
     const float* save_mean, const float* save_rstd, const float* gamma, const normkit_tensor* dx,

@@ -66,7 +66,7 @@ extern "C" NORMKIT_API normkit_status normkit_batch_norm_training(
   constexpr const char* kOp = "batch_norm_training";
   return Guarded(kOp, [&] {
     TensorView xv, yv;
-    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(kOp, x, y, &xv, &yv));
+    NORMKIT_RETURN_IF_ERROR(ValidateUnaryTensors(kOp, x, y, &xv, &yv, UnaryDtypes::kStoragePairs));
     if (xv.on_cuda()) {
       return Fail(NORMKIT_ERROR_UNSUPPORTED, "%s: x is a CUDA tensor (CPU only for now)", kOp);
     }
@@ -125,7 +125,8 @@ extern "C" NORMKIT_API normkit_status normkit_batch_norm_training_backward(
     if (xv.on_cuda()) {
       return Fail(NORMKIT_ERROR_UNSUPPORTED, "%s: x is a CUDA tensor (CPU only for now)", kOp);
     }
-    NORMKIT_RETURN_IF_ERROR(CheckFloat32(kOp, "x", xv));
+    // x, dy and dx of one dtype (CheckLikeX): float32, bfloat16 or float16.
+    NORMKIT_RETURN_IF_ERROR(CheckStoragePair(kOp, xv, xv));
     NORMKIT_RETURN_IF_ERROR(CheckNotNull(kOp, "save_mean", save_mean));
     NORMKIT_RETURN_IF_ERROR(CheckNotNull(kOp, "save_rstd", save_rstd));
     if (dx != nullptr) {

@@ -4,7 +4,9 @@
 // channels-last: the channels of a block of rows), merged per channel in block order in
 // double; then dx from five float coefficients a channel (mean, rstd, the two means and gamma *
 // rstd). A channel whose float sums or whose float dx could overflow (values near FLT_MAX, spreads
-// past its square root, NaN / Inf) is summed and applied again in double.
+// past its square root, NaN / Inf) is summed and applied again in double. x, dy and dx share
+// one storage (float32, bfloat16, float16): the kernels widen as they load and round dx as
+// they store it, so a half call has the bits of the float32 call on its widened values.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -15,6 +17,7 @@
 #include "cpu/batch_norm_training.h"
 #include "cpu/group_norm.h"
 #include "cpu/kernels/batch_norm_training.h"
+#include "cpu/kernels/group_norm.h"
 #include "cpu/memory_plan.h"
 
 namespace normkit {
@@ -24,9 +27,10 @@ namespace {
 using kernels::GradSums;
 
 struct Plan {
-  const float* x;
-  const float* dy;
-  float* dx;
+  const char* x;
+  const char* dy;
+  char* dx;
+  kernels::Storage storage;  // of x, dy and dx
   int64_t N, C, S;
   bool channels_last;
   // Channels-first: blocks per (n, c) plane; channels-last: rows per block and blocks.
@@ -42,6 +46,14 @@ struct Plan {
   }
   int64_t Runs() const { return channels_last ? N * S : N; }
   int64_t RunLength() const { return channels_last ? 1 : S; }
+
+  // Element `at` of x, dy and dx.
+  int64_t Bytes(int64_t at) const { return at * kernels::StorageBytes(storage); }
+  const void* X(int64_t at) const { return x + Bytes(at); }
+  const void* Dy(int64_t at) const { return dy + Bytes(at); }
+  void* Dx(int64_t at) const { return dx + Bytes(at); }
+  float XValue(int64_t at) const { return kernels::ElementAt(x, storage, at); }
+  float DyValue(int64_t at) const { return kernels::ElementAt(dy, storage, at); }
 };
 
 // A channel's statistics and sums in double, the same for the float and the exact paths.
@@ -56,19 +68,22 @@ void ExactChannelSums(const Plan& p, int64_t c, double mean, GradSums* sums) {
   for (int64_t k = 0; k < p.Runs(); ++k) {
     for (int64_t i = 0; i < p.RunLength(); ++i) {
       const int64_t at = p.Index(k, i, c);
-      const double dy = p.dy[at];
+      const double dy = p.DyValue(at);
       s += dy;
-      t += dy * (static_cast<double>(p.x[at]) - mean);
+      t += dy * (static_cast<double>(p.XValue(at)) - mean);
     }
   }
   sums->sum_dy = s;
   sums->sum_dy_xmu = t;
 }
 
-// dx of one element in double, rounded once.
-inline float ExactGrad(float x, float dy, const ChannelGrad& g) {
-  const double xhat = (static_cast<double>(x) - g.mean) * g.rstd;
-  return static_cast<float>(g.p * ((static_cast<double>(dy) - g.mean_dy) - xhat * g.mean_dy_xhat));
+// dx of element `at` in double, rounded to float, then stored (a half dx: that float
+// rounded to nearest even, as the kernels round theirs).
+inline void StoreExactGrad(const Plan& p, int64_t at, const ChannelGrad& g) {
+  const double xhat = (static_cast<double>(p.XValue(at)) - g.mean) * g.rstd;
+  const float dx = static_cast<float>(
+      g.p * ((static_cast<double>(p.DyValue(at)) - g.mean_dy) - xhat * g.mean_dy_xhat));
+  kernels::NarrowFromFloat(&dx, 1, p.Dx(at), p.storage, false);
 }
 
 // The block sums, merged per channel in memory order.
@@ -84,7 +99,7 @@ std::vector<GradSums> ChannelSums(const normkit_context& ctx, const Plan& p,
     auto scratch = AllocateAligned<float>(static_cast<size_t>(workers) * 4 * stride);
     ParallelForWorkers(ctx, p.row_blocks, [&](int64_t b, int64_t worker) {
       const int64_t r0 = b * p.block_rows, count = std::min(p.block_rows, rows - r0);
-      kernels::ColumnGradSums(p.x + r0 * p.C, p.dy + r0 * p.C, count, p.C, padded_mean,
+      kernels::ColumnGradSums(p.X(r0 * p.C), p.Dy(r0 * p.C), p.storage, count, p.C, padded_mean,
                               scratch.get() + static_cast<size_t>(worker) * 4 * stride,
                               &partial[static_cast<size_t>(b) * C]);
     });
@@ -103,7 +118,7 @@ std::vector<GradSums> ChannelSums(const normkit_context& ctx, const Plan& p,
     auto partial = AllocateAligned<GradSums>(static_cast<size_t>(p.blocks.chunks * p.C));
     ParallelFor(ctx, p.blocks.chunks * p.blocks.blocks, [&](int64_t t) {
       const ChannelBlocks::Task k = p.blocks.At(t, p.N, p.C, p.S);
-      kernels::ShortPlaneBlockGradSums(p.x + k.offset, p.dy + k.offset, k.rows, p.C * p.S,
+      kernels::ShortPlaneBlockGradSums(p.X(k.offset), p.Dy(k.offset), p.storage, k.rows, p.C * p.S,
                                        k.channels * p.S, p.S, padded_mean + k.c0,
                                        &partial[static_cast<size_t>(k.chunk * p.C + k.c0)]);
     });
@@ -123,15 +138,16 @@ std::vector<GradSums> ChannelSums(const normkit_context& ctx, const Plan& p,
   ParallelFor(ctx, (items + per_task - 1) / per_task, [&](int64_t t) {
     const int64_t first = t * per_task, end = std::min(items, first + per_task);
     if (p.plane_blocks == 1) {  // whole planes
-      kernels::PlaneGradSums(p.x + first * p.S, p.dy + first * p.S, p.S, end - first, padded_mean,
-                             p.C, first % p.C, &partial[first]);
+      kernels::PlaneGradSums(p.X(first * p.S), p.Dy(first * p.S), p.storage, p.S, end - first,
+                             padded_mean, p.C, first % p.C, &partial[first]);
       return;
     }
     for (int64_t i = first; i < end; ++i) {
       const int64_t plane = i / p.plane_blocks, b = i % p.plane_blocks;
       const int64_t begin = b * block, len = std::min(block, p.S - begin);
       const int64_t at = plane * p.S + begin;
-      partial[i] = kernels::SpanGradSums(p.x + at, p.dy + at, len, padded_mean[plane % p.C]);
+      partial[i] =
+          kernels::SpanGradSums(p.X(at), p.Dy(at), p.storage, len, padded_mean[plane % p.C]);
     }
   });
   for (int64_t i = 0; i < items; ++i) {
@@ -157,9 +173,10 @@ void BatchNormTrainingBackward(const normkit_context& context, const TensorView&
                                const TensorView& dy, const TensorView* dx,
                                const BatchNormBackwardArgs& args) {
   Plan p;
-  p.x = static_cast<const float*>(x.data);
-  p.dy = static_cast<const float*>(dy.data);
-  p.dx = dx ? static_cast<float*>(dx->data) : nullptr;
+  p.x = static_cast<const char*>(x.data);
+  p.dy = static_cast<const char*>(dy.data);
+  p.dx = dx ? static_cast<char*>(dx->data) : nullptr;
+  p.storage = kernels::StorageOf(x.dtype);
   p.N = x.batch;
   p.C = x.channels;
   p.S = x.spatial;
@@ -221,14 +238,15 @@ void BatchNormTrainingBackward(const normkit_context& context, const TensorView&
     ParallelFor(ctx, (rows + per_task - 1) / per_task, [&](int64_t t) {
       const int64_t r0 = t * per_task, r1 = std::min(rows, r0 + per_task);
       if (!any_exact) {
-        kernels::ApplyGradRows(p.x + r0 * p.C, p.dy + r0 * p.C, p.dx + r0 * p.C, r1 - r0, p.C, k);
+        kernels::ApplyGradRows(p.X(r0 * p.C), p.Dy(r0 * p.C), p.Dx(r0 * p.C), p.storage, r1 - r0,
+                               p.C, k);
         return;
       }
       // Rare (extreme values): every element in double, channel by channel of each row.
       for (int64_t r = r0; r < r1; ++r) {
         for (size_t c = 0; c < C; ++c) {
           const int64_t at = r * p.C + static_cast<int64_t>(c);
-          p.dx[at] = ExactGrad(p.x[at], p.dy[at], grad[c]);
+          StoreExactGrad(p, at, grad[c]);
         }
       }
     });
@@ -242,18 +260,16 @@ void BatchNormTrainingBackward(const normkit_context& context, const TensorView&
     const int64_t c1 = std::min(p.C, c0 + planes_per_task);
     if (!any_exact) {
       const int64_t at = (n * p.C + c0) * p.S;
-      kernels::ApplyGradPlanes(p.x + at, p.dy + at, p.dx + at, p.S, c1 - c0, k, c0);
+      kernels::ApplyGradPlanes(p.X(at), p.Dy(at), p.Dx(at), p.storage, p.S, c1 - c0, k, c0);
       return;
     }
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t at = (n * p.C + c) * p.S;
       if (!exact[static_cast<size_t>(c)]) {
-        kernels::ApplyGradSpan(p.x + at, p.dy + at, p.dx + at, p.S, k, c);
+        kernels::ApplyGradSpan(p.X(at), p.Dy(at), p.Dx(at), p.storage, p.S, k, c);
         continue;
       }
-      for (int64_t i = 0; i < p.S; ++i) {
-        p.dx[at + i] = ExactGrad(p.x[at + i], p.dy[at + i], grad[static_cast<size_t>(c)]);
-      }
+      for (int64_t i = 0; i < p.S; ++i) StoreExactGrad(p, at + i, grad[static_cast<size_t>(c)]);
     }
   });
 }

@@ -3,7 +3,10 @@
 // block of one channel plane; channels-last: per-channel column moments of a block of
 // rows), merged per channel in block order into double mean / variance; then the
 // group-norm apply kernels with each channel's mean, scale and shift (the mean
-// subtracted first, so a mean far from the spread loses nothing to a fold).
+// subtracted first, so a mean far from the spread loses nothing to a fold). x and y in any
+// storage pair: the kernels widen half x as they load it and round half y as they store
+// it, and the plan is the float32 call's (from the shape alone), so a half call has the
+// bits of the float32 call on its widened values.
 #include "cpu/batch_norm_training.h"
 
 #include <algorithm>
@@ -29,8 +32,9 @@ using kernels::Moments;
 constexpr int64_t kBlockElems = kStatsBlockElems;
 
 struct Plan {
-  const float* x;
-  float* y;
+  const char* x;
+  char* y;
+  kernels::Storage x_storage, y_storage;
   int64_t N, C, S;
   bool channels_last, stream, from_memory;
   // Channels-last with fewer channels than lanes, a divisor of them (kernels::FlatChannels):
@@ -41,6 +45,10 @@ struct Plan {
   int64_t plane_blocks = 0, block_rows = 0, row_blocks = 0;
   // Channels-first planes of a few values in channel blocks (width 0: not this path).
   ChannelBlocks blocks;
+
+  // Element `at` of x, and of y.
+  const void* X(int64_t at) const { return x + at * kernels::StorageBytes(x_storage); }
+  void* Y(int64_t at) const { return y + at * kernels::StorageBytes(y_storage); }
 };
 
 // Planes up to this many elements are summed side by side, a vector's worth of planes at
@@ -61,7 +69,7 @@ void ShortPlaneMoments(const normkit_context& ctx, const Plan& p, Moments* parti
     const int64_t end = std::min(planes, (t + 1) * per_task);
     for (int64_t k = t * per_task; k < end; k += kStackPlanes) {
       const int64_t count = std::min(kStackPlanes, end - k);
-      kernels::SpanMeanRstdEach(p.x + k * p.S, p.S, count, 0.0f, mean, rstd);
+      kernels::SpanMeanRstdEach(p.X(k * p.S), p.x_storage, p.S, count, 0.0f, mean, rstd);
       for (int64_t j = 0; j < count; ++j) {
         const double S = static_cast<double>(p.S);
         partial[static_cast<size_t>(k + j)] = {S, mean[j], S / (rstd[j] * rstd[j])};
@@ -78,8 +86,8 @@ void ShortPlaneMoments(const normkit_context& ctx, const Plan& p, Moments* parti
 void ChannelBlockMoments(const normkit_context& ctx, const Plan& p, Moments* partial) {
   ParallelFor(ctx, p.blocks.chunks * p.blocks.blocks, [&](int64_t t) {
     const ChannelBlocks::Task k = p.blocks.At(t, p.N, p.C, p.S);
-    kernels::ShortPlaneBlockMoments(p.x + k.offset, k.rows, p.C * p.S, k.channels * p.S, p.S,
-                                    &partial[static_cast<size_t>(k.chunk * p.C + k.c0)]);
+    kernels::ShortPlaneBlockMoments(p.X(k.offset), p.x_storage, k.rows, p.C * p.S, k.channels * p.S,
+                                    p.S, &partial[static_cast<size_t>(k.chunk * p.C + k.c0)]);
   });
 }
 
@@ -92,7 +100,8 @@ void PlaneBlockMoments(const normkit_context& ctx, const Plan& p, Moments* parti
   ParallelFor(ctx, items, [&](int64_t i) {
     const int64_t plane = i / p.plane_blocks, b = i % p.plane_blocks;
     const int64_t begin = b * block, len = std::min(block, p.S - begin);
-    partial[static_cast<size_t>(i)] = kernels::SpanMoments(p.x + plane * p.S + begin, len);
+    partial[static_cast<size_t>(i)] =
+        kernels::SpanMoments(p.X(plane * p.S + begin), p.x_storage, len);
   });
 }
 
@@ -102,7 +111,7 @@ void RowBlockMoments(const normkit_context& ctx, const Plan& p, Moments* partial
   if (p.flat) {  // fewer channels than lanes: a block is one flat span (two passes in L2)
     ParallelFor(ctx, p.row_blocks, [&](int64_t b) {
       const int64_t r0 = b * p.block_rows, count = std::min(p.block_rows, rows - r0);
-      kernels::FlatColumnMoments(p.x + r0 * p.C, count, p.C,
+      kernels::FlatColumnMoments(p.X(r0 * p.C), p.x_storage, count, p.C,
                                  &partial[static_cast<size_t>(b * p.C)]);
     });
     return;
@@ -117,15 +126,18 @@ void RowBlockMoments(const normkit_context& ctx, const Plan& p, Moments* partial
     double* d = doubles.get() + static_cast<size_t>(worker) * 2 * C;
     const kernels::ColumnScratch scratch{f, f + C, d, d + C};
     const int64_t r0 = b * p.block_rows, count = std::min(p.block_rows, rows - r0);
-    kernels::ColumnBlockMoments(p.x + r0 * p.C, count, p.C, p.C, std::min(samples, count),
-                                p.from_memory, scratch, &partial[static_cast<size_t>(b) * C]);
+    kernels::ColumnBlockMoments(p.X(r0 * p.C), p.x_storage, count, p.C, p.C,
+                                std::min(samples, count), p.from_memory, scratch,
+                                &partial[static_cast<size_t>(b) * C]);
   });
 }
 
 // Channel c's values x at (run k, position i): for the exact statistics.
 MeanRstd ExactChannelStats(const Plan& p, int64_t c, float eps) {
-  if (p.channels_last) return ExactMeanRstd(p.x + c, p.N * p.S, 1, p.C, eps, false);
-  return ExactMeanRstd(p.x + c * p.S, p.N, p.S, p.C * p.S, eps, false);
+  const int64_t first = p.channels_last ? c : c * p.S;
+  const auto value = [&](int64_t i) { return kernels::ElementAt(p.x, p.x_storage, first + i); };
+  if (p.channels_last) return ExactMeanRstdOf(value, p.N * p.S, 1, p.C, eps, false);
+  return ExactMeanRstdOf(value, p.N, p.S, p.C * p.S, eps, false);
 }
 
 }  // namespace
@@ -160,14 +172,17 @@ ChannelBlocks::Task ChannelBlocks::At(int64_t t, int64_t N, int64_t C, int64_t S
 void BatchNormTraining(const normkit_context& context, const TensorView& x, const TensorView& y,
                        const BatchNormTrainingArgs& args) {
   Plan p;
-  p.x = static_cast<const float*>(x.data);
-  p.y = static_cast<float*>(y.data);
+  p.x = static_cast<const char*>(x.data);
+  p.y = static_cast<char*>(y.data);
+  p.x_storage = kernels::StorageOf(x.dtype);
+  p.y_storage = kernels::StorageOf(y.dtype);
   p.N = x.batch;
   p.C = x.channels;
   p.S = x.spatial;
   p.channels_last = x.channels_last() && p.S > 1;
   p.stream = x.data != y.data && y.bytes >= kStreamingStoreBytes;
-  p.from_memory = x.bytes >= kStreamingStoreBytes;
+  // From x's float32 size (it picks the order of sums): a half x gets the float32 bits.
+  p.from_memory = x.numel * int64_t{sizeof(float)} >= kStreamingStoreBytes;
   p.flat = p.channels_last && kernels::FlatChannels(p.C);
   const normkit_context& ctx = ContextForBytes(context, 2 * x.bytes, kMinParallelAffineBytes);
   // Block boundaries come from the shape alone: they fix the bits.
@@ -251,11 +266,11 @@ void BatchNormTraining(const normkit_context& context, const TensorView& x, cons
     ParallelFor(ctx, (rows + per_task - 1) / per_task, [&](int64_t t) {
       const int64_t r0 = t * per_task, count_rows = std::min(per_task, rows - r0);
       if (p.flat) {
-        kernels::ApplyFlatNorm(p.x + r0 * p.C, p.y + r0 * p.C, count_rows, p.C, mean_f, scale,
-                               shift);
+        kernels::ApplyFlatNorm(p.X(r0 * p.C), p.x_storage, p.Y(r0 * p.C), p.y_storage, count_rows,
+                               p.C, mean_f, scale, shift);
         return;
       }
-      kernels::ApplyNormRows(p.x + r0 * p.C, p.y + r0 * p.C, kernels::Storage::kFloat32, count_rows,
+      kernels::ApplyNormRows(p.X(r0 * p.C), p.x_storage, p.Y(r0 * p.C), p.y_storage, count_rows,
                              p.C, rows_params, kernels::Activation::kNone, p.stream, p.from_memory);
     });
     return;
@@ -267,8 +282,8 @@ void BatchNormTraining(const normkit_context& context, const TensorView& x, cons
     const int64_t c0 = (t % tasks_per_sample) * planes_per_task;
     const int64_t c1 = std::min(p.C, c0 + planes_per_task);
     const int64_t at = (n * p.C + c0) * p.S;
-    kernels::ApplyNormPlanes(p.x + at, p.y + at, kernels::Storage::kFloat32, (c1 - c0) * p.S, p.S,
-                             0, mean_f + c0, scale + c0, shift + c0, kernels::Activation::kNone,
+    kernels::ApplyNormPlanes(p.X(at), p.x_storage, p.Y(at), p.y_storage, (c1 - c0) * p.S, p.S, 0,
+                             mean_f + c0, scale + c0, shift + c0, kernels::Activation::kNone,
                              p.stream);
   });
 }

@@ -2,7 +2,9 @@
 // Batch norm's training-mode kernels for every SIMD target, dispatched at run time. Every
 // pass is memory-bound: float vectors, sums in float runs carried in double, the last
 // partial vector of a span or row padded through a stack buffer so that every element
-// takes the same operations.
+// takes the same operations. Each kernel is a template on the stored type T of its tensors
+// (float, bfloat16, float16: storage-inl.h's LoadF / StoreF), so a half call gets the bits
+// of the float32 call on its widened values, rounded once when stored.
 #include "cpu/kernels/batch_norm_training.h"
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "cpu/kernels/target_attributes-inl.h"  // IWYU pragma: keep: per target
 // clang-format on
 #include "cpu/kernels/moments-inl.h"
+#include "cpu/kernels/storage-inl.h"
 
 NORMKIT_BEFORE_NAMESPACE();
 namespace normkit {
@@ -33,6 +36,36 @@ using VD = hn::Vec<DD>;
 // Stack buffers of one vector of any target.
 constexpr size_t kMaxFloatLanes = static_cast<size_t>(kWidestVectorFloats);
 static_assert(HWY_MAX_BYTES / sizeof(float) <= kMaxFloatLanes, "a vector wider than the buffers");
+
+// buf[0, count) = x[0, count) widened to float: a span's last partial vector.
+template <typename T>
+HWY_INLINE void WidenTail(const T* x, size_t count, float* buf) {
+  if constexpr (std::is_same<T, float>::value) {
+    std::memcpy(buf, x, count * sizeof(float));
+  } else {
+    for (size_t j = 0; j < count; ++j) buf[j] = FloatAt(x + j);
+  }
+}
+
+// y[0, count) = v's first count lanes stored as T (count < Lanes(d)).
+template <typename T>
+HWY_INLINE void StoreTail(VF v, size_t count, T* y) {
+  HWY_ALIGN T buf[kMaxFloatLanes];
+  StoreF(DF(), v, buf);
+  std::memcpy(y, buf, count * sizeof(T));
+}
+
+// fn(x, y) with x and y cast to their stored types: a kernel on an input and an output
+// tensor, called for run-time Storages.
+template <class Fn>
+HWY_INLINE void WithStorages(const void* x, Storage xs, void* y, Storage ys, const Fn& fn) {
+  WithStorage(x, xs, [&](auto xt) {
+    WithStorage(y, ys, [&](auto yt) {
+      using TY = std::remove_const_t<std::remove_pointer_t<decltype(yt)>>;
+      fn(xt, const_cast<TY*>(yt));
+    });
+  });
+}
 
 // ---- the forward: channels-last blocks of fewer channels than lanes ----
 
@@ -52,16 +85,16 @@ HWY_INLINE void AddDeviation(VF v, VF m, VF& a, VF& q) {
 // Lane-wise sums of x - m over the flat span x[0, n) (two float chains of vector pairs,
 // flushed into lo / hi every kFlushVectors vectors) and, kSquares, of its squares into
 // sq_lo / sq_hi; the last partial vector is padded with `pad`'s lanes.
-template <bool kSquares>
-HWY_INLINE void FlatSums(const float* HWY_RESTRICT x, size_t n, VF m, VF pad, VD& lo, VD& hi,
-                         VD& sq_lo, VD& sq_hi) {
+template <bool kSquares, typename T>
+HWY_INLINE void FlatSums(const T* HWY_RESTRICT x, size_t n, VF m, VF pad, VD& lo, VD& hi, VD& sq_lo,
+                         VD& sq_hi) {
   const DF d;
   const size_t N = hn::Lanes(d);
   VF a0 = hn::Zero(d), a1 = hn::Zero(d), q0 = hn::Zero(d), q1 = hn::Zero(d);
   size_t i = 0, pairs = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
-    AddDeviation<kSquares>(hn::LoadU(d, x + i), m, a0, q0);
-    AddDeviation<kSquares>(hn::LoadU(d, x + i + N), m, a1, q1);
+    AddDeviation<kSquares>(LoadF(d, x + i), m, a0, q0);
+    AddDeviation<kSquares>(LoadF(d, x + i + N), m, a1, q1);
     if (++pairs == kFlushVectors / 2) {
       AccumulateWide(hn::Add(a0, a1), lo, hi);
       if (kSquares) AccumulateWide(hn::Add(q0, q1), sq_lo, sq_hi);
@@ -70,13 +103,13 @@ HWY_INLINE void FlatSums(const float* HWY_RESTRICT x, size_t n, VF m, VF pad, VD
     }
   }
   if (i + N <= n) {
-    AddDeviation<kSquares>(hn::LoadU(d, x + i), m, a0, q0);
+    AddDeviation<kSquares>(LoadF(d, x + i), m, a0, q0);
     i += N;
   }
   if (i < n) {
     HWY_ALIGN float buf[kMaxFloatLanes];
     hn::Store(pad, d, buf);
-    std::memcpy(buf, x + i, (n - i) * sizeof(float));
+    WidenTail(x + i, n - i, buf);
     AddDeviation<kSquares>(hn::Load(d, buf), m, a1, q1);
   }
   AccumulateWide(hn::Add(a0, a1), lo, hi);
@@ -95,8 +128,8 @@ HWY_INLINE void AddLanesToChannels(VD lo, VD hi, size_t C, double* out) {
   for (size_t l = 0; l < N; ++l) out[l % C] += lanes[l];
 }
 
-void FlatColumnMomentsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t channels,
-                           Moments* out) {
+template <typename T>
+void FlatColumnMomentsT(const T* HWY_RESTRICT x, int64_t rows, int64_t channels, Moments* out) {
   const DF d;
   const DD dd;
   const size_t N = hn::Lanes(d), C = static_cast<size_t>(channels);
@@ -122,8 +155,14 @@ void FlatColumnMomentsImpl(const float* HWY_RESTRICT x, int64_t rows, int64_t ch
   }
 }
 
-void ApplyFlatNormImpl(const float* x, float* y, int64_t rows, int64_t channels, const float* mean,
-                       const float* scale, const float* shift) {
+void FlatColumnMomentsImpl(const void* x, Storage xs, int64_t rows, int64_t channels,
+                           Moments* out) {
+  WithStorage(x, xs, [&](auto xt) { FlatColumnMomentsT(xt, rows, channels, out); });
+}
+
+template <typename TX, typename TY>
+void ApplyFlatNormT(const TX* x, TY* y, int64_t rows, int64_t channels, const float* mean,
+                    const float* scale, const float* shift) {
   const DF d;
   const size_t N = hn::Lanes(d), C = static_cast<size_t>(channels);
   const size_t n = static_cast<size_t>(rows) * C;
@@ -136,14 +175,21 @@ void ApplyFlatNormImpl(const float* x, float* y, int64_t rows, int64_t channels,
   const VF m = hn::Load(d, lanes[0]), s = hn::Load(d, lanes[1]), b = hn::Load(d, lanes[2]);
   size_t i = 0;
   for (; i + N <= n; i += N) {
-    hn::StoreU(hn::MulAdd(hn::Sub(hn::LoadU(d, x + i), m), s, b), d, y + i);
+    StoreF(d, hn::MulAdd(hn::Sub(LoadF(d, x + i), m), s, b), y + i);
   }
   if (i < n) {
     HWY_ALIGN float buf[kMaxFloatLanes] = {};
-    std::memcpy(buf, x + i, (n - i) * sizeof(float));
-    hn::Store(hn::MulAdd(hn::Sub(hn::Load(d, buf), m), s, b), d, buf);
-    std::memcpy(y + i, buf, (n - i) * sizeof(float));
+    WidenTail(x + i, n - i, buf);
+    StoreTail(hn::MulAdd(hn::Sub(hn::Load(d, buf), m), s, b), n - i, y + i);
   }
+}
+
+void ApplyFlatNormImpl(const void* x, Storage xs, void* y, Storage ys, int64_t rows,
+                       int64_t channels, const float* mean, const float* scale,
+                       const float* shift) {
+  WithStorages(x, xs, y, ys, [&](auto xt, auto yt) {
+    ApplyFlatNormT(xt, yt, rows, channels, mean, scale, shift);
+  });
 }
 
 // ---- the forward: channels-first planes of a few values, in channel blocks ----
@@ -178,13 +224,13 @@ HWY_INLINE void AddToDoubleLanes(VF v, double* HWY_RESTRICT out) {
   for (size_t l = 0; l < hn::Lanes(d); ++l) out[l] += static_cast<double>(lanes[l]);
 }
 
-// Requests the `width` floats of the row kPrefetchRows rows after `row` (stride floats a
+// Requests the `width` values of the row kPrefetchRows rows after `row` (stride values a
 // row), when the walk reaches that far.
-HWY_INLINE void PrefetchAhead(const float* row, size_t r, size_t rows, size_t stride,
-                              size_t width) {
+template <typename T>
+HWY_INLINE void PrefetchAhead(const T* row, size_t r, size_t rows, size_t stride, size_t width) {
   if (r + kPrefetchRows >= rows) return;
-  const float* ahead = row + kPrefetchRows * stride;
-  for (size_t i = 0; i < width; i += 64 / sizeof(float)) hwy::Prefetch(ahead + i);
+  const T* ahead = row + kPrefetchRows * stride;
+  for (size_t i = 0; i < width; i += 64 / sizeof(T)) hwy::Prefetch(ahead + i);
 }
 
 // Lane-wise sums over `rows` rows of the block (width floats of each row, rows `stride`
@@ -193,8 +239,8 @@ HWY_INLINE void PrefetchAhead(const float* row, size_t r, size_t rows, size_t st
 // kPartial: the last of the V vectors holds fewer than a vector's floats (read through a
 // zeroed buffer). The pivots are loaded from L1 each row and the vector loop unrolled:
 // held in registers beside the sums, 24 vectors and temporaries spilled the sums.
-template <size_t V, bool kSquares, bool kPartial>
-HWY_INLINE void BlockSumsT(const float* HWY_RESTRICT x, size_t rows, size_t stride, size_t width,
+template <size_t V, bool kSquares, bool kPartial, typename T>
+HWY_INLINE void BlockSumsT(const T* HWY_RESTRICT x, size_t rows, size_t stride, size_t width,
                            const float* HWY_RESTRICT pivot, double* sum, double* squares) {
   const DF d;
   const size_t N = hn::Lanes(d);
@@ -211,12 +257,12 @@ HWY_INLINE void BlockSumsT(const float* HWY_RESTRICT x, size_t rows, size_t stri
     for (size_t v = 0; v < V; ++v) a.Set(v, hn::Zero(d)), q.Set(v, hn::Zero(d));
     const size_t r1 = std::min(rows, r0 + kFlushVectors);
     for (size_t r = r0; r < r1; ++r) {
-      const float* row = x + r * stride;
+      const T* row = x + r * stride;
       PrefetchAhead(row, r, rows, stride, width);
       HWY_UNROLL(8)
-      for (size_t v = 0; v < kWhole; ++v) add(v, hn::LoadU(d, row + v * N));
+      for (size_t v = 0; v < kWhole; ++v) add(v, LoadF(d, row + v * N));
       if (kPartial) {
-        std::memcpy(padded, row + (V - 1) * N, last * sizeof(float));
+        WidenTail(row + (V - 1) * N, last, padded);
         add(V - 1, hn::Load(d, padded));
       }
     }
@@ -227,8 +273,8 @@ HWY_INLINE void BlockSumsT(const float* HWY_RESTRICT x, size_t rows, size_t stri
   }
 }
 
-template <size_t V, bool kSquares>
-HWY_INLINE void BlockSums(const float* HWY_RESTRICT x, size_t rows, size_t stride, size_t width,
+template <size_t V, bool kSquares, typename T>
+HWY_INLINE void BlockSums(const T* HWY_RESTRICT x, size_t rows, size_t stride, size_t width,
                           const float* HWY_RESTRICT pivot, double* sum, double* squares) {
   if (width % hn::Lanes(DF()) != 0) {
     return BlockSumsT<V, kSquares, true>(x, rows, stride, width, pivot, sum, squares);
@@ -264,8 +310,8 @@ HWY_INLINE bool ChannelMoments(const double* s1, const double* s2, const float* 
 // values) takes a second pass from L2 about the means the first found, rounded to float.
 // (Two passes always, the sums then the shifted sums about the float means, took 1.3
 // times as long on 128x1024x16.)
-template <size_t V>
-void ShortPlaneBlockMomentsT(const float* x, size_t rows, size_t stride, size_t width, size_t S,
+template <size_t V, typename T>
+void ShortPlaneBlockMomentsT(const T* x, size_t rows, size_t stride, size_t width, size_t S,
                              Moments* out) {
   constexpr size_t kMax = kBlockVectors * kMaxFloatLanes;
   double s1[kMax] = {}, s2[kMax] = {};
@@ -275,7 +321,7 @@ void ShortPlaneBlockMomentsT(const float* x, size_t rows, size_t stride, size_t 
   for (size_t c = 0; c < channels; ++c) {
     float total = 0.0f;
     for (size_t r = 0; r < pivot_rows; ++r) {
-      for (size_t j = c * S; j < (c + 1) * S; ++j) total += x[r * stride + j];
+      for (size_t j = c * S; j < (c + 1) * S; ++j) total += FloatAt(x + r * stride + j);
     }
     const float mean = total / static_cast<float>(pivot_rows * S);
     for (size_t j = c * S; j < (c + 1) * S; ++j) pivot[j] = mean;
@@ -293,14 +339,16 @@ void ShortPlaneBlockMomentsT(const float* x, size_t rows, size_t stride, size_t 
   ChannelMoments(s1, s2, pivot, channels, S, count, false, out);
 }
 
-void ShortPlaneBlockMomentsImpl(const float* x, int64_t rows, int64_t row_stride, int64_t width,
-                                int64_t plane, Moments* out) {
+void ShortPlaneBlockMomentsImpl(const void* x, Storage xs, int64_t rows, int64_t row_stride,
+                                int64_t width, int64_t plane, Moments* out) {
   const size_t N = hn::Lanes(DF());
   const size_t w = static_cast<size_t>(width), V = (w + N - 1) / N;
   const auto run = [&](auto vectors) {
-    ShortPlaneBlockMomentsT<decltype(vectors)::value>(x, static_cast<size_t>(rows),
-                                                      static_cast<size_t>(row_stride), w,
-                                                      static_cast<size_t>(plane), out);
+    WithStorage(x, xs, [&](auto xt) {
+      ShortPlaneBlockMomentsT<decltype(vectors)::value>(xt, static_cast<size_t>(rows),
+                                                        static_cast<size_t>(row_stride), w,
+                                                        static_cast<size_t>(plane), out);
+    });
   };
   switch (V) {
     case 1: return run(std::integral_constant<size_t, 1>());
@@ -335,16 +383,16 @@ HWY_INLINE VF GradOf(VF x, VF dy, VF m, VF r, VF mean_dy, VF mean_dy_xhat, VF p)
 // Lane-wise sums of the flat span x[0, n), dy[0, n) about the lane-wise mean m: two float
 // chains of vector pairs, flushed into double (lo: the lower half of the lanes, hi: the
 // upper) every kFlushVectors vectors; the last partial vector padded with x = m, dy = 0.
-HWY_INLINE void FlatGradSums(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, size_t n,
-                             VF m, VD& s_lo, VD& s_hi, VD& t_lo, VD& t_hi, VF& max_dy,
-                             VF& max_xmu) {
+template <typename T>
+HWY_INLINE void FlatGradSums(const T* HWY_RESTRICT x, const T* HWY_RESTRICT dy, size_t n, VF m,
+                             VD& s_lo, VD& s_hi, VD& t_lo, VD& t_hi, VF& max_dy, VF& max_xmu) {
   const DF d;
   const size_t N = hn::Lanes(d);
   VF s0 = hn::Zero(d), s1 = hn::Zero(d), t0 = hn::Zero(d), t1 = hn::Zero(d);
   size_t i = 0, pairs = 0;
   for (; i + 2 * N <= n; i += 2 * N) {
-    AddGrad(hn::LoadU(d, x + i), hn::LoadU(d, dy + i), m, s0, t0, max_dy, max_xmu);
-    AddGrad(hn::LoadU(d, x + i + N), hn::LoadU(d, dy + i + N), m, s1, t1, max_dy, max_xmu);
+    AddGrad(LoadF(d, x + i), LoadF(d, dy + i), m, s0, t0, max_dy, max_xmu);
+    AddGrad(LoadF(d, x + i + N), LoadF(d, dy + i + N), m, s1, t1, max_dy, max_xmu);
     if (++pairs == kFlushVectors / 2) {
       AccumulateWide(hn::Add(s0, s1), s_lo, s_hi);
       AccumulateWide(hn::Add(t0, t1), t_lo, t_hi);
@@ -353,23 +401,23 @@ HWY_INLINE void FlatGradSums(const float* HWY_RESTRICT x, const float* HWY_RESTR
     }
   }
   if (i + N <= n) {
-    AddGrad(hn::LoadU(d, x + i), hn::LoadU(d, dy + i), m, s0, t0, max_dy, max_xmu);
+    AddGrad(LoadF(d, x + i), LoadF(d, dy + i), m, s0, t0, max_dy, max_xmu);
     i += N;
   }
   if (i < n) {
     HWY_ALIGN float bx[kMaxFloatLanes];
     HWY_ALIGN float bdy[kMaxFloatLanes] = {};
     hn::Store(m, d, bx);
-    std::memcpy(bx, x + i, (n - i) * sizeof(float));
-    std::memcpy(bdy, dy + i, (n - i) * sizeof(float));
+    WidenTail(x + i, n - i, bx);
+    WidenTail(dy + i, n - i, bdy);
     AddGrad(hn::Load(d, bx), hn::Load(d, bdy), m, s1, t1, max_dy, max_xmu);
   }
   AccumulateWide(hn::Add(s0, s1), s_lo, s_hi);
   AccumulateWide(hn::Add(t0, t1), t_lo, t_hi);
 }
 
-GradSums SpanGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, int64_t n,
-                          float mean) {
+template <typename T>
+GradSums SpanGradSumsT(const T* HWY_RESTRICT x, const T* HWY_RESTRICT dy, int64_t n, float mean) {
   const DF d;
   const DD dd;
   VD s_lo = hn::Zero(dd), s_hi = hn::Zero(dd), t_lo = hn::Zero(dd), t_hi = hn::Zero(dd);
@@ -384,14 +432,22 @@ GradSums SpanGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT
   return out;
 }
 
-void PlaneGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, int64_t n,
-                       int64_t count, const float* HWY_RESTRICT mean, int64_t channels,
-                       int64_t first_channel, GradSums* out) {
-  int64_t c = first_channel % channels;
-  for (int64_t j = 0; j < count; ++j) {
-    out[j] = SpanGradSumsImpl(x + j * n, dy + j * n, n, mean[c]);
-    if (++c == channels) c = 0;
-  }
+GradSums SpanGradSumsImpl(const void* x, const void* dy, Storage s, int64_t n, float mean) {
+  return WithStorage(
+      x, s, [&](auto xt) { return SpanGradSumsT(xt, static_cast<decltype(xt)>(dy), n, mean); });
+}
+
+void PlaneGradSumsImpl(const void* x, const void* dy, Storage s, int64_t n, int64_t count,
+                       const float* HWY_RESTRICT mean, int64_t channels, int64_t first_channel,
+                       GradSums* out) {
+  WithStorage(x, s, [&](auto xt) {
+    const auto* dyt = static_cast<decltype(xt)>(dy);
+    int64_t c = first_channel % channels;
+    for (int64_t j = 0; j < count; ++j) {
+      out[j] = SpanGradSumsT(xt + j * n, dyt + j * n, n, mean[c]);
+      if (++c == channels) c = 0;
+    }
+  });
 }
 
 // Channels-first planes of a few values in channel blocks (ShortPlaneBlockWidth), the
@@ -403,11 +459,10 @@ constexpr size_t kGradBlockVectors = 4;
 // rows `stride` floats apart) about the lanes' means: float runs of kFlushVectors rows
 // added to the double lanes s, t; the maxima into max_dy, max_xmu. kPartial: the last of
 // the V vectors is read through zeroed buffers (dy 0 and x - mean 0 add nothing).
-template <size_t V, bool kPartial>
-HWY_INLINE void BlockGradSumsT(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy,
-                               size_t rows, size_t stride, size_t width,
-                               const float* HWY_RESTRICT mean, double* s, double* t, float* max_dy,
-                               float* max_xmu) {
+template <size_t V, bool kPartial, typename T>
+HWY_INLINE void BlockGradSumsT(const T* HWY_RESTRICT x, const T* HWY_RESTRICT dy, size_t rows,
+                               size_t stride, size_t width, const float* HWY_RESTRICT mean,
+                               double* s, double* t, float* max_dy, float* max_xmu) {
   const DF d;
   const size_t N = hn::Lanes(d);
   constexpr size_t kWhole = kPartial ? V - 1 : V;
@@ -425,16 +480,15 @@ HWY_INLINE void BlockGradSumsT(const float* HWY_RESTRICT x, const float* HWY_RES
     for (size_t v = 0; v < V; ++v) a.Set(v, hn::Zero(d)), b.Set(v, hn::Zero(d));
     const size_t r1 = std::min(rows, r0 + kFlushVectors);
     for (size_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * stride;
-      const float* dyr = dy + r * stride;
+      const T* xr = x + r * stride;
+      const T* dyr = dy + r * stride;
       PrefetchAhead(xr, r, rows, stride, width);
       PrefetchAhead(dyr, r, rows, stride, width);
       HWY_UNROLL(4)
-      for (size_t v = 0; v < kWhole; ++v)
-        add(v, hn::LoadU(d, xr + v * N), hn::LoadU(d, dyr + v * N));
+      for (size_t v = 0; v < kWhole; ++v) add(v, LoadF(d, xr + v * N), LoadF(d, dyr + v * N));
       if (kPartial) {
-        std::memcpy(px, xr + (V - 1) * N, last * sizeof(float));
-        std::memcpy(pdy, dyr + (V - 1) * N, last * sizeof(float));
+        WidenTail(xr + (V - 1) * N, last, px);
+        WidenTail(dyr + (V - 1) * N, last, pdy);
         add(V - 1, hn::Load(d, px), hn::Load(d, pdy));
       }
     }
@@ -449,19 +503,19 @@ HWY_INLINE void BlockGradSumsT(const float* HWY_RESTRICT x, const float* HWY_RES
   }
 }
 
-template <size_t V>
-HWY_INLINE void BlockGradSums(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy,
-                              size_t rows, size_t stride, size_t width,
-                              const float* HWY_RESTRICT mean, double* s, double* t, float* max_dy,
-                              float* max_xmu) {
+template <size_t V, typename T>
+HWY_INLINE void BlockGradSums(const T* HWY_RESTRICT x, const T* HWY_RESTRICT dy, size_t rows,
+                              size_t stride, size_t width, const float* HWY_RESTRICT mean,
+                              double* s, double* t, float* max_dy, float* max_xmu) {
   if (width % hn::Lanes(DF()) != 0) {
     return BlockGradSumsT<V, true>(x, dy, rows, stride, width, mean, s, t, max_dy, max_xmu);
   }
   BlockGradSumsT<V, false>(x, dy, rows, stride, width, mean, s, t, max_dy, max_xmu);
 }
 
-void ShortPlaneBlockGradSumsImpl(const float* x, const float* dy, int64_t rows, int64_t row_stride,
-                                 int64_t width, int64_t plane, const float* mean, GradSums* out) {
+template <typename T>
+void ShortPlaneBlockGradSumsT(const T* x, const T* dy, int64_t rows, int64_t row_stride,
+                              int64_t width, int64_t plane, const float* mean, GradSums* out) {
   const size_t N = hn::Lanes(DF());
   const size_t W = static_cast<size_t>(width), S = static_cast<size_t>(plane);
   const size_t R = static_cast<size_t>(rows), stride = static_cast<size_t>(row_stride);
@@ -496,8 +550,9 @@ void ShortPlaneBlockGradSumsImpl(const float* x, const float* dy, int64_t rows, 
 
 // Channels-last with fewer channels than lanes, a divisor of them (1, 2, 4 on AVX2): the
 // block is one flat span whose lane l is always channel l % channels.
-void PatternGradSums(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, size_t rows,
-                     size_t C, const float* HWY_RESTRICT mean, GradSums* out) {
+template <typename T>
+void PatternGradSums(const T* HWY_RESTRICT x, const T* HWY_RESTRICT dy, size_t rows, size_t C,
+                     const float* HWY_RESTRICT mean, GradSums* out) {
   const DF d;
   const DD dd;
   const size_t N = hn::Lanes(d);
@@ -526,9 +581,10 @@ void PatternGradSums(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, 
 // Channels-last, the general case: each row's whole vectors of channels, then its last
 // channels padded, into float sums per channel (scratch) flushed into out every
 // kFlushVectors rows.
-void ColumnGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT dy, int64_t rows,
-                        int64_t channels, const float* HWY_RESTRICT mean,
-                        float* HWY_RESTRICT scratch, GradSums* out) {
+template <typename T>
+void ColumnGradSumsT(const T* HWY_RESTRICT x, const T* HWY_RESTRICT dy, int64_t rows,
+                     int64_t channels, const float* HWY_RESTRICT mean, float* HWY_RESTRICT scratch,
+                     GradSums* out) {
   const DF d;
   const size_t N = hn::Lanes(d), C = static_cast<size_t>(channels);
   const size_t R = static_cast<size_t>(rows);
@@ -554,15 +610,15 @@ void ColumnGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT d
   for (size_t r = 0; r < R;) {
     const size_t run_end = std::min(R, r + kFlushVectors);
     for (; r < run_end; ++r) {
-      const float* HWY_RESTRICT xr = x + r * C;
-      const float* HWY_RESTRICT dr = dy + r * C;
-      for (size_t c = 0; c < whole; c += N) add_at(c, hn::LoadU(d, xr + c), hn::LoadU(d, dr + c));
+      const T* HWY_RESTRICT xr = x + r * C;
+      const T* HWY_RESTRICT dr = dy + r * C;
+      for (size_t c = 0; c < whole; c += N) add_at(c, LoadF(d, xr + c), LoadF(d, dr + c));
       if (whole < C) {
         HWY_ALIGN float bx[kMaxFloatLanes];
         HWY_ALIGN float bdy[kMaxFloatLanes] = {};
         std::memcpy(bx, mean + whole, N * sizeof(float));
-        std::memcpy(bx, xr + whole, (C - whole) * sizeof(float));
-        std::memcpy(bdy, dr + whole, (C - whole) * sizeof(float));
+        WidenTail(xr + whole, C - whole, bx);
+        WidenTail(dr + whole, C - whole, bdy);
         add_at(whole, hn::Load(d, bx), hn::Load(d, bdy));
       }
     }
@@ -581,42 +637,45 @@ void ColumnGradSumsImpl(const float* HWY_RESTRICT x, const float* HWY_RESTRICT d
 
 // dx of the flat span x[0, n) with lane-wise coefficients; the last partial vector
 // through a stack buffer (dx may be x or dy: every input is read before its dx is stored).
-HWY_INLINE void FlatGrad(const float* x, const float* dy, float* dx, size_t n, VF m, VF r,
-                         VF mean_dy, VF mean_dy_xhat, VF p) {
+template <typename T>
+HWY_INLINE void FlatGrad(const T* x, const T* dy, T* dx, size_t n, VF m, VF r, VF mean_dy,
+                         VF mean_dy_xhat, VF p) {
   const DF d;
   const size_t N = hn::Lanes(d);
   size_t i = 0;
   for (; i + N <= n; i += N) {
-    hn::StoreU(GradOf(hn::LoadU(d, x + i), hn::LoadU(d, dy + i), m, r, mean_dy, mean_dy_xhat, p), d,
-               dx + i);
+    StoreF(d, GradOf(LoadF(d, x + i), LoadF(d, dy + i), m, r, mean_dy, mean_dy_xhat, p), dx + i);
   }
   if (i < n) {
     HWY_ALIGN float bx[kMaxFloatLanes] = {};
     HWY_ALIGN float bdy[kMaxFloatLanes] = {};
-    std::memcpy(bx, x + i, (n - i) * sizeof(float));
-    std::memcpy(bdy, dy + i, (n - i) * sizeof(float));
-    hn::Store(GradOf(hn::Load(d, bx), hn::Load(d, bdy), m, r, mean_dy, mean_dy_xhat, p), d, bx);
-    std::memcpy(dx + i, bx, (n - i) * sizeof(float));
+    WidenTail(x + i, n - i, bx);
+    WidenTail(dy + i, n - i, bdy);
+    StoreTail(GradOf(hn::Load(d, bx), hn::Load(d, bdy), m, r, mean_dy, mean_dy_xhat, p), n - i,
+              dx + i);
   }
 }
 
-void ApplyGradSpanImpl(const float* x, const float* dy, float* dx, int64_t n,
-                       const GradCoefficients& k, int64_t channel) {
+template <typename T>
+void ApplyGradSpanT(const T* x, const T* dy, T* dx, int64_t n, const GradCoefficients& k,
+                    int64_t channel) {
   const DF d;
   const size_t c = static_cast<size_t>(channel);
   FlatGrad(x, dy, dx, static_cast<size_t>(n), hn::Set(d, k.mean[c]), hn::Set(d, k.rstd[c]),
            hn::Set(d, k.mean_dy[c]), hn::Set(d, k.mean_dy_xhat[c]), hn::Set(d, k.p[c]));
 }
 
-void ApplyGradPlanesImpl(const float* x, const float* dy, float* dx, int64_t n, int64_t count,
-                         const GradCoefficients& k, int64_t first_channel) {
+template <typename T>
+void ApplyGradPlanesT(const T* x, const T* dy, T* dx, int64_t n, int64_t count,
+                      const GradCoefficients& k, int64_t first_channel) {
   for (int64_t j = 0; j < count; ++j) {
-    ApplyGradSpanImpl(x + j * n, dy + j * n, dx + j * n, n, k, first_channel + j);
+    ApplyGradSpanT(x + j * n, dy + j * n, dx + j * n, n, k, first_channel + j);
   }
 }
 
-void ApplyGradRowsImpl(const float* x, const float* dy, float* dx, int64_t rows, int64_t channels,
-                       const GradCoefficients& k) {
+template <typename T>
+void ApplyGradRowsT(const T* x, const T* dy, T* dx, int64_t rows, int64_t channels,
+                    const GradCoefficients& k) {
   const DF d;
   const size_t N = hn::Lanes(d), C = static_cast<size_t>(channels);
   const size_t R = static_cast<size_t>(rows);
@@ -636,21 +695,64 @@ void ApplyGradRowsImpl(const float* x, const float* dy, float* dx, int64_t rows,
                   hn::LoadU(d, k.p + c));
   };
   for (size_t r = 0; r < R; ++r) {
-    const float* xr = x + r * C;
-    const float* dr = dy + r * C;
-    float* out = dx + r * C;
+    const T* xr = x + r * C;
+    const T* dr = dy + r * C;
+    T* out = dx + r * C;
     for (size_t c = 0; c < whole; c += N) {
-      hn::StoreU(grad_at(c, hn::LoadU(d, xr + c), hn::LoadU(d, dr + c)), d, out + c);
+      StoreF(d, grad_at(c, LoadF(d, xr + c), LoadF(d, dr + c)), out + c);
     }
     if (whole < C) {
       HWY_ALIGN float bx[kMaxFloatLanes] = {};
       HWY_ALIGN float bdy[kMaxFloatLanes] = {};
-      std::memcpy(bx, xr + whole, (C - whole) * sizeof(float));
-      std::memcpy(bdy, dr + whole, (C - whole) * sizeof(float));
-      hn::Store(grad_at(whole, hn::Load(d, bx), hn::Load(d, bdy)), d, bx);
-      std::memcpy(out + whole, bx, (C - whole) * sizeof(float));
+      WidenTail(xr + whole, C - whole, bx);
+      WidenTail(dr + whole, C - whole, bdy);
+      StoreTail(grad_at(whole, hn::Load(d, bx), hn::Load(d, bdy)), C - whole, out + whole);
     }
   }
+}
+
+// The backward's exported kernels: x, dy and dx all stored as s.
+void ShortPlaneBlockGradSumsImpl(const void* x, const void* dy, Storage s, int64_t rows,
+                                 int64_t row_stride, int64_t width, int64_t plane,
+                                 const float* mean, GradSums* out) {
+  WithStorage(x, s, [&](auto xt) {
+    ShortPlaneBlockGradSumsT(xt, static_cast<decltype(xt)>(dy), rows, row_stride, width, plane,
+                             mean, out);
+  });
+}
+
+void ColumnGradSumsImpl(const void* x, const void* dy, Storage s, int64_t rows, int64_t channels,
+                        const float* mean, float* scratch, GradSums* out) {
+  WithStorage(x, s, [&](auto xt) {
+    ColumnGradSumsT(xt, static_cast<decltype(xt)>(dy), rows, channels, mean, scratch, out);
+  });
+}
+
+// dx's pointer of x's stored type.
+template <typename T>
+HWY_INLINE T* Output(const T*, void* dx) {
+  return static_cast<T*>(dx);
+}
+
+void ApplyGradSpanImpl(const void* x, const void* dy, void* dx, Storage s, int64_t n,
+                       const GradCoefficients& k, int64_t channel) {
+  WithStorage(x, s, [&](auto xt) {
+    ApplyGradSpanT(xt, static_cast<decltype(xt)>(dy), Output(xt, dx), n, k, channel);
+  });
+}
+
+void ApplyGradPlanesImpl(const void* x, const void* dy, void* dx, Storage s, int64_t n,
+                         int64_t count, const GradCoefficients& k, int64_t first_channel) {
+  WithStorage(x, s, [&](auto xt) {
+    ApplyGradPlanesT(xt, static_cast<decltype(xt)>(dy), Output(xt, dx), n, count, k, first_channel);
+  });
+}
+
+void ApplyGradRowsImpl(const void* x, const void* dy, void* dx, Storage s, int64_t rows,
+                       int64_t channels, const GradCoefficients& k) {
+  WithStorage(x, s, [&](auto xt) {
+    ApplyGradRowsT(xt, static_cast<decltype(xt)>(dy), Output(xt, dx), rows, channels, k);
+  });
 }
 
 }  // namespace HWY_NAMESPACE
@@ -683,53 +785,58 @@ int64_t ShortPlaneBlockWidth(int64_t plane) {
   return HWY_DYNAMIC_DISPATCH(ShortPlaneBlockWidthImpl)(plane);
 }
 
-void ShortPlaneBlockMoments(const float* x, int64_t rows, int64_t row_stride, int64_t width,
-                            int64_t plane, Moments* out) {
-  HWY_DYNAMIC_DISPATCH(ShortPlaneBlockMomentsImpl)(x, rows, row_stride, width, plane, out);
+void ShortPlaneBlockMoments(const void* x, Storage x_storage, int64_t rows, int64_t row_stride,
+                            int64_t width, int64_t plane, Moments* out) {
+  HWY_DYNAMIC_DISPATCH(ShortPlaneBlockMomentsImpl)
+  (x, x_storage, rows, row_stride, width, plane, out);
 }
 
-void ShortPlaneBlockGradSums(const float* x, const float* dy, int64_t rows, int64_t row_stride,
-                             int64_t width, int64_t plane, const float* mean, GradSums* out) {
+void ShortPlaneBlockGradSums(const void* x, const void* dy, Storage storage, int64_t rows,
+                             int64_t row_stride, int64_t width, int64_t plane, const float* mean,
+                             GradSums* out) {
   HWY_DYNAMIC_DISPATCH(ShortPlaneBlockGradSumsImpl)
-  (x, dy, rows, row_stride, width, plane, mean, out);
+  (x, dy, storage, rows, row_stride, width, plane, mean, out);
 }
 
-void FlatColumnMoments(const float* x, int64_t rows, int64_t channels, Moments* out) {
-  HWY_DYNAMIC_DISPATCH(FlatColumnMomentsImpl)(x, rows, channels, out);
+void FlatColumnMoments(const void* x, Storage x_storage, int64_t rows, int64_t channels,
+                       Moments* out) {
+  HWY_DYNAMIC_DISPATCH(FlatColumnMomentsImpl)(x, x_storage, rows, channels, out);
 }
 
-void ApplyFlatNorm(const float* x, float* y, int64_t rows, int64_t channels, const float* mean,
-                   const float* scale, const float* shift) {
-  HWY_DYNAMIC_DISPATCH(ApplyFlatNormImpl)(x, y, rows, channels, mean, scale, shift);
+void ApplyFlatNorm(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t rows,
+                   int64_t channels, const float* mean, const float* scale, const float* shift) {
+  HWY_DYNAMIC_DISPATCH(ApplyFlatNormImpl)
+  (x, x_storage, y, y_storage, rows, channels, mean, scale, shift);
 }
 
-GradSums SpanGradSums(const float* x, const float* dy, int64_t n, float mean) {
-  return HWY_DYNAMIC_DISPATCH(SpanGradSumsImpl)(x, dy, n, mean);
+GradSums SpanGradSums(const void* x, const void* dy, Storage storage, int64_t n, float mean) {
+  return HWY_DYNAMIC_DISPATCH(SpanGradSumsImpl)(x, dy, storage, n, mean);
 }
 
-void PlaneGradSums(const float* x, const float* dy, int64_t n, int64_t count, const float* mean,
-                   int64_t channels, int64_t first_channel, GradSums* out) {
-  HWY_DYNAMIC_DISPATCH(PlaneGradSumsImpl)(x, dy, n, count, mean, channels, first_channel, out);
+void PlaneGradSums(const void* x, const void* dy, Storage storage, int64_t n, int64_t count,
+                   const float* mean, int64_t channels, int64_t first_channel, GradSums* out) {
+  HWY_DYNAMIC_DISPATCH(PlaneGradSumsImpl)
+  (x, dy, storage, n, count, mean, channels, first_channel, out);
 }
 
-void ApplyGradPlanes(const float* x, const float* dy, float* dx, int64_t n, int64_t count,
-                     const GradCoefficients& k, int64_t first_channel) {
-  HWY_DYNAMIC_DISPATCH(ApplyGradPlanesImpl)(x, dy, dx, n, count, k, first_channel);
+void ApplyGradPlanes(const void* x, const void* dy, void* dx, Storage storage, int64_t n,
+                     int64_t count, const GradCoefficients& k, int64_t first_channel) {
+  HWY_DYNAMIC_DISPATCH(ApplyGradPlanesImpl)(x, dy, dx, storage, n, count, k, first_channel);
 }
 
-void ColumnGradSums(const float* x, const float* dy, int64_t rows, int64_t channels,
+void ColumnGradSums(const void* x, const void* dy, Storage storage, int64_t rows, int64_t channels,
                     const float* mean, float* scratch, GradSums* out) {
-  HWY_DYNAMIC_DISPATCH(ColumnGradSumsImpl)(x, dy, rows, channels, mean, scratch, out);
+  HWY_DYNAMIC_DISPATCH(ColumnGradSumsImpl)(x, dy, storage, rows, channels, mean, scratch, out);
 }
 
-void ApplyGradSpan(const float* x, const float* dy, float* dx, int64_t n, const GradCoefficients& k,
-                   int64_t channel) {
-  HWY_DYNAMIC_DISPATCH(ApplyGradSpanImpl)(x, dy, dx, n, k, channel);
+void ApplyGradSpan(const void* x, const void* dy, void* dx, Storage storage, int64_t n,
+                   const GradCoefficients& k, int64_t channel) {
+  HWY_DYNAMIC_DISPATCH(ApplyGradSpanImpl)(x, dy, dx, storage, n, k, channel);
 }
 
-void ApplyGradRows(const float* x, const float* dy, float* dx, int64_t rows, int64_t channels,
-                   const GradCoefficients& k) {
-  HWY_DYNAMIC_DISPATCH(ApplyGradRowsImpl)(x, dy, dx, rows, channels, k);
+void ApplyGradRows(const void* x, const void* dy, void* dx, Storage storage, int64_t rows,
+                   int64_t channels, const GradCoefficients& k) {
+  HWY_DYNAMIC_DISPATCH(ApplyGradRowsImpl)(x, dy, dx, storage, rows, channels, k);
 }
 
 }  // namespace kernels

@@ -5,12 +5,18 @@
 // gradient from them. No threads here: src/cpu/batch_norm_training.cc and
 // src/cpu/batch_norm_backward.cc split the work and merge the block results in a fixed
 // order.
+//
+// Tensors are read (and dx, y written) in their storage: float32, bfloat16 or float16, each
+// element widened exactly to float as it is loaded and every result rounded to nearest
+// even when stored. A half call gets the bits of the float32 call on its widened values.
+// The backward's x, dy and dx share one storage.
 #ifndef NORMKIT_CPU_KERNELS_BATCH_NORM_TRAINING_H_
 #define NORMKIT_CPU_KERNELS_BATCH_NORM_TRAINING_H_
 
 #include <cstdint>
 
 #include "core/moments.h"
+#include "cpu/kernels/storage.h"
 
 namespace normkit {
 namespace kernels {
@@ -21,31 +27,32 @@ namespace kernels {
 bool FlatChannels(int64_t channels);
 
 // The moments (count, mean, m2) of each channel of a channels-last block of `rows` rows
-// of `channels` floats, into out[0, channels): two passes over the block (its sums, then
+// of `channels` values, into out[0, channels): two passes over the block (its sums, then
 // shifted sums about each channel's float mean), float runs of at most 64 terms a lane
 // carried in double. The fast statistics' limits: a sum or square past FLT_MAX gives a
 // non-finite mean or m2, for the caller's exact fallback.
-void FlatColumnMoments(const float* x, int64_t rows, int64_t channels, Moments* out);
+void FlatColumnMoments(const void* x, Storage x_storage, int64_t rows, int64_t channels,
+                       Moments* out);
 
 // y = (x - mean[c]) * scale[c] + shift[c] over `rows` channels-last rows of `channels`
-// floats (FlatChannels). y may be x.
-void ApplyFlatNorm(const float* x, float* y, int64_t rows, int64_t channels, const float* mean,
-                   const float* scale, const float* shift);
+// values (FlatChannels). y may be x.
+void ApplyFlatNorm(const void* x, Storage x_storage, void* y, Storage y_storage, int64_t rows,
+                   int64_t channels, const float* mean, const float* scale, const float* shift);
 
 // Channels-first planes of `plane` values (a few: 128x1024x16) in channel blocks: the
-// width of a block, in floats, whole planes and whole vectors of the SIMD target in use
+// width of a block, in values, whole planes and whole vectors of the SIMD target in use
 // (at most 8 vectors), or 0 when no such block exists (then the planes go one by one).
 int64_t ShortPlaneBlockWidth(int64_t plane);
 
 // The moments of each channel of a block of channels-first x: `rows` samples, `width`
-// floats of each (width / plane channels, width <= ShortPlaneBlockWidth(plane), a multiple
-// of plane), samples row_stride floats apart; into out[0, width / plane). Shifted sums
+// values of each (width / plane channels, width <= ShortPlaneBlockWidth(plane), a multiple
+// of plane), samples row_stride values apart; into out[0, width / plane). Shifted sums
 // about the mean of the channel's first 16 values, float runs of at most 64 terms a lane
 // carried in double; a second pass about the float mean the first found where that pivot
 // was too far from it (non-finite sums: a non-finite mean or m2, for the caller's exact
 // fallback). The block should fit L2 (a second pass reads it from there).
-void ShortPlaneBlockMoments(const float* x, int64_t rows, int64_t row_stride, int64_t width,
-                            int64_t plane, Moments* out);
+void ShortPlaneBlockMoments(const void* x, Storage x_storage, int64_t rows, int64_t row_stride,
+                            int64_t width, int64_t plane, Moments* out);
 
 // The sums of one channel over a block: sum(dy) and sum(dy * (x - mean)) (float runs of
 // at most 64 terms a lane, carried in double), and max |dy|, max |x - mean| (NaN-blind:
@@ -75,24 +82,25 @@ constexpr int64_t PaddedChannels(int64_t channels) {
 }
 
 // The sums of one channel's span x[0, n), dy[0, n) about `mean` (channels-first).
-GradSums SpanGradSums(const float* x, const float* dy, int64_t n, float mean);
+GradSums SpanGradSums(const void* x, const void* dy, Storage storage, int64_t n, float mean);
 
 // The sums of `count` whole planes of n elements each, plane j at x + j * n, dy + j * n
 // about mean[(first_channel + j) % channels], into out[j]: SpanGradSums of each plane.
-void PlaneGradSums(const float* x, const float* dy, int64_t n, int64_t count, const float* mean,
-                   int64_t channels, int64_t first_channel, GradSums* out);
+void PlaneGradSums(const void* x, const void* dy, Storage storage, int64_t n, int64_t count,
+                   const float* mean, int64_t channels, int64_t first_channel, GradSums* out);
 
 // The sums of each channel of a block of channels-first x and dy (rows, row_stride, width
 // and plane as ShortPlaneBlockMoments) about mean[c] for channel c of the block, into
 // out[0, width / plane): float runs of at most 64 terms a lane carried in double.
-void ShortPlaneBlockGradSums(const float* x, const float* dy, int64_t rows, int64_t row_stride,
-                             int64_t width, int64_t plane, const float* mean, GradSums* out);
+void ShortPlaneBlockGradSums(const void* x, const void* dy, Storage storage, int64_t rows,
+                             int64_t row_stride, int64_t width, int64_t plane, const float* mean,
+                             GradSums* out);
 
-// The sums of each channel of a channels-last block of `rows` rows of `channels` floats
+// The sums of each channel of a channels-last block of `rows` rows of `channels` values
 // (row r, channel c at r * channels + c) about mean[c], into out[0, channels). mean:
 // PaddedChannels(channels) floats; scratch: 4 * PaddedChannels(channels) floats, 64-byte
 // aligned.
-void ColumnGradSums(const float* x, const float* dy, int64_t rows, int64_t channels,
+void ColumnGradSums(const void* x, const void* dy, Storage storage, int64_t rows, int64_t channels,
                     const float* mean, float* scratch, GradSums* out);
 
 // Per-channel coefficients of the input gradient:
@@ -109,18 +117,18 @@ struct GradCoefficients {
 
 // dx[0, n) of one channel's span, with the coefficients at index `channel` of k. dx may be
 // x or dy.
-void ApplyGradSpan(const float* x, const float* dy, float* dx, int64_t n, const GradCoefficients& k,
-                   int64_t channel);
+void ApplyGradSpan(const void* x, const void* dy, void* dx, Storage storage, int64_t n,
+                   const GradCoefficients& k, int64_t channel);
 
 // dx of `count` planes of n elements each (plane j at x + j * n), plane j with the
 // coefficients of channel first_channel + j: ApplyGradSpan of each plane.
-void ApplyGradPlanes(const float* x, const float* dy, float* dx, int64_t n, int64_t count,
-                     const GradCoefficients& k, int64_t first_channel);
+void ApplyGradPlanes(const void* x, const void* dy, void* dx, Storage storage, int64_t n,
+                     int64_t count, const GradCoefficients& k, int64_t first_channel);
 
-// dx of `rows` channels-last rows of `channels` floats, channel c's coefficients at index
+// dx of `rows` channels-last rows of `channels` values, channel c's coefficients at index
 // c of k (arrays of PaddedChannels(channels) floats). dx may be x or dy.
-void ApplyGradRows(const float* x, const float* dy, float* dx, int64_t rows, int64_t channels,
-                   const GradCoefficients& k);
+void ApplyGradRows(const void* x, const void* dy, void* dx, Storage storage, int64_t rows,
+                   int64_t channels, const GradCoefficients& k);
 
 }  // namespace kernels
 }  // namespace normkit
