@@ -119,8 +119,8 @@ def batch_norm_training(x, running_mean=None, running_var=None, weight=None, bia
     training=True): y from the batch's own mean and biased variance per channel;
     running_mean / running_var (float32 [C], both or neither) are updated in place with
     `momentum` (the unbiased variance, as PyTorch keeps it); save_mean / save_rstd (float32
-    [C], optional) receive the batch mean and 1 / sqrt(var + eps). float32 x, CPU. Returns
-    out."""
+    [C], optional) receive the batch mean and 1 / sqrt(var + eps). x and out float32,
+    bfloat16 or float16 (the same dtype, or one of them float32), CPU. Returns out."""
     out = _empty_like(x) if out is None else out
     _call(_normkit.batch_norm_training, x, running_mean, running_var, weight, bias, float(momentum),
           float(eps), out, save_mean, save_rstd, _layout(layout), context)
@@ -134,7 +134,8 @@ def batch_norm_training_backward(x, grad_output, save_mean, save_rstd, weight=No
     """The backward of batch_norm_training from its save_mean / save_rstd:
     (grad_input, grad_weight, grad_bias), each computed when its output_mask entry is True
     (else None; new arrays unless given). grad_output has x's shape and layout; grad_input
-    may be x or grad_output (in place). float32, CPU."""
+    may be x or grad_output (in place). x, grad_output and grad_input of one dtype (float32,
+    bfloat16 or float16; the parameter arrays float32), CPU."""
     want_dx, want_gw, want_gb = (bool(m) for m in output_mask)
     if want_dx and grad_input is None:
         grad_input = _empty_like(x)

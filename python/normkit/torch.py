@@ -204,18 +204,29 @@ def _memory_format(x: torch.Tensor):
 
 
 class _BatchNormTraining(torch.autograd.Function):
-    """Training-mode batch norm with normkit's forward and backward (float32, CPU)."""
+    """Training-mode batch norm with normkit's forward and backward (CPU; x float32,
+    bfloat16 or float16, the parameters float32 or x's dtype)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
         channels = x.shape[1]
-        save_mean, save_rstd = x.new_empty(channels), x.new_empty(channels)
+        save_mean = x.new_empty(channels, dtype=torch.float32)
+        save_rstd = x.new_empty(channels, dtype=torch.float32)
         xd = x.detach()
-        y = _ops.batch_norm_training(xd, running_mean, running_var, _detached(weight),
-                                     _detached(bias), momentum, eps, save_mean=save_mean,
-                                     save_rstd=save_rstd, context=_context)
-        ctx.save_for_backward(xd, _detached(weight), save_mean, save_rstd)
+        # normkit updates float32 running averages: a half model's are updated in a float32
+        # copy and stored back rounded (PyTorch's CPU kernel also updates them in float).
+        mean, var = running_mean, running_var
+        if mean is not None and mean.dtype != torch.float32:
+            mean, var = mean.float(), var.float()
+        y = _ops.batch_norm_training(xd, mean, var, _float32(weight), _float32(bias), momentum,
+                                     eps, save_mean=save_mean, save_rstd=save_rstd,
+                                     context=_context)
+        if mean is not running_mean:
+            running_mean.copy_(mean)
+            running_var.copy_(var)
+        ctx.save_for_backward(xd, _float32(weight), save_mean, save_rstd)
         ctx.has_weight, ctx.has_bias = weight is not None, bias is not None
+        ctx.param_dtype = (weight if weight is not None else bias if bias is not None else x).dtype
         return y
 
     @staticmethod
@@ -228,17 +239,22 @@ class _BatchNormTraining(torch.autograd.Function):
             x, grad_y, save_mean, save_rstd, weight,
             output_mask=(need[0], need[1] and ctx.has_weight, need[2] and ctx.has_bias),
             context=_context)
+        # The parameters' gradients in their own dtype (normkit's are float32).
+        gw = None if gw is None else gw.to(ctx.param_dtype)
+        gb = None if gb is None else gb.to(ctx.param_dtype)
         return dx, gw, gb, None, None, None, None
 
 
 def _training_usable(module, x: torch.Tensor) -> bool:
-    """Whether normkit runs this training-mode (batch statistics) call: float32 CPU, a dense
-    layout, float32 parameters, at least 2 values per channel (else PyTorch's error), eager."""
+    """Whether normkit runs this training-mode (batch statistics) call: a float32, bfloat16
+    or float16 CPU x in a dense layout, parameters of float32 or x's dtype, at least 2 values
+    per channel (else PyTorch's error), eager."""
     params = (module.weight, module.bias, module.running_mean, module.running_var)
-    return (x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() >= 2 and _dense(x)
+    x_ok = x.dtype == torch.float32 or x.dtype in _HALF
+    return (x.device.type == "cpu" and x_ok and x.dim() >= 2 and _dense(x)
             and x.numel() >= 2 * x.shape[1] > 0 and type(x) is torch.Tensor
             and not torch.compiler.is_compiling()
-            and all(p is None or (p.device.type == "cpu" and p.dtype == torch.float32
+            and all(p is None or (p.device.type == "cpu" and p.dtype in (torch.float32, x.dtype)
                                   and p.is_contiguous()) for p in params))
 
 

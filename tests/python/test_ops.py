@@ -452,6 +452,39 @@ def ulps16(a, b):
     return np.abs(ai - bi)
 
 
+def test_float16_batch_norm_training_forward_and_backward():
+    """numpy float16 through batch_norm_training and its backward: y, dx bitwise the float32
+    call on the widened values rounded by numpy (nearest even), the float32 arrays (saved
+    statistics, running averages, parameter gradients) bitwise the float32 call's; float32
+    y from float16 x; in place on x and on grad_output."""
+    x0 = (RNG.standard_normal((4, 6, 5, 7)) * 3 + 2).astype(np.float16)
+    dy0 = RNG.standard_normal(x0.shape).astype(np.float16)
+    w = (RNG.random(6) + 0.5).astype(np.float32)
+    b = RNG.standard_normal(6).astype(np.float32)
+    for name, x in layouts(x0):
+        dy = np.ascontiguousarray(dy0) if x.flags.c_contiguous else layouts(dy0)[1][1]
+        outs = {}
+        for dtype in (np.float16, np.float32):
+            xs = x.astype(dtype)
+            rm, rv = np.zeros(6, np.float32), np.ones(6, np.float32)
+            sm, sr = np.empty(6, np.float32), np.empty(6, np.float32)
+            y = normkit.batch_norm_training(xs, rm, rv, w, b, 0.1, 1e-5, save_mean=sm, save_rstd=sr)
+            dx, gw, gb = normkit.batch_norm_training_backward(xs, dy.astype(dtype), sm, sr, w)
+            outs[dtype] = (y, dx, gw, gb, rm, rv, sm, sr)
+        half, single = outs[np.float16], outs[np.float32]
+        assert half[0].dtype == half[1].dtype == np.float16 and half[0].strides == x.strides, name
+        assert np.array_equal(half[0], single[0].astype(np.float16)), name
+        assert np.array_equal(half[1], single[1].astype(np.float16)), name
+        for a, c in zip(half[2:], single[2:]):
+            assert a.dtype == np.float32 and np.array_equal(a, c), name
+        wide = normkit.batch_norm_training(x, out=np.empty_like(x, dtype=np.float32))
+        assert np.array_equal(wide, normkit.batch_norm_training(x.astype(np.float32))), name
+        xi, dyi = x.copy(), dy.copy()
+        dx_in, _, _ = normkit.batch_norm_training_backward(xi, dyi, half[6], half[7], w,
+                                                           grad_input=dyi)
+        assert dx_in is dyi and np.array_equal(dyi, half[1]), name
+
+
 def test_float16_storage_affine_and_batch_norm():
     x0 = (RNG.standard_normal((2, 8, 5, 7)) * 4).astype(np.float16)
     scale = RNG.standard_normal(8).astype(np.float32)

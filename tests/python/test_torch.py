@@ -112,6 +112,47 @@ def test_batch_norm_training_forward_and_backward(cls, ours, shape, momentum):
             assert int(mine.num_batches_tracked) == int(theirs.num_batches_tracked) == step + 1
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("half_params", [True, False])
+def test_batch_norm_training_in_half_precision(dtype, half_params):
+    """Training mode on bfloat16 / float16 x runs normkit's forward and backward, for a
+    model cast to that dtype (parameters and running averages in it) and for float32
+    parameters with half activations: y, x.grad, the parameters' gradients and the
+    running averages within the format's rounding of PyTorch's float64 module on the same
+    values, every memory format of x."""
+    shape = (4, 8, 5, 6)
+    ulp = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+
+    def close(got, want, what):
+        want = want.detach()
+        tol = want.abs() * ulp + 1e-3 * want.abs().max() + 1e-6
+        assert got.dtype == (dtype if half_params or what in ("y", "x.grad") else torch.float32)
+        assert ((got.detach().double() - want).abs() <= tol).all(), what
+
+    x0 = (torch.randn(shape) * 3 + 2).to(dtype)
+    for name, xf in formats(x0):
+        theirs = randomize(nn.BatchNorm2d(8))
+        mine = nkt.BatchNorm2d(8)
+        mine.load_state_dict(theirs.state_dict())
+        if half_params:
+            mine.to(dtype)
+            theirs.to(dtype)  # the same rounded parameters for the reference
+        ref = copy.deepcopy(theirs).double()
+        xs = xf.clone().requires_grad_()
+        xd = xf.detach().double().requires_grad_()
+        got, want = mine(xs), ref(xd)
+        assert "_BatchNormTraining" in type(got.grad_fn).__name__, name  # normkit ran
+        close(got, want, "y")
+        dy = torch.randn(shape).to(dtype)
+        got.backward(dy)
+        want.backward(dy.double())
+        close(xs.grad, xd.grad, "x.grad")
+        close(mine.weight.grad, ref.weight.grad, "weight.grad")
+        close(mine.bias.grad, ref.bias.grad, "bias.grad")
+        close(mine.running_mean, ref.running_mean, "running_mean")
+        close(mine.running_var, ref.running_var, "running_var")
+
+
 def test_batch_norm_training_without_running_stats_and_fallbacks():
     # track_running_stats=False: batch statistics in both modes, nothing updated.
     theirs = randomize(nn.BatchNorm2d(4, track_running_stats=False)).double()
