@@ -51,6 +51,7 @@ targets='SimdTargets.*:HalfConversions.*:GoldenVectors.*:ShiftSum.PhaseWalksOnEv
 targets+=':FloatEdges.*OnEveryTarget:GroupNorm.SiluWithinAFewUlpsOverItsRange'
 targets+=':BatchNormTraining.EverySimdTarget*:BatchNormBackward.EverySimdTarget*'
 targets+=':HalfShiftSum.StoredXEveryPathOnEveryTarget*:HalfAddNorm.EveryTarget'
+targets+=':HalfBatchNormTraining.*EverySimdTarget'
 targets+='-*AffineChannelsLastPeriodsOnEveryTarget'  # minutes under SVE emulation
 run() {  # name, cpu, gtest filter
   echo "=== aarch64 $1 (qemu -cpu $2)"
