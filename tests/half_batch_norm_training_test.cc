@@ -9,6 +9,7 @@
 // reference written here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "half_tensor.h"
 #include "normkit/normkit.h"
 #include "test_util.h"
+#include "vectors.h"
 
 namespace normkit_test {
 namespace {
@@ -366,6 +368,84 @@ TEST(HalfBatchNormTraining, BackwardEverySimdTarget) {
     int k = 0;
     for (const Shape& s : Shapes()) RunBackwardCase({k++ % 2 ? kBF16 : kF16, s});
   });
+}
+
+// Within float's rounding of the float64 reference: a per-channel array of the API.
+void ExpectNearArray(const std::vector<float>& got, const std::vector<double>& want,
+                     const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (size_t j = 0; j < got.size(); ++j) {
+    EXPECT_NEAR(got[j], want[j], 2e-6 * std::fabs(want[j]) + 1e-6 * scale)
+        << what << "[" << j << "]";
+  }
+}
+
+// The golden vectors of tests/vectors/half_batch_norm_training.txt (NumPy float64, outputs
+// rounded to their dtype): y and dx within one unit of their format, the float32 arrays
+// within float's rounding; 1 and 2 threads.
+TEST(GoldenVectors, HalfBatchNormTraining) {
+  const std::string path = std::string(NORMKIT_VECTORS_DIR) + "/half_batch_norm_training.txt";
+  const auto cases = ReadVectorFile(path);
+  ASSERT_GE(cases.size(), 12u) << "cannot read " << path;
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.name);
+    const auto shape = k.Shape();
+    const int32_t xd = DtypeNamed(k.scalars.at("x_dtype")),
+                  yd = DtypeNamed(k.scalars.at("y_dtype"));
+    const auto layout = static_cast<normkit_layout>(static_cast<int>(k.Scalar("layout")));
+    const std::vector<float> xs = k.Floats("x"), gamma = k.Floats("gamma");
+    const auto n = static_cast<int64_t>(xs.size());
+    const size_t C = gamma.size();
+    Storage x(xd, n), dy(xd, n);
+    for (int64_t i = 0; i < n; ++i) {
+      x.Set(i, xs[static_cast<size_t>(i)]);
+      ASSERT_EQ(x.Get(i), xs[static_cast<size_t>(i)]) << "input not representable";
+    }
+    const normkit_tensor xt = Tensor(&x, shape, layout);
+    for (int threads : {1, 2}) {
+      Context ctx(threads);
+      Storage out(yd, n);
+      const normkit_tensor ot = Tensor(&out, shape, layout);
+      std::string array = "y";
+      if (k.op == "batch_norm_training") {
+        std::vector<float> rm = k.Floats("running_mean"), rv = k.Floats("running_var");
+        std::vector<float> sm(C), sr(C);
+        ASSERT_EQ(normkit_batch_norm_training(ctx.ctx, &xt, gamma.data(), k.Floats("beta").data(),
+                                              static_cast<float>(k.Scalar("eps")),
+                                              static_cast<float>(k.Scalar("momentum")), rm.data(),
+                                              rv.data(), &ot, sm.data(), sr.data()),
+                  NORMKIT_SUCCESS)
+            << normkit_last_error();
+        ExpectNearArray(rm, k.arrays.at("running_mean_out"), "running_mean");
+        ExpectNearArray(rv, k.arrays.at("running_var_out"), "running_var");
+        ExpectNearArray(sm, k.arrays.at("save_mean"), "save_mean");
+        ExpectNearArray(sr, k.arrays.at("save_rstd"), "save_rstd");
+      } else {
+        array = "dx";
+        const std::vector<float> dys = k.Floats("dy");
+        for (int64_t i = 0; i < n; ++i) dy.Set(i, dys[static_cast<size_t>(i)]);
+        const normkit_tensor dyt = Tensor(&dy, shape, layout);
+        std::vector<float> gg(C), gb(C);
+        ASSERT_EQ(normkit_batch_norm_training_backward(
+                      ctx.ctx, &xt, &dyt, k.Floats("save_mean").data(),
+                      k.Floats("save_rstd").data(), gamma.data(), &ot, gg.data(), gb.data()),
+                  NORMKIT_SUCCESS)
+            << normkit_last_error();
+        ExpectNearArray(gg, k.arrays.at("grad_gamma"), "grad_gamma");
+        ExpectNearArray(gb, k.arrays.at("grad_beta"), "grad_beta");
+      }
+      const std::vector<double>& want = k.arrays.at(array);
+      double scale = 0;
+      for (double w : want) scale = std::max(scale, std::fabs(w));
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        ExpectOutput(out, i, want[static_cast<size_t>(i)], 25 * scale, false, &wrong, true);
+      }
+      EXPECT_EQ(wrong, 0) << array;
+    }
+  }
 }
 
 // Rejected dtypes, with nothing written: float64 x, dy or dx of another dtype than x, y

@@ -336,6 +336,68 @@ def batch_norm_training_cases(rng, w):
     return checked
 
 
+def half_batch_norm_training_cases(rng, w):
+    """Training-mode batch norm on half tensors: x (and dy) exactly representable in their
+    dtype, the forward's y and the backward's dx the float64 result rounded to the output's
+    dtype; the per-channel arrays (float32 in the API) in float64. The same formulas as
+    batch_norm_training_cases, which PyTorch checks."""
+    cases = [  # x dtype, y dtype (backward: both x's), shape, channels last, mean offset
+        ("bfloat16", "bfloat16", (4, 3, 5, 7), False, 0.0),
+        ("float16", "float16", (4, 3, 5, 7), True, 0.0),
+        ("bfloat16", "float32", (6, 2, 9), False, 100.0),
+        ("float32", "float16", (8, 5), False, 0.0),
+        ("float16", "float32", (2, 4, 3, 4, 5), True, 0.0),
+        ("bfloat16", "bfloat16", (2, 2, 17, 3), True, 0.0),
+    ]
+    eps, momentum = 1e-5, 0.1
+    for i, (xdt, ydt, shape, cl, offset) in enumerate(cases):
+        n, c = shape[:2]
+        mem_shape = (n,) + shape[2:] + (c,) if cl else shape
+        x = round_to(rng.standard_normal(mem_shape) * 2 + offset, xdt)
+        bwd = xdt if xdt != "float32" else ydt  # the backward's one dtype
+        xb = round_to(x, bwd)
+        dy = round_to(rng.standard_normal(mem_shape), bwd)
+        gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
+        beta = rng.standard_normal(c).astype(np.float32)
+        rm = rng.standard_normal(c).astype(np.float32)
+        rv = rng.uniform(0.5, 2.0, c).astype(np.float32)
+        xd = to_nc(x, cl)
+        axes = tuple(k for k in range(xd.ndim) if k != 1)
+        count = xd.size // c
+        bshape = (1, c) + (1,) * (xd.ndim - 2)
+        mean = xd.mean(axis=axes)
+        var = ((xd - mean.reshape(bshape)) ** 2).mean(axis=axes)
+        rstd = 1.0 / np.sqrt(var + eps)
+        y = (xd - mean.reshape(bshape)) * rstd.reshape(bshape) * gamma.reshape(bshape) \
+            + beta.reshape(bshape)
+        rm_out = (1 - momentum) * rm.astype(np.float64) + momentum * mean
+        rv_out = (1 - momentum) * rv.astype(np.float64) + momentum * var * count / (count - 1)
+        layout = {"layout": 1 if cl else 0, "rank": len(shape), "shape": " ".join(map(str, shape))}
+        w.case(f"half_batch_norm_training_{i}", "batch_norm_training",
+               dict(layout, x_dtype=xdt, y_dtype=ydt, eps=eps, momentum=momentum),
+               {"x": x, "gamma": gamma, "beta": beta, "running_mean": rm, "running_var": rv},
+               {"y": round_to(np.moveaxis(y, 1, -1) if cl else y, ydt),
+                "running_mean_out": rm_out, "running_var_out": rv_out, "save_mean": mean,
+                "save_rstd": rstd})
+        # The backward in one dtype, from float32 saved statistics of its x.
+        xbd = to_nc(xb, cl)
+        bmean = xbd.mean(axis=axes)
+        bvar = ((xbd - bmean.reshape(bshape)) ** 2).mean(axis=axes)
+        sm, sr = bmean.astype(np.float32), (1.0 / np.sqrt(bvar + eps)).astype(np.float32)
+        smd, srd = sm.astype(np.float64).reshape(bshape), sr.astype(np.float64).reshape(bshape)
+        dyd = to_nc(dy, cl)
+        xhat = (xbd - smd) * srd
+        sum_dy = dyd.sum(axis=axes)
+        sum_dy_xhat = (dyd * xhat).sum(axis=axes)
+        dx = gamma.reshape(bshape) * srd * (dyd - (sum_dy / count).reshape(bshape)
+                                            - xhat * (sum_dy_xhat / count).reshape(bshape))
+        w.case(f"half_batch_norm_backward_{i}", "batch_norm_backward",
+               dict(layout, x_dtype=bwd, y_dtype=bwd),
+               {"x": xb, "dy": dy, "save_mean": sm, "save_rstd": sr, "gamma": gamma},
+               {"dx": round_to(np.moveaxis(dx, 1, -1) if cl else dx, bwd),
+                "grad_gamma": sum_dy_xhat, "grad_beta": sum_dy})
+
+
 class Writer:
     def __init__(self, path):
         self.f = open(path, "w")
@@ -406,10 +468,12 @@ def main():
     shift_sum_cases(rng, Writer(os.path.join(HERE, "shift_sum.txt")))
     half_cases(np.random.default_rng(46), Writer(os.path.join(HERE, "half.txt")))
     add_norm_cases(np.random.default_rng(48), Writer(os.path.join(HERE, "add_norm.txt")))
+    half_batch_norm_training_cases(np.random.default_rng(51),
+                                   Writer(os.path.join(HERE, "half_batch_norm_training.txt")))
     bn_checked = batch_norm_training_cases(
         np.random.default_rng(50), Writer(os.path.join(HERE, "batch_norm_training.txt")))
-    print(f"wrote group_norm.txt, row_norm.txt, shift_sum.txt, half.txt, add_norm.txt and "
-          f"batch_norm_training.txt ({torch_checked} group-norm and {bn_checked} batch-norm "
+    print(f"wrote group_norm.txt, row_norm.txt, shift_sum.txt, half.txt, add_norm.txt, "
+          f"half_batch_norm_training.txt and batch_norm_training.txt ({torch_checked} group-norm and {bn_checked} batch-norm "
           f"training cases also checked against PyTorch)", file=sys.stderr)
 
 
