@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """normkit against PyTorch on the same CPU tensors, like for like.
 
-    pip install . torch && python bench/peers/torch_peer.py [--set half|train] [--rounds 3]
+    pip install . torch && python bench/peers/torch_peer.py [--set half|train|...] [--rounds 3]
 
 --set half (the default): bfloat16 / float16 tensors: group norm (seed 002's
 128x256x28x28 and 32x512x56x56, G=32), layer norm ([4096, 768], [2048, 4096]) and batch
@@ -11,7 +11,9 @@ norm in eval (64x256x64x64). --set train: float32 batch norm in training mode on
 (grad_input, grad_weight, grad_bias from the saved statistics: PyTorch's
 native_batch_norm_backward.out, the kernel its autograd runs, into preallocated outputs,
 against normkit.batch_norm_training_backward into preallocated outputs). NCHW and NHWC
-(PyTorch's channels_last) where the op has a layout, 1 and 2 threads. --set model: whole
+(PyTorch's channels_last) where the op has a layout, 1 and 2 threads. --set train_half: the
+same in bfloat16 / float16 on four of those shapes (parameters, running and saved statistics
+float32 on both sides: PyTorch's mixed-type CPU path). --set model: whole
 networks (examples/torch_convert.py's ResNet, UNet and transformer blocks) as PyTorch runs
 them against the same networks through normkit.torch.convert / fold_batch_norms.
 
@@ -40,6 +42,14 @@ import normkit  # noqa: E402
 def train_rows(quick):
     shapes = [(32, 256, 1024), (8, 2, 102400), (128, 1024, 16), (32, 32, 64, 64),
               (16, 256, 32, 32), (8, 32, 128, 128), (8, 32, 32, 32, 32), (8, 2, 64, 64, 64)]
+    for shape in [(8, 16, 1024), (4, 8, 16, 16)] if quick else shapes:
+        for cl in (False, True) if len(shape) > 3 else (False,):
+            yield "batch_norm_training", shape, cl
+            yield "batch_norm_backward", shape, cl
+
+
+def train_half_rows(quick):
+    shapes = [(32, 256, 1024), (128, 1024, 16), (8, 32, 128, 128), (8, 2, 64, 64, 64)]
     for shape in [(8, 16, 1024), (4, 8, 16, 16)] if quick else shapes:
         for cl in (False, True) if len(shape) > 3 else (False,):
             yield "batch_norm_training", shape, cl
@@ -152,8 +162,8 @@ def make_case(op, shape, cl, dtype, threads):
     elif op == "batch_norm_backward":
         dy = torch.empty_like(x).copy_(torch.randn(shape, generator=gen))  # x's memory format
         dims = [d for d in range(x.dim()) if d != 1]
-        save_mean = x.mean(dims)
-        save_rstd = 1 / (x.var(dims, unbiased=False) + 1e-5).sqrt()
+        save_mean = x.float().mean(dims)  # float32 whatever x's dtype (the API's arrays)
+        save_rstd = 1 / (x.float().var(dims, unbiased=False) + 1e-5).sqrt()
         peer_out = (torch.empty_like(x), torch.empty(C), torch.empty(C))
         gw, gb = torch.empty(C), torch.empty(C)
         aten = torch.ops.aten.native_batch_norm_backward
@@ -185,7 +195,8 @@ def make_case(op, shape, cl, dtype, threads):
         return ((got - ref).abs() / (ref.abs() + 1)).max().item()
 
     layout = "NHWC" if cl else ("rows" if rows_op else "NCHW")
-    return Case("half" if dtype != torch.float32 else "train", op, shape, layout,
+    training = op in ("batch_norm_training", "batch_norm_backward")
+    return Case("train" if training else "half", op, shape, layout,
                 str(dtype).replace("torch.", ""), threads, ours, lambda: out,
                 [Peer(f"PyTorch {name}", peer, lambda: res["y"])], error,
                 ours_tol=2 * unit, peer_tol=1e-3 if dtype == torch.float32 else 4 * unit)
@@ -234,9 +245,10 @@ def cases(which="half", quick=False, threads_list=(1, 2), ops=None):
     if which == "model":
         yield from model_cases(quick, threads_list)
         return
-    half = which in ("half", "half_more")
+    half = which in ("half", "half_more", "train_half")
     dtypes = (torch.bfloat16, torch.float16) if half else (torch.float32,)
-    row_set = {"half": rows, "half_more": half_more_rows, "train": train_rows}[which]
+    row_set = {"half": rows, "half_more": half_more_rows, "train": train_rows,
+               "train_half": train_half_rows}[which]
     for op, shape, cl in row_set(quick):
         if ops and op not in ops:
             continue
@@ -250,7 +262,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="smaller shapes (a smoke run)")
-    ap.add_argument("--set", choices=("half", "half_more", "train", "model"), default="half")
+    ap.add_argument("--set", choices=("half", "half_more", "train", "train_half", "model"),
+                    default="half")
     ap.add_argument("--ops", default="", help="only these ops, e.g. add_layer_norm,add_rms_norm")
     args = ap.parse_args()
     print(f"normkit {normkit.version()} ({normkit.simd_target()}), torch {torch.__version__}, "
