@@ -171,7 +171,7 @@ def test_batch_norm_training_without_running_stats_and_fallbacks():
     assert "_BatchNormTraining" not in type(y.grad_fn).__name__ if y.grad_fn else True
 
 
-@pytest.mark.parametrize("flags", [[], ["--channels-last"]])
+@pytest.mark.parametrize("flags", [[], ["--channels-last"], ["--bfloat16", "--channels-last"]])
 def test_training_example_runs(flags):
     """examples/torch_train_batch_norm.py: a converted conv net trains step for step with
     PyTorch's."""
