@@ -293,17 +293,30 @@ void RunRowNorm(const std::vector<int64_t>& shape, bool rms, bool add, int threa
 }
 
 // Batch norm in training mode (seed 001): batch statistics, running averages, y; checked
-// against each channel's mean and variance in double. Bytes: x read once, y written once.
-void RunBatchNormTraining(const std::vector<int64_t>& shape, normkit_layout layout, int threads) {
+// against each channel's mean and variance in double (bf16: x and y in bfloat16, y within
+// its rounding). Bytes: x read once, y written once.
+void RunBatchNormTraining(const std::vector<int64_t>& shape, normkit_layout layout, int threads,
+                          bool bf16 = false) {
   const Workload w{"001", shape};
   const int64_t N = shape[0], C = shape[1], numel = Numel(shape), S = numel / (N * C);
   const bool cl = layout == NORMKIT_LAYOUT_CHANNELS_LAST && S > 1;
-  Buffer x = MakeBuffer(numel, 61), y = MakeBuffer(numel, 62), ref = MakeBuffer(numel, 63);
+  const int32_t dtype = bf16 ? NORMKIT_DTYPE_BFLOAT16 : NORMKIT_DTYPE_FLOAT32;
+  int64_t floats;  // x's bytes in floats
+  Buffer x = MakeTensorBuffer(shape, layout, dtype, 61, &floats);
+  Buffer y = MakeBuffer(floats, 62), ref = MakeBuffer(floats, 63);
   Buffer gamma = MakeBuffer(C, 64), beta = MakeBuffer(C, 65), stats = MakeBuffer(4 * C, 66);
   for (int64_t c = 0; c < C; ++c) stats[C + c] = 1.0f;  // running_var
+  // Element i of x or y as a float.
+  const auto at = [&](const Buffer& b, int64_t i) {
+    if (!bf16) return b[i];
+    uint16_t v;
+    std::memcpy(&v, reinterpret_cast<const char*>(b.get()) + 2 * i, 2);
+    return FromBF16(v);
+  };
   normkit_context* ctx = nullptr;
   normkit_context_create(threads, &ctx);
-  const normkit_tensor xt = Desc(x.get(), layout, shape), yt = Desc(y.get(), layout, shape);
+  normkit_tensor xt = Desc(x.get(), layout, shape), yt = Desc(y.get(), layout, shape);
+  xt.dtype = yt.dtype = dtype;
   const auto call = [&] {
     float* st = stats.get();
     if (normkit_batch_norm_training(ctx, &xt, gamma.get(), beta.get(), 1e-5f, 0.1f, st, st + C, &yt,
@@ -313,23 +326,28 @@ void RunBatchNormTraining(const std::vector<int64_t>& shape, normkit_layout layo
   };
   call();
   std::vector<double> mean(static_cast<size_t>(C)), m2(mean.size());
-  for (int64_t i = 0; i < numel; ++i) mean[(cl ? i % C : (i / S) % C)] += x[i];
+  for (int64_t i = 0; i < numel; ++i) mean[(cl ? i % C : (i / S) % C)] += at(x, i);
   for (double& m : mean) m /= static_cast<double>(N * S);
   for (int64_t i = 0; i < numel; ++i) {
     const int64_t c = cl ? i % C : (i / S) % C;
-    m2[c] += (x[i] - mean[c]) * (x[i] - mean[c]);
+    m2[c] += (at(x, i) - mean[c]) * (at(x, i) - mean[c]);
   }
+  std::vector<float> yf(static_cast<size_t>(numel));
+  for (int64_t i = 0; i < numel; ++i) yf[static_cast<size_t>(i)] = at(y, i);
+  // CheckSample allows 4 float ulps of *mag; bfloat16 allows its own unit (2^-8).
+  const double unit = bf16 ? (1.0 / 256) / (4 * 1.2e-7) : 1.0;
   const bool ok = CheckSample(
-      y.get(), N, C, S, cl, [&](int64_t, int64_t c, int64_t i, double* want, double* mag) {
+      yf.data(), N, C, S, cl, [&](int64_t, int64_t c, int64_t i, double* want, double* mag) {
         const double rstd = 1.0 / std::sqrt(m2[c] / static_cast<double>(N * S) + 1e-5);
-        const double z = (x[i] - mean[c]) * rstd * gamma[c];
+        const double z = (at(x, i) - mean[c]) * rstd * gamma[c];
         *want = z + beta[c];
-        *mag = 4 * (std::fabs(z) + std::fabs(beta[c]) + std::fabs(gamma[c]));
+        *mag = 4 * unit * (std::fabs(z) + std::fabs(beta[c]) + std::fabs(gamma[c]));
       });
-  const int64_t bytes = 2 * numel * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes = 2 * floats * static_cast<int64_t>(sizeof(float));
   const PairTiming tm = TimePair(
-      call, [&] { ParallelCopy(threads, ref.get(), x.get(), numel); }, bytes);
-  PrintRow("batch_norm training", w, layout, false, threads, tm, bytes, ok);
+      call, [&] { ParallelCopy(threads, ref.get(), x.get(), floats); }, bytes);
+  PrintRow(bf16 ? "batch_norm train bf16" : "batch_norm training", w, layout, false, threads, tm,
+           bytes, ok);
   normkit_context_destroy(ctx);
 }
 
@@ -560,6 +578,11 @@ int main(int argc, char** argv) {
       RunBatchNormBackward(shape, layout, 1);
       if (all > 1) RunBatchNormBackward(shape, layout, all);
     }
+  }
+  // The same forward in bfloat16 (half the bytes), a 2-D shape in both layouts.
+  for (auto layout : {NORMKIT_LAYOUT_CHANNELS_FIRST, NORMKIT_LAYOUT_CHANNELS_LAST}) {
+    RunBatchNormTraining(train_shapes[quick ? 0 : 1], layout, 1, true);
+    if (all > 1) RunBatchNormTraining(train_shapes[quick ? 0 : 1], layout, all, true);
   }
   struct ShiftWorkload {
     const char* source;
