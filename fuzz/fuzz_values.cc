@@ -7,8 +7,8 @@
 // definitions. Pointers off their element size and parameters inside y must be
 // rejected, with every output untouched. bfloat16 / float16 storage: affine against
 // double, the norms and the shift-sum family bitwise against the float32 call on the
-// widened values. Batch norm training: the forward and the backward against double. Any
-// disagreement aborts with what and where.
+// widened values. Batch norm training: the forward and the backward against double, and in
+// half bitwise against the float32 call. Any disagreement aborts with what and where.
 #include <cfloat>
 #include <utility>
 
@@ -923,12 +923,111 @@ void FuzzHalfAddNorms(FuzzedDataProvider& in) {
   }
 }
 
+// Batch norm training with half tensors: the forward in every pair (in place when x and y
+// share a dtype), the backward with x, dy, dx of one half dtype (dx apart, on x, on dy),
+// values from the edges of float (sums overflowing, NaN / Inf), data 0-15 elements off:
+// every output bitwise the float32 call on the widened values, the half ones rounded.
+void FuzzHalfBatchNormTraining(FuzzedDataProvider& in) {
+  const bool backward = in.ConsumeBool();
+  std::pair<int32_t, int32_t> pair = PickHalfPair(in);
+  if (backward) {
+    pair.first = pair.first == NORMKIT_DTYPE_FLOAT32 ? pair.second : pair.first;
+    pair.second = pair.first;
+  }
+  const int32_t xd = pair.first, yd = pair.second;
+  const int64_t N = in.ConsumeIntegralInRange<int64_t>(1, 4);
+  const int64_t C = in.ConsumeIntegralInRange<int64_t>(1, 24);
+  const int64_t S = in.ConsumeIntegralInRange<int64_t>(N == 1 ? 2 : 1, 300);
+  const bool cl = in.ConsumeBool();
+  const int alias = xd == yd ? in.ConsumeIntegralInRange<int>(0, backward ? 2 : 1) : 0;
+  const int64_t numel = N * C * S;
+  const Palette xpal = Palette::Pick(in), dypal = Palette::Pick(in);
+  const int64_t xs = xd == NORMKIT_DTYPE_FLOAT32 ? 4 : 2, ys = yd == NORMKIT_DTYPE_FLOAT32 ? 4 : 2;
+  std::vector<uint8_t> xbuf(static_cast<size_t>((numel + 16) * xs));
+  std::vector<uint8_t> dybuf(static_cast<size_t>((numel + 16) * xs));
+  std::vector<uint8_t> ybuf(static_cast<size_t>((numel + 16) * ys));
+  uint8_t* xp = xbuf.data() + in.ConsumeIntegralInRange<int64_t>(0, 15) * xs;
+  uint8_t* dyp = dybuf.data() + in.ConsumeIntegralInRange<int64_t>(0, 15) * xs;
+  uint8_t* yp = alias == 1   ? xp
+                : alias == 2 ? dyp
+                             : ybuf.data() + in.ConsumeIntegralInRange<int64_t>(0, 15) * ys;
+  // The values as stored, widened: the float32 call's inputs.
+  std::vector<float> wide(static_cast<size_t>(numel)), wide_dy(wide.size()), wide_y(wide.size());
+  Fill(wide.data(), numel, xpal, in.ConsumeIntegral<uint32_t>());
+  Fill(wide_dy.data(), numel, dypal, in.ConsumeIntegral<uint32_t>());
+  if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    auto& v = in.ConsumeBool() ? wide : wide_dy;
+    v[static_cast<size_t>(in.ConsumeIntegralInRange<int64_t>(0, numel - 1))] =
+        bad[in.ConsumeIntegralInRange<int>(0, 2)];
+  }
+  for (int64_t i = 0; i < numel; ++i) {
+    StoreAs(xd, &wide[static_cast<size_t>(i)], xp + xs * i);
+    StoreAs(xd, &wide_dy[static_cast<size_t>(i)], dyp + xs * i);
+  }
+  const size_t cs = static_cast<size_t>(C);
+  std::vector<float> gamma(cs), beta(cs);
+  Fill(gamma.data(), C, {1.25, 0.75}, in.ConsumeIntegral<uint32_t>());
+  Fill(beta.data(), C, {0, 1}, in.ConsumeIntegral<uint32_t>());
+  const int64_t shape[3] = {N, C, S};
+  const auto layout = cl ? NORMKIT_LAYOUT_CHANNELS_LAST : NORMKIT_LAYOUT_CHANNELS_FIRST;
+  normkit_tensor xt, yt, dyt, wt, wyt, wdyt;
+  normkit_tensor_init(&xt, xp, static_cast<normkit_dtype>(xd), layout, 3, shape);
+  normkit_tensor_init(&yt, yp, static_cast<normkit_dtype>(yd), layout, 3, shape);
+  normkit_tensor_init(&dyt, dyp, static_cast<normkit_dtype>(xd), layout, 3, shape);
+  normkit_tensor_init(&wt, wide.data(), NORMKIT_DTYPE_FLOAT32, layout, 3, shape);
+  normkit_tensor_init(&wyt, wide_y.data(), NORMKIT_DTYPE_FLOAT32, layout, 3, shape);
+  normkit_tensor_init(&wdyt, wide_dy.data(), NORMKIT_DTYPE_FLOAT32, layout, 3, shape);
+  // Per-channel arrays of the half call [0] and the float32 call [1]: running mean /
+  // var, save mean / rstd (forward); grad_gamma, grad_beta (backward).
+  std::vector<float> a[2][4];
+  for (auto& call : a) {
+    for (auto& v : call) v.assign(cs, 0.5f);
+  }
+  normkit_status half, single;
+  if (!backward) {
+    const auto run = [&](const normkit_tensor* x, const normkit_tensor* y, std::vector<float>* v) {
+      return normkit_batch_norm_training(nullptr, x, gamma.data(), beta.data(), 1e-5f, 0.1f,
+                                         v[0].data(), v[1].data(), y, v[2].data(), v[3].data());
+    };
+    single = run(&wt, &wyt, a[1]);
+    half = run(&xt, &yt, a[0]);
+  } else {
+    // Saved statistics: the float32 forward's (finite or not).
+    std::vector<float> sm(cs), sr(cs);
+    normkit_batch_norm_training(nullptr, &wt, nullptr, nullptr, 1e-5f, 0.1f, nullptr, nullptr, &wyt,
+                                sm.data(), sr.data());
+    const auto run = [&](const normkit_tensor* x, const normkit_tensor* dy,
+                         const normkit_tensor* dx, std::vector<float>* v) {
+      return normkit_batch_norm_training_backward(nullptr, x, dy, sm.data(), sr.data(),
+                                                  gamma.data(), dx, v[0].data(), v[1].data());
+    };
+    single = run(&wt, &wdyt, &wyt, a[1]);
+    half = run(&xt, &dyt, &yt, a[0]);
+  }
+  if (half != NORMKIT_SUCCESS || single != NORMKIT_SUCCESS) {
+    std::fprintf(stderr, "valid half batch norm training rejected: %s\n", normkit_last_error());
+    std::abort();
+  }
+  for (int k = 0; k < 4; ++k) {
+    if (std::memcmp(a[0][k].data(), a[1][k].data(), cs * 4) != 0) {
+      Fail("half batch norm training's arrays differ from the float32 call's", k, a[0][k][0],
+           a[1][k][0]);
+    }
+  }
+  for (int64_t i = 0; i < numel; ++i) {
+    ExpectRounded("half batch norm training output is not the float32 result rounded", yd, yp, i,
+                  wide_y[static_cast<size_t>(i)]);
+  }
+}
+
 }  // namespace
 }  // namespace normkit_fuzz
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  switch (in.ConsumeIntegralInRange<int>(0, 11)) {
+  switch (in.ConsumeIntegralInRange<int>(0, 12)) {
+    case 12: normkit_fuzz::FuzzHalfBatchNormTraining(in); break;
     case 11: normkit_fuzz::FuzzHalfAddNorms(in); break;
     case 10: normkit_fuzz::FuzzBatchNormBackward(in); break;
     case 9: normkit_fuzz::FuzzBatchNormTraining(in); break;
