@@ -262,6 +262,38 @@ def to_nc(a, channels_last):
     return np.moveaxis(a, -1, 1) if channels_last else a
 
 
+def bn_training_ref(xd, gamma, beta, rm, rv, eps, momentum):
+    """Training-mode batch norm of xd (float64, N, C, spatial...): the batch mean, biased
+    variance, rstd, y and the running averages (unbiased variance) after one step."""
+    c = xd.shape[1]
+    axes = tuple(k for k in range(xd.ndim) if k != 1)
+    count = xd.size // c
+    bshape = (1, c) + (1,) * (xd.ndim - 2)
+    mean = xd.mean(axis=axes)
+    var = ((xd - mean.reshape(bshape)) ** 2).mean(axis=axes)
+    rstd = 1.0 / np.sqrt(var + eps)
+    y = (xd - mean.reshape(bshape)) * rstd.reshape(bshape) * gamma.reshape(bshape) \
+        + beta.reshape(bshape)
+    rm_out = (1 - momentum) * rm.astype(np.float64) + momentum * mean
+    rv_out = (1 - momentum) * rv.astype(np.float64) + momentum * var * count / (count - 1)
+    return mean, var, rstd, y, rm_out, rv_out
+
+
+def bn_backward_ref(xd, dyd, sm, sr, gamma):
+    """The backward from float32 saved statistics sm / sr: dx, sum(dy * xhat), sum(dy)."""
+    c = xd.shape[1]
+    axes = tuple(k for k in range(xd.ndim) if k != 1)
+    count = xd.size // c
+    bshape = (1, c) + (1,) * (xd.ndim - 2)
+    smd, srd = sm.astype(np.float64).reshape(bshape), sr.astype(np.float64).reshape(bshape)
+    xhat = (xd - smd) * srd
+    sum_dy = dyd.sum(axis=axes)
+    sum_dy_xhat = (dyd * xhat).sum(axis=axes)
+    dx = gamma.reshape(bshape) * srd * (dyd - (sum_dy / count).reshape(bshape)
+                                        - xhat * (sum_dy_xhat / count).reshape(bshape))
+    return dx, sum_dy_xhat, sum_dy
+
+
 def batch_norm_training_cases(rng, w):
     """Training-mode batch norm: the forward (batch statistics, running averages with the
     unbiased variance, saved mean / rstd) and the backward from the saved statistics, in
@@ -281,16 +313,8 @@ def batch_norm_training_cases(rng, w):
         rm = rng.standard_normal(c).astype(np.float32)
         rv = rng.uniform(0.5, 2.0, c).astype(np.float32)
         xd = to_nc(x.astype(np.float64), cl)
-        axes = tuple(k for k in range(xd.ndim) if k != 1)
-        count = xd.size // c
-        bshape = (1, c) + (1,) * (xd.ndim - 2)
-        mean = xd.mean(axis=axes)
-        var = ((xd - mean.reshape(bshape)) ** 2).mean(axis=axes)
-        rstd = 1.0 / np.sqrt(var + eps)
-        y = (xd - mean.reshape(bshape)) * rstd.reshape(bshape) * gamma.reshape(bshape) \
-            + beta.reshape(bshape)
-        rm_out = (1 - momentum) * rm.astype(np.float64) + momentum * mean
-        rv_out = (1 - momentum) * rv.astype(np.float64) + momentum * var * count / (count - 1)
+        mean, var, rstd, y, rm_out, rv_out = bn_training_ref(xd, gamma, beta, rm, rv, eps,
+                                                             momentum)
         layout = {"layout": 1 if cl else 0, "rank": len(shape), "shape": " ".join(map(str, shape))}
         w.case(f"batch_norm_training_{i}", "batch_norm_training",
                dict(layout, eps=eps, momentum=momentum),
@@ -299,13 +323,8 @@ def batch_norm_training_cases(rng, w):
                 "running_var_out": rv_out, "save_mean": mean, "save_rstd": rstd})
         # The backward from the saved statistics as float32 (what a forward hands on).
         sm, sr = mean.astype(np.float32), rstd.astype(np.float32)
-        smd, srd = sm.astype(np.float64).reshape(bshape), sr.astype(np.float64).reshape(bshape)
         dyd = to_nc(dy.astype(np.float64), cl)
-        xhat = (xd - smd) * srd
-        sum_dy = dyd.sum(axis=axes)
-        sum_dy_xhat = (dyd * xhat).sum(axis=axes)
-        dx = gamma.reshape(bshape) * srd * (dyd - (sum_dy / count).reshape(bshape)
-                                            - xhat * (sum_dy_xhat / count).reshape(bshape))
+        dx, sum_dy_xhat, sum_dy = bn_backward_ref(xd, dyd, sm, sr, gamma)
         w.case(f"batch_norm_backward_{i}", "batch_norm_backward", layout,
                {"x": x, "dy": dy, "save_mean": sm, "save_rstd": sr, "gamma": gamma},
                {"dx": np.moveaxis(dx, 1, -1) if cl else dx, "grad_gamma": sum_dy_xhat,
@@ -361,17 +380,8 @@ def half_batch_norm_training_cases(rng, w):
         beta = rng.standard_normal(c).astype(np.float32)
         rm = rng.standard_normal(c).astype(np.float32)
         rv = rng.uniform(0.5, 2.0, c).astype(np.float32)
-        xd = to_nc(x, cl)
-        axes = tuple(k for k in range(xd.ndim) if k != 1)
-        count = xd.size // c
-        bshape = (1, c) + (1,) * (xd.ndim - 2)
-        mean = xd.mean(axis=axes)
-        var = ((xd - mean.reshape(bshape)) ** 2).mean(axis=axes)
-        rstd = 1.0 / np.sqrt(var + eps)
-        y = (xd - mean.reshape(bshape)) * rstd.reshape(bshape) * gamma.reshape(bshape) \
-            + beta.reshape(bshape)
-        rm_out = (1 - momentum) * rm.astype(np.float64) + momentum * mean
-        rv_out = (1 - momentum) * rv.astype(np.float64) + momentum * var * count / (count - 1)
+        mean, var, rstd, y, rm_out, rv_out = bn_training_ref(to_nc(x, cl), gamma, beta, rm, rv,
+                                                             eps, momentum)
         layout = {"layout": 1 if cl else 0, "rank": len(shape), "shape": " ".join(map(str, shape))}
         w.case(f"half_batch_norm_training_{i}", "batch_norm_training",
                dict(layout, x_dtype=xdt, y_dtype=ydt, eps=eps, momentum=momentum),
@@ -381,16 +391,9 @@ def half_batch_norm_training_cases(rng, w):
                 "save_rstd": rstd})
         # The backward in one dtype, from float32 saved statistics of its x.
         xbd = to_nc(xb, cl)
-        bmean = xbd.mean(axis=axes)
-        bvar = ((xbd - bmean.reshape(bshape)) ** 2).mean(axis=axes)
-        sm, sr = bmean.astype(np.float32), (1.0 / np.sqrt(bvar + eps)).astype(np.float32)
-        smd, srd = sm.astype(np.float64).reshape(bshape), sr.astype(np.float64).reshape(bshape)
-        dyd = to_nc(dy, cl)
-        xhat = (xbd - smd) * srd
-        sum_dy = dyd.sum(axis=axes)
-        sum_dy_xhat = (dyd * xhat).sum(axis=axes)
-        dx = gamma.reshape(bshape) * srd * (dyd - (sum_dy / count).reshape(bshape)
-                                            - xhat * (sum_dy_xhat / count).reshape(bshape))
+        bmean, _, brstd, _, _, _ = bn_training_ref(xbd, gamma, beta, rm, rv, eps, momentum)
+        sm, sr = bmean.astype(np.float32), brstd.astype(np.float32)
+        dx, sum_dy_xhat, sum_dy = bn_backward_ref(xbd, to_nc(dy, cl), sm, sr, gamma)
         w.case(f"half_batch_norm_backward_{i}", "batch_norm_backward",
                dict(layout, x_dtype=bwd, y_dtype=bwd),
                {"x": xb, "dy": dy, "save_mean": sm, "save_rstd": sr, "gamma": gamma},
