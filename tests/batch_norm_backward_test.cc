@@ -160,9 +160,9 @@ void ExpectMatchesReference(const Shape& s, const Inputs& in, const Grads& g, bo
 }
 
 // Seed 001's ranks, and the channels-last paths: C = 1, 2, 4 (a divisor of the vector:
-// one flat span), 3, 5, 7 (neither: padded rows), 64, 1024, 300 (whole vectors, a padded
-// tail), 1030 (past 1024, a padded tail); channels-first planes of two sum blocks, short planes,
-// rank 2.
+// one flat span), 3, 5, 7 (neither: padded rows), 16, 32 (one or two whole vectors on
+// AVX-512: the register rows), 64, 1024, 300 (whole vectors, a padded tail), 1030 (past
+// 1024, a padded tail); channels-first planes of two sum blocks, short planes, rank 2.
 const std::vector<Shape>& Shapes() {
   static const std::vector<Shape> shapes = {
       {{8, 3, 1000}, NORMKIT_LAYOUT_CHANNELS_FIRST},
@@ -179,6 +179,8 @@ const std::vector<Shape>& Shapes() {
       {{3, 300, 5, 7}, NORMKIT_LAYOUT_CHANNELS_LAST},
       {{1, 1024, 3, 3}, NORMKIT_LAYOUT_CHANNELS_LAST},
       {{300, 5, 17}, NORMKIT_LAYOUT_CHANNELS_LAST},
+      {{5, 16, 7, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
+      {{3, 32, 9, 11}, NORMKIT_LAYOUT_CHANNELS_LAST},
       // Rows past 1024 channels: a partial last vector, two row blocks, float runs
       // flushed twice.
       {{10, 1030, 15}, NORMKIT_LAYOUT_CHANNELS_LAST},
@@ -208,7 +210,8 @@ TEST(BatchNormBackward, MatchesReferenceEveryRankAndLayout) {
   }
 }
 
-// Every SIMD target this CPU runs: the pattern lanes (C = 2, 4), padded rows (C = 3,
+// Every SIMD target this CPU runs: the pattern lanes (C = 2, 4), rows of one or two whole
+// vectors in registers (C = 8, 16, 32: which ones depends on the lanes), padded rows (C = 3,
 // 19, 1030), padded span tails (planes of 45), the double flushes (planes of 3000).
 TEST(BatchNormBackward, EverySimdTargetMatchesReference) {
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
@@ -218,6 +221,9 @@ TEST(BatchNormBackward, EverySimdTargetMatchesReference) {
                            Shape{{3, 4, 5, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
                            Shape{{3, 3, 5, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
                            Shape{{3, 19, 5, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                           Shape{{3, 8, 5, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                           Shape{{3, 16, 5, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
+                           Shape{{3, 32, 5, 9}, NORMKIT_LAYOUT_CHANNELS_LAST},
                            Shape{{3, 19, 5, 9}, NORMKIT_LAYOUT_CHANNELS_FIRST},
                            Shape{{7, 1030, 10}, NORMKIT_LAYOUT_CHANNELS_LAST},
                            Shape{{2, 3, 3000}, NORMKIT_LAYOUT_CHANNELS_FIRST},

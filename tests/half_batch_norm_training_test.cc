@@ -165,8 +165,8 @@ Storage RunForwardCase(const ForwardCase& k, bool check_reference = true) {
 // The plans of the forward and the backward (as batch_norm_training_test.cc's shapes):
 // channels-first planes past 256 values (of one and of two statistics blocks), short
 // planes one by one and in channel blocks (planes of 16, 12, 1: rank 2); channels-last
-// with channels dividing a vector (1, 2, 4: one flat span), whole vectors (64) and padded
-// rows (3, 7, 19).
+// with channels dividing a vector (1, 2, 4: one flat span), one or two whole vectors (8,
+// 16, 32: the backward's register rows), more (64) and padded rows (3, 7, 19).
 const std::vector<Shape>& Shapes() {
   static const std::vector<Shape> shapes = {
       {{8, 3, 1000}, NORMKIT_LAYOUT_CHANNELS_FIRST},
@@ -184,6 +184,9 @@ const std::vector<Shape>& Shapes() {
       {{70, 130}, NORMKIT_LAYOUT_CHANNELS_FIRST},
       {{9, 11, 3, 4}, NORMKIT_LAYOUT_CHANNELS_FIRST},
       {{5, 6, 45}, NORMKIT_LAYOUT_CHANNELS_FIRST},
+      {{3, 8, 9, 11}, NORMKIT_LAYOUT_CHANNELS_LAST},
+      {{3, 16, 9, 11}, NORMKIT_LAYOUT_CHANNELS_LAST},
+      {{3, 32, 9, 11}, NORMKIT_LAYOUT_CHANNELS_LAST},
   };
   return shapes;
 }
