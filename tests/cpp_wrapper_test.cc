@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The C++ wrapper: views with shapes known only at run time, const inputs, float64, and
-// the shift-sum functions, each giving the C API's result; errors as normkit::Error.
+// The C++ wrapper: views with shapes known only at run time, const inputs, float64, half
+// tensors, and the shift-sum functions, each giving the C API's result; errors as
+// normkit::Error.
 #include <array>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "normkit/normkit.hpp"
@@ -45,6 +48,53 @@ TEST(CppWrapper, ErrorsCarryTheStatusAndMessage) {
     EXPECT_NE(std::string(e.what()).find("groups"), std::string::npos) << e.what();
   }
   EXPECT_THROW(normkit::Tensor(x.data(), std::vector<int64_t>{1, 2, 3, 4, 5, 6}), normkit::Error);
+}
+
+// Half tensors through the wrapper (Tensor(Dtype, data, shape)): batch norm training's
+// forward and backward in bfloat16, bitwise the C API's; an element size unlike the
+// dtype's throws.
+TEST(CppWrapper, HalfTensorsNameTheirDtype) {
+  const std::vector<int64_t> shape = {4, 6, 5, 7};
+  const int64_t n = Numel(shape);
+  std::vector<uint16_t> x(static_cast<size_t>(n)), dy(x.size());
+  const std::vector<float> xs = RandomVector(n, 3), dys = RandomVector(n, 4);
+  for (size_t i = 0; i < x.size(); ++i) {  // the top halves: bfloat16 values (truncated)
+    uint32_t u, v;
+    std::memcpy(&u, &xs[i], 4);
+    std::memcpy(&v, &dys[i], 4);
+    x[i] = static_cast<uint16_t>(u >> 16);
+    dy[i] = static_cast<uint16_t>(v >> 16);
+  }
+  const auto layout = normkit::Layout::kChannelsLast;
+  std::vector<uint16_t> y(x.size()), want_y(x.size()), dx(x.size()), want_dx(x.size());
+  std::vector<float> sm(6), sr(6), want_sm(6), want_sr(6), gg(6), gb(6), want_gg(6), want_gb(6);
+  normkit_tensor xt = Desc(x.data(), NORMKIT_LAYOUT_CHANNELS_LAST, shape);
+  normkit_tensor yt = Desc(want_y.data(), NORMKIT_LAYOUT_CHANNELS_LAST, shape);
+  normkit_tensor dyt = Desc(dy.data(), NORMKIT_LAYOUT_CHANNELS_LAST, shape);
+  normkit_tensor dxt = Desc(want_dx.data(), NORMKIT_LAYOUT_CHANNELS_LAST, shape);
+  for (auto* t : {&xt, &yt, &dyt, &dxt}) t->dtype = NORMKIT_DTYPE_BFLOAT16;
+  ASSERT_EQ(normkit_batch_norm_training(nullptr, &xt, nullptr, nullptr, 1e-5f, 0.1f, nullptr,
+                                        nullptr, &yt, want_sm.data(), want_sr.data()),
+            NORMKIT_SUCCESS);
+  ASSERT_EQ(normkit_batch_norm_training_backward(nullptr, &xt, &dyt, want_sm.data(), want_sr.data(),
+                                                 nullptr, &dxt, want_gg.data(), want_gb.data()),
+            NORMKIT_SUCCESS);
+  const auto bf16 = normkit::Dtype::kBFloat16;
+  const uint16_t* cx = x.data();  // a const input
+  normkit::BatchNormTraining(normkit::Tensor(bf16, cx, shape, layout), nullptr, nullptr, 1e-5f,
+                             0.1f, nullptr, nullptr, normkit::Tensor(bf16, y.data(), shape, layout),
+                             sm.data(), sr.data());
+  const normkit::Tensor dxv(bf16, dx.data(), shape, layout);
+  normkit::BatchNormTrainingBackward(
+      normkit::Tensor(bf16, cx, shape, layout),
+      normkit::Tensor(bf16, static_cast<const void*>(dy.data()), shape, layout), sm.data(),
+      sr.data(), nullptr, &dxv, gg.data(), gb.data());
+  EXPECT_EQ(y, want_y);
+  EXPECT_EQ(dx, want_dx);
+  EXPECT_EQ(sm, want_sm);
+  EXPECT_EQ(gg, want_gg);
+  EXPECT_EQ(gb, want_gb);
+  EXPECT_THROW(normkit::Tensor(normkit::Dtype::kFloat16, xs.data(), shape), normkit::Error);
 }
 
 TEST(CppWrapper, ShiftSumFamilyMatchesTheCApi) {

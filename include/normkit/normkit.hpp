@@ -37,20 +37,41 @@ enum class Layout {
   kChannelsLast = NORMKIT_LAYOUT_CHANNELS_LAST
 };
 
+// The element types of a tensor (normkit_dtype).
+enum class Dtype {
+  kFloat32 = NORMKIT_DTYPE_FLOAT32,
+  kFloat16 = NORMKIT_DTYPE_FLOAT16,
+  kBFloat16 = NORMKIT_DTYPE_BFLOAT16,
+  kFloat64 = NORMKIT_DTYPE_FLOAT64
+};
+
 // A tensor view: data of float (float32) or double (float64, the shift-sum family), a
 // logical shape N, C, spatial... and a layout; on the CPU, or on CUDA device
 // `device_index` (OnCuda: data is a device pointer). The shape is a braced list or any
 // container of integers known at run time (std::vector<int64_t>, std::array<int, 4>, ...).
 // A view of const data is for inputs: passed as an output, the op would write through it.
+// Half tensors name their dtype: Tensor(Dtype::kBFloat16, bits, shape), the data any
+// 2-byte type (uint16_t bit patterns, a compiler's __bf16 / _Float16) or void.
 class Tensor {
  public:
   template <class T>
   Tensor(T* data, std::initializer_list<int64_t> shape, Layout layout = Layout::kChannelsFirst) {
-    Init(data, shape.begin(), shape.end(), layout);
+    Init(DtypeOf<T>(), data, shape.begin(), shape.end(), layout);
   }
   template <class T, class Shape, class = decltype(std::begin(std::declval<const Shape&>()))>
   Tensor(T* data, const Shape& shape, Layout layout = Layout::kChannelsFirst) {
-    Init(data, std::begin(shape), std::end(shape), layout);
+    Init(DtypeOf<T>(), data, std::begin(shape), std::end(shape), layout);
+  }
+  template <class T>
+  Tensor(Dtype dtype, T* data, std::initializer_list<int64_t> shape,
+         Layout layout = Layout::kChannelsFirst) {
+    CheckElementSize<T>(dtype);
+    Init(dtype, data, shape.begin(), shape.end(), layout);
+  }
+  template <class T, class Shape, class = decltype(std::begin(std::declval<const Shape&>()))>
+  Tensor(Dtype dtype, T* data, const Shape& shape, Layout layout = Layout::kChannelsFirst) {
+    CheckElementSize<T>(dtype);
+    Init(dtype, data, std::begin(shape), std::end(shape), layout);
   }
   Tensor& OnCuda(int32_t device_index = 0) noexcept {
     desc_.device = NORMKIT_DEVICE_CUDA;
@@ -60,11 +81,30 @@ class Tensor {
   const normkit_tensor* get() const noexcept { return &desc_; }
 
  private:
-  template <class T, class It>
-  void Init(T* data, It first, It last, Layout layout) {
+  template <class T>
+  static constexpr Dtype DtypeOf() {
     using Element = std::remove_const_t<T>;
     static_assert(std::is_same_v<Element, float> || std::is_same_v<Element, double>,
-                  "normkit::Tensor: data must be float (float32) or double (float64)");
+                  "normkit::Tensor: data must be float (float32) or double (float64); half "
+                  "tensors: Tensor(Dtype::kBFloat16 or kFloat16, data, shape)");
+    return std::is_same_v<Element, float> ? Dtype::kFloat32 : Dtype::kFloat64;
+  }
+
+  // Typed data must have the dtype's element size (void data: the caller's word).
+  template <class T>
+  static void CheckElementSize(Dtype dtype) {
+    if constexpr (!std::is_void_v<std::remove_const_t<T>>) {
+      const size_t size = dtype == Dtype::kFloat64 ? 8 : dtype == Dtype::kFloat32 ? 4 : 2;
+      if (sizeof(T) != size) {
+        throw Error(NORMKIT_ERROR_INVALID_ARGUMENT,
+                    "Tensor: the data's element size differs from the dtype's");
+      }
+    }
+  }
+
+  template <class T, class It>
+  void Init(Dtype dtype, T* data, It first, It last, Layout layout) {
+    using Element = std::remove_const_t<T>;
     int64_t dims[NORMKIT_MAX_RANK] = {};
     int32_t rank = 0;
     for (It it = first; it != last; ++it) {
@@ -75,9 +115,7 @@ class Tensor {
       }
       dims[rank++] = static_cast<int64_t>(dim);
     }
-    const normkit_dtype dtype =
-        std::is_same_v<Element, float> ? NORMKIT_DTYPE_FLOAT32 : NORMKIT_DTYPE_FLOAT64;
-    normkit_tensor_init(&desc_, const_cast<Element*>(data), dtype,
+    normkit_tensor_init(&desc_, const_cast<Element*>(data), static_cast<normkit_dtype>(dtype),
                         static_cast<normkit_layout>(layout), rank, dims);
   }
 
