@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0
- * C caller with half-precision activations: batch norm on bfloat16 tensors (stored as
- * uint16_t bits), in place; and normalize-and-narrow from float32 to float16. The bits
+ * C caller with half-precision activations: a training step of batch norm on bfloat16
+ * tensors (stored as uint16_t bits: the forward with batch statistics, then the backward),
+ * batch norm inference in place; and normalize-and-narrow from float32 to float16. The bits
  * are converted here with plain C to check the results. Exit status 0 means every check
  * passed. */
 #include <math.h>
@@ -49,6 +50,59 @@ int main(void) {
     x_f32[i] = (float)((i * 37) % 101) / 25.0f - 2.0f;
     x_bf16[i] = float_to_bf16(x_f32[i]);
     before[i] = bf16_to_float(x_bf16[i]);
+  }
+
+  /* A training step on bfloat16: y from the batch's statistics (saved, float32), then dx
+   * and the parameter gradients from dy. */
+  {
+    static uint16_t y[COUNT], dy[COUNT], dx[COUNT];
+    float save_mean[C], save_rstd[C], grad_gamma[C], grad_beta[C];
+    for (int i = 0; i < COUNT; ++i) dy[i] = float_to_bf16((float)((i * 13) % 7) / 7.0f - 0.5f);
+    normkit_tensor xt, yt, dyt, dxt;
+    normkit_tensor_init(&xt, x_bf16, NORMKIT_DTYPE_BFLOAT16, NORMKIT_LAYOUT_CHANNELS_FIRST, 3,
+                        shape);
+    normkit_tensor_init(&yt, y, NORMKIT_DTYPE_BFLOAT16, NORMKIT_LAYOUT_CHANNELS_FIRST, 3, shape);
+    normkit_tensor_init(&dyt, dy, NORMKIT_DTYPE_BFLOAT16, NORMKIT_LAYOUT_CHANNELS_FIRST, 3, shape);
+    normkit_tensor_init(&dxt, dx, NORMKIT_DTYPE_BFLOAT16, NORMKIT_LAYOUT_CHANNELS_FIRST, 3, shape);
+    if (normkit_batch_norm_training(NULL, &xt, gamma, beta, eps, 0.1f, NULL, NULL, &yt, save_mean,
+                                    save_rstd) != NORMKIT_SUCCESS ||
+        normkit_batch_norm_training_backward(NULL, &xt, &dyt, save_mean, save_rstd, gamma, &dxt,
+                                             grad_gamma, grad_beta) != NORMKIT_SUCCESS) {
+      printf("batch_norm_training: %s\n", normkit_last_error());
+      return 1;
+    }
+    for (int c = 0; c < C && !failures; ++c) {
+      double sum = 0, m2 = 0, sum_dy = 0, sum_dot = 0;
+      for (int n = 0; n < N; ++n)
+        for (int i = 0; i < HW; ++i) sum += before[(n * C + c) * HW + i];
+      const double mu = sum / (N * HW);
+      for (int n = 0; n < N; ++n)
+        for (int i = 0; i < HW; ++i) {
+          const int at = (n * C + c) * HW + i;
+          m2 += (before[at] - mu) * (before[at] - mu);
+          sum_dy += bf16_to_float(dy[at]);
+          sum_dot += bf16_to_float(dy[at]) * (before[at] - mu);
+        }
+      const double rstd = 1.0 / sqrt(m2 / (N * HW) + eps);
+      for (int n = 0; n < N; ++n)
+        for (int i = 0; i < HW; ++i) {
+          const int at = (n * C + c) * HW + i;
+          const double xhat = (before[at] - mu) * rstd;
+          const double want_y = xhat * gamma[c] + beta[c];
+          const double want_dx =
+              gamma[c] * rstd *
+              (bf16_to_float(dy[at]) - sum_dy / (N * HW) - xhat * rstd * sum_dot / (N * HW));
+          /* One bfloat16 unit of each (and float's error in dx's cancelling terms). */
+          if (fabs(bf16_to_float(y[at]) - want_y) > fabs(want_y) * 0x1p-7 + 1e-6 ||
+              fabs(bf16_to_float(dx[at]) - want_dx) > fabs(want_dx) * 0x1p-7 + 1e-5) {
+            printf("bfloat16 batch norm training: element %d: y %g dx %g, expected %g %g\n", at,
+                   bf16_to_float(y[at]), bf16_to_float(dx[at]), want_y, want_dx);
+            failures = 1;
+          }
+        }
+      if (fabs(grad_beta[c] - sum_dy) > 1e-5 * (1 + fabs(sum_dy))) failures = 1;
+    }
+    if (!failures) printf("bfloat16 batch norm training step (forward, backward): ok\n");
   }
 
   /* Batch norm in place on bfloat16: x and y are one tensor. */
