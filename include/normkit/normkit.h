@@ -355,7 +355,8 @@ NORMKIT_API normkit_status normkit_batch_norm_training(const normkit_context* co
  * FLT_MAX, NaN / Inf) is computed in double.
  * x, dy, dx: CPU tensors of one shape, layout and dtype (float32, bfloat16 or float16:
  *   half values widened exactly, a half dx the float32 result rounded to nearest even),
- *   rank 2..5 (NCHW... or NHWC...); dx may be NULL (only the parameter gradients), x, dy, or memory disjoint from both.
+ *   rank 2..5 (NCHW... or NHWC...); dx may be NULL (only the parameter gradients), x, dy,
+ *   or memory disjoint from both.
  *   save_mean / save_rstd: C floats (normkit_batch_norm_training's save_mean / save_rstd),
  *   required. gamma: C floats or NULL (1). grad_gamma / grad_beta: C floats or NULL (not
  *   computed); they may overlap nothing; no array may overlap dx.
