@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/aligned_array.h"
@@ -83,6 +84,10 @@ inline void StoreExactGrad(const Plan& p, int64_t at, const ChannelGrad& g) {
   const double xhat = (static_cast<double>(p.XValue(at)) - g.mean) * g.rstd;
   const float dx = static_cast<float>(
       g.p * ((static_cast<double>(p.DyValue(at)) - g.mean_dy) - xhat * g.mean_dy_xhat));
+  if (p.storage == kernels::Storage::kFloat32) {
+    std::memcpy(p.Dx(at), &dx, sizeof(dx));
+    return;
+  }
   kernels::NarrowFromFloat(&dx, 1, p.Dx(at), p.storage, false);
 }
 
